@@ -206,12 +206,9 @@ impl fmt::Display for Report {
 }
 
 fn skipped(what: &str) {
-    crate::log::line(
+    crate::runbook!(
         SANDBOX_ANCHOR,
-        &format!(
-            "{}: {what}, and [sandbox] require = false runs on without it; see docs/runbook.md#{SANDBOX_ANCHOR}",
-            crate::log::daemon().name
-        ),
+        "{what}, and [sandbox] require = false runs on without it"
     );
 }
 
@@ -251,7 +248,10 @@ pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxEr
             if cfg.require {
                 return Err(e);
             }
-            skipped(&format!("[sandbox] user is uid {}, not the running uid {euid}", id.uid));
+            skipped(&format!(
+                "[sandbox] user is uid {}, not the running uid {euid}",
+                id.uid
+            ));
         }
         privdrop::clear_inheritable().map_err(SandboxError::Drop)?;
     }
