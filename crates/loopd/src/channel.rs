@@ -9,32 +9,22 @@ use std::fmt;
 use std::io;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bxcore::deadline::Deadline;
-use bxcore::{
-    Envelope, ErrorCode, FrameError, Message, SessionId, TurnDone, TurnEvent, TurnRecord,
-    read_frame, write_frame,
-};
+use bxcore::{Envelope, ErrorCode, Message, SessionId, TurnDone, TurnEvent, TurnRecord, write_frame};
+use bxharden::PeerPolicy;
+use bxharden::serve::{LISTENER_ANCHOR, PEER_REFUSED_ANCHOR};
 
 use crate::baseline::Baseline;
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::Outbox;
-use crate::session::Session;
+use crate::session::{Session, TORN_TAIL_ANCHOR};
 use crate::tools::{Registry, ToolPort};
 use crate::turn::{Runtime, TurnError, run_turn};
 
-/// The name `pong` answers with.
-pub const DAEMON: &str = "loopd";
-
-/// How long a new connection has to send its whole first frame.
-pub const FIRST_FRAME: Duration = Duration::from_secs(10);
 /// How long each frame loopd writes may take to be taken.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A logger for loopd's own lines (torn tails, outbox failures).
-pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Everything a turn needs, shared by every connection.
 pub struct Context {
@@ -44,7 +34,7 @@ pub struct Context {
     pub registry: Registry,
     busy: Mutex<HashSet<SessionId>>,
     outbox: Option<Arc<Outbox>>,
-    log: Log,
+    peers: Option<PeerPolicy>,
 }
 
 impl fmt::Debug for Context {
@@ -66,7 +56,7 @@ impl Context {
             registry,
             busy: Mutex::new(HashSet::new()),
             outbox: None,
-            log: Arc::new(|l: &str| eprintln!("{l}")),
+            peers: None,
         }
     }
 
@@ -76,9 +66,9 @@ impl Context {
         self
     }
 
-    /// Send loopd's own lines here instead of stderr.
-    pub fn with_log(mut self, log: Log) -> Context {
-        self.log = log;
+    /// Serve only the peers this policy allows (checked before a byte is read).
+    pub fn with_peers(mut self, peers: PeerPolicy) -> Context {
+        self.peers = Some(peers);
         self
     }
 
@@ -122,18 +112,55 @@ impl Drop for Busy<'_> {
 /// Accepts connections forever, one thread each. Returns only if `accept` fails.
 pub fn serve(listener: UnixListener, ctx: Arc<Context>) -> io::Result<()> {
     loop {
-        let (stream, _) = listener.accept()?;
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(policy) = &ctx.peers {
+            if let Err(uid) = policy.check(&stream) {
+                refuse_peer(stream, policy, uid);
+                continue;
+            }
+        }
         let conn = Arc::clone(&ctx);
         let spawned = std::thread::Builder::new()
             .name("channel".to_string())
             .spawn(move || handle(stream, conn));
         if let Err(e) = spawned {
             // The connection is closed with the closure that held it; the server goes on.
-            (ctx.log)(&format!(
-                "loopd: cannot start a thread for a channel connection: {e}; see docs/runbook.md#loopd-overloaded"
-            ));
+            bxharden::runbook!(
+                LISTENER_ANCHOR,
+                "cannot start a thread for a connection on loop.sock, it is closed: {e}"
+            );
         }
     }
+}
+
+/// A peer `[peers]` does not list: one line, `forbidden`, closed.
+fn refuse_peer(mut stream: UnixStream, policy: &PeerPolicy, uid: Option<u32>) {
+    let uid = uid.map_or_else(|| "unknown".to_string(), |u| u.to_string());
+    let socket = policy.socket();
+    bxharden::runbook!(
+        PEER_REFUSED_ANCHOR,
+        "refused a connection from uid {uid} on {socket}"
+    );
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = write_frame(
+        &mut stream,
+        &Envelope::error(
+            0,
+            ErrorCode::Forbidden,
+            format!("uid {uid} may not connect to {socket}"),
+        ),
+    );
 }
 
 /// The connection's writer: after the first failed write the channel is gone and nothing more is
@@ -156,38 +183,19 @@ impl Reply {
 }
 
 /// One connection.
-pub fn handle(stream: UnixStream, ctx: Arc<Context>) {
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    // 1. The first frame, whole, within FIRST_FRAME.
-    let read = match Instant::now().checked_add(FIRST_FRAME) {
-        Some(until) => read_frame(&mut Deadline::new(&stream, until)),
-        None => Err(FrameError::Io(io::Error::from(io::ErrorKind::TimedOut))),
-    };
-    let env = match read {
-        Ok(env) => env,
-        Err(FrameError::Closed) => return,
-        Err(e) => {
-            let code = match e {
-                FrameError::BadVersion(_) => ErrorCode::BadVersion,
-                FrameError::Json(_) => ErrorCode::BadMessage,
-                _ => ErrorCode::BadFrame,
-            };
-            let mut s = &stream;
-            let _ = write_frame(&mut s, &Envelope::error(0, code, e.to_string()));
-            return;
-        }
+pub fn handle(mut stream: UnixStream, ctx: Arc<Context>) {
+    // 1. and `ping`: the first frame, whole, within its deadline; a malformed one is answered
+    // with its error code (id 0) and the connection closed; `ping` is answered with `pong`.
+    let Some(env) = bxharden::serve::read_request(&mut stream) else {
+        return;
     };
     let mut reply = Reply {
         stream,
         id: env.id,
         gone: false,
     };
-    // 2. `ping` is answered before anything else; then only `turn`.
+    // 2. Only `turn`.
     let turn = match env.msg {
-        Message::Ping {} => {
-            reply.send(true, Message::pong(DAEMON, env!("CARGO_PKG_VERSION")));
-            return;
-        }
         Message::Turn(t) => t,
         other => {
             reply.send(
@@ -232,7 +240,7 @@ pub fn handle(stream: UnixStream, ctx: Arc<Context>) {
 fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone, TurnError> {
     let dir = ctx.cfg.sessions_dir();
     let mut session = if turn.resume {
-        Session::open(&dir, &turn.session, &*ctx.log)?
+        Session::open(&dir, &turn.session, &|l| bxharden::log::line(TORN_TAIL_ANCHOR, l))?
     } else {
         let baseline = Baseline::assemble(&ctx.cfg.loop_dir()).map_err(TurnError::Baseline)?;
         Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?
@@ -253,12 +261,13 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
             messages: finished.messages,
         };
         if let Err(e) = outbox.put(&record) {
-            (ctx.log)(&format!(
-                "loopd: cannot write turn {} of {} to the memory outbox {}: {e}; see docs/runbook.md#memory-outbox-unwritable",
+            bxharden::runbook!(
+                "memory-outbox-unwritable",
+                "cannot write turn {} of {} to the memory outbox {}: {e}",
                 record.turn,
                 record.session,
                 outbox.dir().display()
-            ));
+            );
         }
     }
     Ok(TurnDone {

@@ -8,7 +8,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bxharden::{Peers, SandboxConfig};
 use serde::Deserialize;
+
+/// The socket loopd serves, as `[peers]` names it.
+pub const CHANNEL_SOCKET: &str = "loop.sock";
 
 /// The longest `[broker] timeout_ms` and `[inference] timeout_ms`: 24 hours. Longer would let
 /// one call hold a turn for days, and the design bounds it so the broker port's first deadline
@@ -32,6 +36,11 @@ pub struct Config {
     pub memory: Memory,
     #[serde(default)]
     pub sockets: Sockets,
+    /// Who may connect to loop.sock (`"loop.sock" = [...]`); default: loopd's own uid.
+    #[serde(default)]
+    pub peers: Peers,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
 }
 
 /// `[paths]`.
@@ -186,6 +195,9 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), String> {
+        if let Err(e) = self.peers.check_sockets(&[CHANNEL_SOCKET]) {
+            return Err(format!("[peers]: {e}"));
+        }
         if !self.paths.home.is_absolute() {
             return Err(format!(
                 "[paths] home must be an absolute path, not {:?}",

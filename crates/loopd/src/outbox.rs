@@ -16,7 +16,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use bxcore::client;
-use bxcore::runbook::pointer;
+use bxharden::log::notice;
 use bxcore::{Message, TurnRecord};
 
 /// The runbook entry for memoryd being unreachable.
@@ -100,8 +100,8 @@ impl Outbox {
     }
 
     /// The waiting records, oldest first. A file that does not parse is renamed `*.damaged`
-    /// (kept for the owner, never resent) and reported through `log`.
-    pub fn pending(&self, log: &dyn Fn(&str)) -> io::Result<Vec<Entry>> {
+    /// (kept for the owner, never resent) and logged.
+    pub fn pending(&self) -> io::Result<Vec<Entry>> {
         let mut numbered = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let name = entry?.file_name();
@@ -121,13 +121,12 @@ impl Outbox {
                 Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                     let aside = path.with_extension("damaged");
                     fs::rename(&path, &aside)?;
-                    log(&format!(
-                        "loopd: {}: the outbox record does not parse ({e}); it was moved to {} \
-                         and will not be sent; {}",
+                    bxharden::runbook!(
+                        DAMAGED_ANCHOR,
+                        "{}: the outbox record does not parse ({e}); it was moved to {} and will not be sent",
                         path.display(),
-                        aside.display(),
-                        pointer(DAMAGED_ANCHOR)
-                    ));
+                        aside.display()
+                    );
                 }
                 Err(e) => return Err(e),
             }
@@ -173,21 +172,18 @@ impl Outbox {
 
     /// The sender: forever, send what waits, oldest first; on a failure, stop, wait with
     /// backoff and try the same record again. One line per outage, not one per attempt.
-    pub fn run_sender(&self, socket: &Path, timeout: Duration, log: &dyn Fn(&str)) -> ! {
+    pub fn run_sender(&self, socket: &Path, timeout: Duration) -> ! {
         let mut backoff = FIRST_BACKOFF;
         let mut down = false;
         loop {
-            let failed = match self.pending(log) {
+            let failed = match self.pending() {
                 Ok(entries) => self.deliver(&entries, socket, timeout),
                 Err(e) => Some(format!("cannot read the outbox {}: {e}", self.dir.display())),
             };
             match failed {
                 None => {
                     if down {
-                        log(&format!(
-                            "loopd: memoryd on {} files turns again",
-                            socket.display()
-                        ));
+                        notice(&format!("memoryd on {} files turns again", socket.display()));
                     }
                     down = false;
                     backoff = FIRST_BACKOFF;
@@ -195,12 +191,11 @@ impl Outbox {
                 }
                 Some(why) => {
                     if !down {
-                        log(&format!(
-                            "loopd: memory is unavailable: {why}; finished turns wait in {} \
-                             and are retried; {}",
-                            self.dir.display(),
-                            pointer(MEMORY_ANCHOR)
-                        ));
+                        bxharden::runbook!(
+                            MEMORY_ANCHOR,
+                            "memory is unavailable: {why}; finished turns wait in {} and are retried",
+                            self.dir.display()
+                        );
                     }
                     down = true;
                     std::thread::sleep(backoff);
