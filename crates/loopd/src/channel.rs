@@ -18,7 +18,7 @@ use bxharden::serve::{LISTENER_ANCHOR, PEER_REFUSED_ANCHOR};
 use crate::baseline::Baseline;
 use crate::config::Config;
 use crate::infer::Client;
-use crate::outbox::Outbox;
+use crate::outbox::{OUTBOX_UNWRITABLE_ANCHOR, Outbox};
 use crate::session::{Session, TORN_TAIL_ANCHOR};
 use crate::tools::{Registry, ToolPort};
 use crate::turn::{Runtime, TurnError, run_turn};
@@ -262,7 +262,7 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
         };
         if let Err(e) = outbox.put(&record) {
             bxharden::runbook!(
-                "memory-outbox-unwritable",
+                OUTBOX_UNWRITABLE_ANCHOR,
                 "cannot write turn {} of {} to the memory outbox {}: {e}",
                 record.turn,
                 record.session,

@@ -21,6 +21,8 @@ use bxcore::{Message, TurnRecord};
 
 /// The runbook entry for memoryd being unreachable.
 pub const MEMORY_ANCHOR: &str = "memory-unavailable";
+/// The runbook entry for a finished turn that could not be written to the outbox.
+pub const OUTBOX_UNWRITABLE_ANCHOR: &str = "memory-outbox-unwritable";
 /// The runbook entry for an outbox record that cannot be read.
 pub const DAMAGED_ANCHOR: &str = "memory-outbox-damaged";
 
