@@ -1,0 +1,22 @@
+# `make gate` is the one command that says the tree is good; `.ci/run` calls it.
+# Each step stops the gate with a non-zero exit when it fails; the last line is `gate: ok`.
+
+CARGO ?= cargo
+
+.PHONY: gate fmt clippy test runbook
+
+gate: fmt clippy test runbook
+	@echo "gate: ok"
+
+fmt:
+	$(CARGO) fmt --all --check
+
+clippy: fmt
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: clippy
+	$(CARGO) test --workspace
+
+# Every runbook pointer in the source has its entry, and every entry is pointed at.
+runbook: test
+	$(CARGO) test -q -p bxcore --test runbook -- --nocapture the_runbook_and_the_source_agree

@@ -1,0 +1,144 @@
+//! Frames: a 4-byte big-endian length `N`, then exactly `N` bytes of UTF-8 JSON, one envelope.
+//!
+//! The length is checked before anything else is read or written, so a peer can never make a
+//! daemon read, allocate or send more than `4 + MAX_FRAME` bytes for one frame.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+
+use serde_json::Value;
+
+use crate::{Envelope, ErrorCode};
+
+/// The protocol version every envelope's `v` carries.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest frame body, in bytes (1 MiB).
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// Why a frame could not be read or written.
+#[derive(Debug)]
+pub enum FrameError {
+    /// End of stream before the first byte of a frame: the peer is done.
+    Closed,
+    /// Anything else from the stream, end of stream inside a frame included.
+    Io(io::Error),
+    /// A length over `MAX_FRAME`; the body was not read (or, writing, nothing was written).
+    TooLarge(usize),
+    /// A zero length, or a body that is not UTF-8.
+    BadFrame(String),
+    /// Not JSON, or JSON that is not an envelope.
+    Json(serde_json::Error),
+    /// An envelope of another protocol version.
+    BadVersion(u32),
+}
+
+impl FrameError {
+    /// The error code that answers this failure on the wire.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            FrameError::Closed
+            | FrameError::Io(_)
+            | FrameError::TooLarge(_)
+            | FrameError::BadFrame(_) => ErrorCode::BadFrame,
+            FrameError::Json(_) => ErrorCode::BadMessage,
+            FrameError::BadVersion(_) => ErrorCode::BadVersion,
+        }
+    }
+
+    /// Whether this is a read that ran out of time (see `deadline`).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, FrameError::Io(e) if crate::deadline::is_timeout(e))
+    }
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::Closed => f.write_str("the connection closed before a frame"),
+            FrameError::Io(e) => write!(f, "the connection failed inside a frame: {e}"),
+            FrameError::TooLarge(n) => {
+                write!(f, "a frame of {n} bytes is over the limit of {MAX_FRAME}")
+            }
+            FrameError::BadFrame(why) => f.write_str(why),
+            FrameError::Json(e) => write!(f, "{e}"),
+            FrameError::BadVersion(v) => write!(
+                f,
+                "protocol version {v} is not spoken here (this side speaks {PROTOCOL_VERSION})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FrameError::Io(e) => Some(e),
+            FrameError::Json(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Write one envelope as one frame, in a single `write_all` of a buffer built first. An envelope
+/// over `MAX_FRAME` is `TooLarge` and nothing is written.
+pub fn write_frame(w: &mut impl Write, env: &Envelope) -> Result<(), FrameError> {
+    let body = serde_json::to_vec(env).map_err(FrameError::Json)?;
+    if body.len() > MAX_FRAME {
+        return Err(FrameError::TooLarge(body.len()));
+    }
+    let len = u32::try_from(body.len()).map_err(|_| FrameError::TooLarge(body.len()))?;
+    let mut buf = Vec::with_capacity(4 + body.len());
+    buf.extend_from_slice(&len.to_be_bytes());
+    buf.extend_from_slice(&body);
+    w.write_all(&buf).map_err(FrameError::Io)?;
+    w.flush().map_err(FrameError::Io)
+}
+
+/// Read one frame and decode its envelope. `v` is checked before the rest is decoded: a JSON body
+/// with another `v` is `BadVersion`, whatever else is wrong with it.
+pub fn read_frame(r: &mut impl Read) -> Result<Envelope, FrameError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < len.len() {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Err(FrameError::Closed),
+            Ok(0) => {
+                return Err(FrameError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the stream ended inside a frame's length",
+                )));
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(FrameError::Io(e)),
+        }
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n == 0 {
+        return Err(FrameError::BadFrame("a frame of zero length".to_string()));
+    }
+    if n > MAX_FRAME {
+        return Err(FrameError::TooLarge(n));
+    }
+    // Grown as bytes arrive, never allocated up front from a length a peer chose.
+    let mut body = Vec::new();
+    r.take(n as u64)
+        .read_to_end(&mut body)
+        .map_err(FrameError::Io)?;
+    if body.len() < n {
+        return Err(FrameError::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("the stream ended after {} of {n} bytes", body.len()),
+        )));
+    }
+    let text = String::from_utf8(body)
+        .map_err(|e| FrameError::BadFrame(format!("the frame is not UTF-8: {}", e.utf8_error())))?;
+    let value: Value = serde_json::from_str(&text).map_err(FrameError::Json)?;
+    if let Some(v) = value.get("v").and_then(Value::as_u64) {
+        if v != u64::from(PROTOCOL_VERSION) {
+            return Err(FrameError::BadVersion(u32::try_from(v).unwrap_or(u32::MAX)));
+        }
+    }
+    serde_json::from_value(value).map_err(FrameError::Json)
+}

@@ -1,0 +1,206 @@
+//! Ids and timestamps. Each id validates when it is made and when it is deserialized, so an id
+//! that reached daemon code is safe to use as a file name.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a string is not a valid id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdError {
+    /// A session id is 1 to 64 characters.
+    SessionLength(usize),
+    /// A session id holds only `A-Z a-z 0-9 _ -`.
+    SessionChar(char),
+    /// An approval id is 16 lowercase hex digits.
+    Approval(String),
+}
+
+impl fmt::Display for IdError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdError::SessionLength(n) => {
+                write!(f, "a session id is 1 to 64 characters, not {n}")
+            }
+            IdError::SessionChar(c) => write!(
+                f,
+                "a session id holds only letters, digits, '_' and '-', not {c:?}"
+            ),
+            IdError::Approval(s) => {
+                write!(f, "an approval id is 16 lowercase hex digits, not {s:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IdError {}
+
+/// A session's name: 1 to 64 of `A-Z a-z 0-9 _ -`. It names files on disk
+/// (`sessions/<id>.jsonl`), so a path, `..`, a space or an empty string can never be one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// The longest session id, in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// Validate `s` as a session id.
+    pub fn new(s: impl Into<String>) -> Result<SessionId, IdError> {
+        let s = s.into();
+        // Characters, not bytes: a non-ASCII letter is refused by name, never cut in half.
+        if let Some(c) = s
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+        {
+            return Err(IdError::SessionChar(c));
+        }
+        if s.is_empty() || s.len() > Self::MAX_LEN {
+            return Err(IdError::SessionLength(s.len()));
+        }
+        Ok(SessionId(s))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for SessionId {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<SessionId, IdError> {
+        SessionId::new(s)
+    }
+}
+
+impl From<SessionId> for String {
+    fn from(id: SessionId) -> String {
+        id.0
+    }
+}
+
+impl std::str::FromStr for SessionId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<SessionId, IdError> {
+        SessionId::new(s)
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The loop's number for one tool call, unique within its session. A tool request's envelope id
+/// is its call id.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(transparent)]
+pub struct CallId(pub u64);
+
+impl fmt::Display for CallId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// A pending approval's id: 16 lowercase hex digits from the kernel's random source, so the
+/// owner can type it and nobody can guess the next one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ApprovalId(String);
+
+impl ApprovalId {
+    /// A fresh random id.
+    ///
+    /// # Panics
+    ///
+    /// If the kernel's random source fails, which on Linux (getrandom(2), after boot) it does
+    /// not; a box that cannot draw random numbers must not hand out guessable approvals.
+    pub fn random() -> ApprovalId {
+        let mut bytes = [0u8; 8];
+        getrandom::fill(&mut bytes).expect("the kernel's random source failed");
+        let mut s = String::with_capacity(16);
+        for b in bytes {
+            s.push_str(&format!("{b:02x}"));
+        }
+        ApprovalId(s)
+    }
+
+    /// Validate `s` as an approval id.
+    pub fn new(s: impl Into<String>) -> Result<ApprovalId, IdError> {
+        let s = s.into();
+        let ok = s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if ok {
+            Ok(ApprovalId(s))
+        } else {
+            Err(IdError::Approval(s))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for ApprovalId {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<ApprovalId, IdError> {
+        ApprovalId::new(s)
+    }
+}
+
+impl From<ApprovalId> for String {
+    fn from(id: ApprovalId) -> String {
+        id.0
+    }
+}
+
+impl std::str::FromStr for ApprovalId {
+    type Err = IdError;
+    fn from_str(s: &str) -> Result<ApprovalId, IdError> {
+        ApprovalId::new(s)
+    }
+}
+
+impl fmt::Display for ApprovalId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default,
+)]
+#[serde(transparent)]
+pub struct Timestamp(pub u64);
+
+impl Timestamp {
+    /// The wall clock now. A clock before 1970 reads as 0.
+    pub fn now() -> Timestamp {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_millis();
+        Timestamp(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    pub fn unix_millis(self) -> u64 {
+        self.0
+    }
+
+    /// `self + ms`, saturating.
+    pub fn plus_millis(self, ms: u64) -> Timestamp {
+        Timestamp(self.0.saturating_add(ms))
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}

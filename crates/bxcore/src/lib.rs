@@ -1,0 +1,28 @@
+//! The box's one wire protocol.
+//!
+//! Every socket in the box speaks length-prefixed JSON envelopes and nothing else, so that each
+//! daemon parses exactly one format, strictly: a 4-byte big-endian length, then that many bytes
+//! of UTF-8 JSON. Every struct refuses unknown keys and every id validates when it is
+//! deserialized, so a malformed or hostile frame is refused at the edge, before any daemon logic
+//! sees it. `docs/protocol.md` describes the protocol with an example frame per kind.
+
+pub mod canonical;
+mod class;
+pub mod client;
+pub mod deadline;
+mod error;
+mod frame;
+mod ids;
+mod message;
+pub mod runbook;
+
+pub use class::DataClass;
+pub use error::{ErrorCode, WireError};
+pub use frame::{FrameError, MAX_FRAME, PROTOCOL_VERSION, read_frame, write_frame};
+pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
+pub use message::{
+    Approval, ApprovalAck, ApprovalDecision, Approvals, AuditReport, ChatMessage, Envelope,
+    FetchReply, FetchRequest, Header, InferDelta, InferReply, InferRequest, Message, Outcome, Pong,
+    SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
+    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+};

@@ -1,0 +1,438 @@
+//! Envelopes and every message kind, with the exact wire shapes of `docs/protocol.md`.
+//!
+//! Every struct and every enum variant refuses unknown keys: a key the protocol does not name is
+//! `bad_message`, never silently dropped. Enums are internally tagged (`kind`, `outcome`, `type`,
+//! `role`), so nested tags flatten into their parent object on the wire.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{
+    ApprovalId, CallId, DataClass, ErrorCode, PROTOCOL_VERSION, SessionId, Timestamp, WireError,
+};
+
+/// One frame's body: `{"v": 1, "id": 7, "final": true, "msg": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    /// `PROTOCOL_VERSION`.
+    pub v: u32,
+    /// Picked by the requester; every reply frame carries the same id.
+    pub id: u64,
+    /// `false` on interim frames (`turn_event`, `pending_approval`, `infer_delta`), `true` on
+    /// the last. (`final` is a Rust keyword, hence the field's name.)
+    #[serde(rename = "final")]
+    pub last: bool,
+    pub msg: Message,
+}
+
+impl Envelope {
+    /// An envelope of this protocol version.
+    pub fn new(id: u64, last: bool, msg: Message) -> Envelope {
+        Envelope {
+            v: PROTOCOL_VERSION,
+            id,
+            last,
+            msg,
+        }
+    }
+
+    /// A final `error` frame.
+    pub fn error(id: u64, code: ErrorCode, detail: impl Into<String>) -> Envelope {
+        Envelope::new(
+            id,
+            true,
+            Message::Error(WireError {
+                code,
+                detail: detail.into(),
+            }),
+        )
+    }
+}
+
+/// Every message kind, tagged by `kind` in snake_case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Message {
+    /// Every socket: is this daemon alive, and which is it?
+    Ping {},
+    Pong(Pong),
+    /// loop.sock: one turn of a session.
+    Turn(Turn),
+    TurnEvent {
+        event: TurnEvent,
+    },
+    TurnDone(TurnDone),
+    /// broker.sock: one tool call.
+    ToolRequest(ToolRequest),
+    ToolResponse(ToolResponse),
+    /// broker.sock: the tools the model may be offered.
+    ToolsList {},
+    Tools(Tools),
+    /// admin.sock: the owner's view and decisions.
+    ApprovalsList {},
+    Approvals(Approvals),
+    ApprovalDecision(ApprovalDecision),
+    ApprovalAck(ApprovalAck),
+    AuditVerify {},
+    AuditReport(AuditReport),
+    /// state.sock: memoryd asks what a session has read.
+    SessionState(SessionState),
+    SessionStateReply(SessionStateReply),
+    /// infer.sock: one model call.
+    InferRequest(InferRequest),
+    InferDelta(InferDelta),
+    InferReply(InferReply),
+    /// memory.sock: one finished turn.
+    TurnRecord(TurnRecord),
+    TurnFiled(TurnFiled),
+    /// gateway.sock: one request to the web.
+    FetchRequest(FetchRequest),
+    FetchReply(FetchReply),
+    /// Any socket: the request was not answered.
+    Error(WireError),
+}
+
+impl Message {
+    /// The wire name of this message's kind, e.g. `tool_request`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Ping {} => "ping",
+            Message::Pong(_) => "pong",
+            Message::Turn(_) => "turn",
+            Message::TurnEvent { .. } => "turn_event",
+            Message::TurnDone(_) => "turn_done",
+            Message::ToolRequest(_) => "tool_request",
+            Message::ToolResponse(_) => "tool_response",
+            Message::ToolsList {} => "tools_list",
+            Message::Tools(_) => "tools",
+            Message::ApprovalsList {} => "approvals_list",
+            Message::Approvals(_) => "approvals",
+            Message::ApprovalDecision(_) => "approval_decision",
+            Message::ApprovalAck(_) => "approval_ack",
+            Message::AuditVerify {} => "audit_verify",
+            Message::AuditReport(_) => "audit_report",
+            Message::SessionState(_) => "session_state",
+            Message::SessionStateReply(_) => "session_state_reply",
+            Message::InferRequest(_) => "infer_request",
+            Message::InferDelta(_) => "infer_delta",
+            Message::InferReply(_) => "infer_reply",
+            Message::TurnRecord(_) => "turn_record",
+            Message::TurnFiled(_) => "turn_filed",
+            Message::FetchRequest(_) => "fetch_request",
+            Message::FetchReply(_) => "fetch_reply",
+            Message::Error(_) => "error",
+        }
+    }
+
+    /// The one `pong` every daemon answers `ping` with.
+    pub fn pong(daemon: &str, version: &str) -> Message {
+        Message::Pong(Pong {
+            daemon: daemon.to_string(),
+            version: version.to_string(),
+            protocol: PROTOCOL_VERSION,
+        })
+    }
+}
+
+/// `pong {daemon, version, protocol}`: the daemon's name, its crate version, the protocol it
+/// speaks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pong {
+    pub daemon: String,
+    pub version: String,
+    pub protocol: u32,
+}
+
+/// `turn {session, resume, text}`: `resume: false` creates the session, `true` continues it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    pub session: SessionId,
+    pub resume: bool,
+    pub text: String,
+}
+
+/// What a turn does, sent to the channel as it happens. Tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TurnEvent {
+    /// A piece of the assistant's text, as it streams.
+    AssistantText { text: String },
+    /// The model asked for a tool.
+    ToolCall {
+        call: CallId,
+        tool: String,
+        args: Value,
+    },
+    /// The broker asked the owner; the call waits until `expires`.
+    ToolPending {
+        call: CallId,
+        approval: ApprovalId,
+        expires: Timestamp,
+    },
+    /// The call's outcome and what the model is shown.
+    ToolResult {
+        call: CallId,
+        outcome: Outcome,
+        text: String,
+    },
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Result,
+    Failed,
+    Denied,
+}
+
+/// `turn_done {session, usage}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnDone {
+    pub session: SessionId,
+    pub usage: Usage,
+}
+
+/// Tokens used: `{input_tokens, output_tokens}`. A provider that reports none gives zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// The sum of two usages, saturating.
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_add(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_add(other.output_tokens),
+        }
+    }
+}
+
+/// `tool_request {session, call, tool, args}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRequest {
+    pub session: SessionId,
+    pub call: CallId,
+    pub tool: String,
+    pub args: Value,
+}
+
+/// The broker's answer to a tool call, tagged by `outcome`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolResponse {
+    /// The tool ran: its content, and the class and trust of what it carried back.
+    Result {
+        content: String,
+        class: DataClass,
+        untrusted: bool,
+    },
+    /// The tool could not run, or failed: nothing was read, nothing raised.
+    Failed { message: String },
+    /// The policy or the owner said no.
+    Denied { reason: String },
+    /// Interim: the owner is asked; the final answer comes before `expires`.
+    PendingApproval {
+        approval: ApprovalId,
+        expires: Timestamp,
+    },
+}
+
+/// `tools {tools}`: what the model may be offered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tools {
+    pub tools: Vec<ToolDef>,
+}
+
+/// A tool's definition as the model sees it: `parameters` is a JSON Schema object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// `approvals {pending}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approvals {
+    pub pending: Vec<Approval>,
+}
+
+/// A pending approval, as the owner sees it: what the owner sees is what the owner approves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    pub approval: ApprovalId,
+    pub session: SessionId,
+    pub call: CallId,
+    pub tool: String,
+    /// The whole arguments.
+    pub args: Value,
+    /// sha256 (hex) of the canonical JSON of `args`.
+    pub digest: String,
+    /// The session's taint when asked.
+    pub taint: DataClass,
+    /// Whether the session had read third-party content when asked.
+    pub untrusted: bool,
+    /// The policy step that asked.
+    pub rule: String,
+    /// Why, for a person.
+    pub reason: String,
+    pub requested: Timestamp,
+    pub expires: Timestamp,
+}
+
+/// `approval_decision {approval, allow}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalDecision {
+    pub approval: ApprovalId,
+    pub allow: bool,
+}
+
+/// `approval_ack {approval}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalAck {
+    pub approval: ApprovalId,
+}
+
+/// `audit_report {records, head, ok, detail}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditReport {
+    pub records: u64,
+    /// The last record's hash (64 hex), or 64 zeros for an empty chain.
+    pub head: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// `session_state {session}`: memoryd's question on state.sock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionState {
+    pub session: SessionId,
+}
+
+/// `session_state_reply {class, untrusted}`: the session's taint and trust as brokerd holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionStateReply {
+    pub class: DataClass,
+    pub untrusted: bool,
+}
+
+/// A chat message for inference, tagged by `role`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ChatMessage {
+    System {
+        text: String,
+    },
+    User {
+        text: String,
+    },
+    Assistant {
+        text: String,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        call: CallId,
+        text: String,
+    },
+}
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    pub call: CallId,
+    pub tool: String,
+    pub args: Value,
+}
+
+/// `infer_request {slot, messages, tools, first_call}`: the reply's tool calls are numbered from
+/// `first_call`, so loopd owns every `CallId`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferRequest {
+    pub slot: String,
+    pub messages: Vec<ChatMessage>,
+    pub tools: Vec<ToolDef>,
+    pub first_call: CallId,
+}
+
+/// `infer_delta {text}`: a piece of the reply's text, as it streams.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferDelta {
+    pub text: String,
+}
+
+/// `infer_reply {message, usage}`: the whole assistant message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferReply {
+    pub message: ChatMessage,
+    pub usage: Usage,
+}
+
+/// `turn_record {session, turn, messages}`: a finished turn, numbered from 1 in its session,
+/// user text first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnRecord {
+    pub session: SessionId,
+    pub turn: u64,
+    pub messages: Vec<ChatMessage>,
+}
+
+/// `turn_filed {session, turn}`: the record is durable on memoryd's side.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnFiled {
+    pub session: SessionId,
+    pub turn: u64,
+}
+
+/// One HTTP header, in order; a name may repeat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Header {
+    pub name: String,
+    pub value: String,
+}
+
+/// `fetch_request {url, method, headers, body, max_bytes}`: one request for gatewayd to make.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchRequest {
+    pub url: String,
+    pub method: String,
+    pub headers: Vec<Header>,
+    pub body: String,
+    pub max_bytes: u64,
+}
+
+/// `fetch_reply {status, headers, body, truncated}`: the body as text (invalid UTF-8 replaced),
+/// cut at `max_bytes` with `truncated: true`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FetchReply {
+    pub status: u16,
+    pub headers: Vec<Header>,
+    pub body: String,
+    pub truncated: bool,
+}

@@ -1,0 +1,13 @@
+//! Runbook pointers: the one way every crate ends a refusal or outage line.
+//!
+//! Every such line ends with `see docs/runbook.md#<anchor>`, and `docs/runbook.md` has a
+//! `## <anchor>` entry saying what the line means, how to confirm it and how to fix it. The
+//! runbook check (`tests/runbook.rs`) finds every anchor handed to [`pointer`].
+
+/// The runbook file every pointer names, relative to the repository root.
+pub const RUNBOOK: &str = "docs/runbook.md";
+
+/// `see docs/runbook.md#<anchor>`.
+pub fn pointer(anchor: &str) -> String {
+    format!("see {RUNBOOK}#{anchor}")
+}

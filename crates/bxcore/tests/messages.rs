@@ -1,0 +1,634 @@
+//! Every message kind round-trips, and its JSON is exactly the documented shape.
+
+use bxcore::*;
+use serde_json::{Value, json};
+
+/// `env` serializes to exactly `expected`, `expected` deserializes to `env`, and the envelope
+/// survives a trip through a frame.
+fn exact(env: Envelope, expected: Value) {
+    assert_eq!(
+        serde_json::to_value(&env).unwrap(),
+        expected,
+        "serialized shape"
+    );
+    let back: Envelope = serde_json::from_value(expected.clone()).unwrap();
+    assert_eq!(back, env, "deserialized from the literal");
+    let mut buf = Vec::new();
+    write_frame(&mut buf, &env).unwrap();
+    assert_eq!(
+        read_frame(&mut buf.as_slice()).unwrap(),
+        env,
+        "through a frame"
+    );
+    assert_eq!(
+        expected["msg"]["kind"].as_str().unwrap(),
+        env.msg.kind(),
+        "Message::kind names the wire kind"
+    );
+}
+
+fn sid(s: &str) -> SessionId {
+    SessionId::new(s).unwrap()
+}
+
+fn aid() -> ApprovalId {
+    ApprovalId::new("9f2c4a1b0d3e5f67").unwrap()
+}
+
+#[test]
+fn ping() {
+    exact(
+        Envelope::new(0, true, Message::Ping {}),
+        json!({"v":1,"id":0,"final":true,"msg":{"kind":"ping"}}),
+    );
+}
+
+#[test]
+fn pong() {
+    exact(
+        Envelope::new(0, true, Message::pong("brokerd", "0.1.0")),
+        json!({"v":1,"id":0,"final":true,"msg":{"kind":"pong","daemon":"brokerd","version":"0.1.0","protocol":1}}),
+    );
+}
+
+#[test]
+fn turn() {
+    exact(
+        Envelope::new(
+            7,
+            true,
+            Message::Turn(Turn {
+                session: sid("s1"),
+                resume: false,
+                text: "hello".into(),
+            }),
+        ),
+        json!({"v":1,"id":7,"final":true,"msg":{"kind":"turn","session":"s1","resume":false,"text":"hello"}}),
+    );
+}
+
+#[test]
+fn turn_event_assistant_text() {
+    exact(
+        Envelope::new(
+            7,
+            false,
+            Message::TurnEvent {
+                event: TurnEvent::AssistantText { text: "Hel".into() },
+            },
+        ),
+        json!({"v":1,"id":7,"final":false,"msg":{"kind":"turn_event","event":{"type":"assistant_text","text":"Hel"}}}),
+    );
+}
+
+#[test]
+fn turn_event_tool_call() {
+    exact(
+        Envelope::new(
+            7,
+            false,
+            Message::TurnEvent {
+                event: TurnEvent::ToolCall {
+                    call: CallId(3),
+                    tool: "workspace_read".into(),
+                    args: json!({"path":"/srv/notes/a.txt"}),
+                },
+            },
+        ),
+        json!({"v":1,"id":7,"final":false,"msg":{"kind":"turn_event","event":{"type":"tool_call","call":3,"tool":"workspace_read","args":{"path":"/srv/notes/a.txt"}}}}),
+    );
+}
+
+#[test]
+fn turn_event_tool_pending() {
+    exact(
+        Envelope::new(
+            7,
+            false,
+            Message::TurnEvent {
+                event: TurnEvent::ToolPending {
+                    call: CallId(3),
+                    approval: aid(),
+                    expires: Timestamp(1764489600000),
+                },
+            },
+        ),
+        json!({"v":1,"id":7,"final":false,"msg":{"kind":"turn_event","event":{"type":"tool_pending","call":3,"approval":"9f2c4a1b0d3e5f67","expires":1764489600000u64}}}),
+    );
+}
+
+#[test]
+fn turn_event_tool_result() {
+    exact(
+        Envelope::new(
+            7,
+            false,
+            Message::TurnEvent {
+                event: TurnEvent::ToolResult {
+                    call: CallId(3),
+                    outcome: Outcome::Failed,
+                    text: "the tool broker is unavailable".into(),
+                },
+            },
+        ),
+        json!({"v":1,"id":7,"final":false,"msg":{"kind":"turn_event","event":{"type":"tool_result","call":3,"outcome":"failed","text":"the tool broker is unavailable"}}}),
+    );
+    for (outcome, name) in [
+        (Outcome::Result, "result"),
+        (Outcome::Failed, "failed"),
+        (Outcome::Denied, "denied"),
+    ] {
+        assert_eq!(serde_json::to_value(outcome).unwrap(), json!(name));
+    }
+}
+
+#[test]
+fn turn_done() {
+    exact(
+        Envelope::new(
+            7,
+            true,
+            Message::TurnDone(TurnDone {
+                session: sid("s1"),
+                usage: Usage {
+                    input_tokens: 812,
+                    output_tokens: 40,
+                },
+            }),
+        ),
+        json!({"v":1,"id":7,"final":true,"msg":{"kind":"turn_done","session":"s1","usage":{"input_tokens":812,"output_tokens":40}}}),
+    );
+}
+
+#[test]
+fn tool_request() {
+    exact(
+        Envelope::new(
+            3,
+            true,
+            Message::ToolRequest(ToolRequest {
+                session: sid("s1"),
+                call: CallId(3),
+                tool: "workspace_read".into(),
+                args: json!({"path":"/srv/notes/a.txt"}),
+            }),
+        ),
+        json!({"v":1,"id":3,"final":true,"msg":{"kind":"tool_request","session":"s1","call":3,"tool":"workspace_read","args":{"path":"/srv/notes/a.txt"}}}),
+    );
+}
+
+#[test]
+fn tool_response_pending_approval() {
+    exact(
+        Envelope::new(
+            3,
+            false,
+            Message::ToolResponse(ToolResponse::PendingApproval {
+                approval: aid(),
+                expires: Timestamp(1764489600000),
+            }),
+        ),
+        json!({"v":1,"id":3,"final":false,"msg":{"kind":"tool_response","outcome":"pending_approval","approval":"9f2c4a1b0d3e5f67","expires":1764489600000u64}}),
+    );
+}
+
+#[test]
+fn tool_response_result() {
+    exact(
+        Envelope::new(
+            3,
+            true,
+            Message::ToolResponse(ToolResponse::Result {
+                content: "...".into(),
+                class: DataClass::Private,
+                untrusted: false,
+            }),
+        ),
+        json!({"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"result","content":"...","class":"private","untrusted":false}}),
+    );
+}
+
+#[test]
+fn tool_response_failed() {
+    exact(
+        Envelope::new(
+            3,
+            true,
+            Message::ToolResponse(ToolResponse::Failed {
+                message: "no gateway is configured".into(),
+            }),
+        ),
+        json!({"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"failed","message":"no gateway is configured"}}),
+    );
+}
+
+#[test]
+fn tool_response_denied() {
+    exact(
+        Envelope::new(
+            3,
+            true,
+            Message::ToolResponse(ToolResponse::Denied {
+                reason: "the owner denied it".into(),
+            }),
+        ),
+        json!({"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"denied","reason":"the owner denied it"}}),
+    );
+}
+
+#[test]
+fn tools_list() {
+    exact(
+        Envelope::new(4, true, Message::ToolsList {}),
+        json!({"v":1,"id":4,"final":true,"msg":{"kind":"tools_list"}}),
+    );
+}
+
+#[test]
+fn tools() {
+    exact(
+        Envelope::new(
+            4,
+            true,
+            Message::Tools(Tools {
+                tools: vec![ToolDef {
+                    name: "workspace_read".into(),
+                    description: "Read a file".into(),
+                    parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
+                }],
+            }),
+        ),
+        json!({"v":1,"id":4,"final":true,"msg":{"kind":"tools","tools":[{"name":"workspace_read","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}]}}),
+    );
+}
+
+#[test]
+fn approvals_list() {
+    exact(
+        Envelope::new(5, true, Message::ApprovalsList {}),
+        json!({"v":1,"id":5,"final":true,"msg":{"kind":"approvals_list"}}),
+    );
+}
+
+#[test]
+fn approvals() {
+    exact(
+        Envelope::new(
+            5,
+            true,
+            Message::Approvals(Approvals {
+                pending: vec![Approval {
+                    approval: aid(),
+                    session: sid("s1"),
+                    call: CallId(3),
+                    tool: "workspace_write".into(),
+                    args: json!({"path":"/w/a","content":"x"}),
+                    digest: "ab".repeat(32),
+                    taint: DataClass::Private,
+                    untrusted: true,
+                    rule: "untrusted_effect".into(),
+                    reason: "the session has read untrusted content".into(),
+                    requested: Timestamp(1764489000000),
+                    expires: Timestamp(1764489600000),
+                }],
+            }),
+        ),
+        json!({"v":1,"id":5,"final":true,"msg":{"kind":"approvals","pending":[{
+            "approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write",
+            "args":{"path":"/w/a","content":"x"},"digest":"ab".repeat(32),"taint":"private",
+            "untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content",
+            "requested":1764489000000u64,"expires":1764489600000u64}]}}),
+    );
+}
+
+#[test]
+fn approval_decision() {
+    exact(
+        Envelope::new(
+            6,
+            true,
+            Message::ApprovalDecision(ApprovalDecision {
+                approval: aid(),
+                allow: true,
+            }),
+        ),
+        json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_decision","approval":"9f2c4a1b0d3e5f67","allow":true}}),
+    );
+}
+
+#[test]
+fn approval_ack() {
+    exact(
+        Envelope::new(
+            6,
+            true,
+            Message::ApprovalAck(ApprovalAck { approval: aid() }),
+        ),
+        json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_ack","approval":"9f2c4a1b0d3e5f67"}}),
+    );
+}
+
+#[test]
+fn audit_verify() {
+    exact(
+        Envelope::new(8, true, Message::AuditVerify {}),
+        json!({"v":1,"id":8,"final":true,"msg":{"kind":"audit_verify"}}),
+    );
+}
+
+#[test]
+fn audit_report() {
+    exact(
+        Envelope::new(
+            8,
+            true,
+            Message::AuditReport(AuditReport {
+                records: 12,
+                head: "0".repeat(64),
+                ok: true,
+                detail: "the chain verifies".into(),
+            }),
+        ),
+        json!({"v":1,"id":8,"final":true,"msg":{"kind":"audit_report","records":12,"head":"0".repeat(64),"ok":true,"detail":"the chain verifies"}}),
+    );
+}
+
+#[test]
+fn session_state() {
+    exact(
+        Envelope::new(
+            9,
+            true,
+            Message::SessionState(SessionState { session: sid("s1") }),
+        ),
+        json!({"v":1,"id":9,"final":true,"msg":{"kind":"session_state","session":"s1"}}),
+    );
+}
+
+#[test]
+fn session_state_reply() {
+    exact(
+        Envelope::new(
+            9,
+            true,
+            Message::SessionStateReply(SessionStateReply {
+                class: DataClass::Secret,
+                untrusted: true,
+            }),
+        ),
+        json!({"v":1,"id":9,"final":true,"msg":{"kind":"session_state_reply","class":"secret","untrusted":true}}),
+    );
+}
+
+#[test]
+fn infer_request() {
+    exact(
+        Envelope::new(
+            11,
+            true,
+            Message::InferRequest(InferRequest {
+                slot: "main".into(),
+                messages: vec![
+                    ChatMessage::System {
+                        text: "be brief".into(),
+                    },
+                    ChatMessage::User {
+                        text: "read a".into(),
+                    },
+                    ChatMessage::Assistant {
+                        text: "".into(),
+                        tool_calls: vec![ToolCall {
+                            call: CallId(1),
+                            tool: "workspace_read".into(),
+                            args: json!({"path":"/w/a"}),
+                        }],
+                    },
+                    ChatMessage::Tool {
+                        call: CallId(1),
+                        text: "contents".into(),
+                    },
+                ],
+                tools: vec![],
+                first_call: CallId(2),
+            }),
+        ),
+        json!({"v":1,"id":11,"final":true,"msg":{"kind":"infer_request","slot":"main","messages":[
+            {"role":"system","text":"be brief"},
+            {"role":"user","text":"read a"},
+            {"role":"assistant","text":"","tool_calls":[{"call":1,"tool":"workspace_read","args":{"path":"/w/a"}}]},
+            {"role":"tool","call":1,"text":"contents"}],"tools":[],"first_call":2}}),
+    );
+}
+
+#[test]
+fn infer_delta() {
+    exact(
+        Envelope::new(
+            11,
+            false,
+            Message::InferDelta(InferDelta { text: "Hel".into() }),
+        ),
+        json!({"v":1,"id":11,"final":false,"msg":{"kind":"infer_delta","text":"Hel"}}),
+    );
+}
+
+#[test]
+fn infer_reply() {
+    exact(
+        Envelope::new(
+            11,
+            true,
+            Message::InferReply(InferReply {
+                message: ChatMessage::Assistant {
+                    text: "Hello".into(),
+                    tool_calls: vec![],
+                },
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 2,
+                },
+            }),
+        ),
+        json!({"v":1,"id":11,"final":true,"msg":{"kind":"infer_reply","message":{"role":"assistant","text":"Hello","tool_calls":[]},"usage":{"input_tokens":10,"output_tokens":2}}}),
+    );
+}
+
+#[test]
+fn turn_record() {
+    exact(
+        Envelope::new(
+            12,
+            true,
+            Message::TurnRecord(TurnRecord {
+                session: sid("s1"),
+                turn: 1,
+                messages: vec![
+                    ChatMessage::User { text: "hi".into() },
+                    ChatMessage::Assistant {
+                        text: "hello".into(),
+                        tool_calls: vec![],
+                    },
+                ],
+            }),
+        ),
+        json!({"v":1,"id":12,"final":true,"msg":{"kind":"turn_record","session":"s1","turn":1,"messages":[
+            {"role":"user","text":"hi"},{"role":"assistant","text":"hello","tool_calls":[]}]}}),
+    );
+}
+
+#[test]
+fn turn_filed() {
+    exact(
+        Envelope::new(
+            12,
+            true,
+            Message::TurnFiled(TurnFiled {
+                session: sid("s1"),
+                turn: 1,
+            }),
+        ),
+        json!({"v":1,"id":12,"final":true,"msg":{"kind":"turn_filed","session":"s1","turn":1}}),
+    );
+}
+
+#[test]
+fn fetch_request() {
+    exact(
+        Envelope::new(
+            13,
+            true,
+            Message::FetchRequest(FetchRequest {
+                url: "https://example.org/".into(),
+                method: "GET".into(),
+                headers: vec![Header {
+                    name: "accept".into(),
+                    value: "text/html".into(),
+                }],
+                body: "".into(),
+                max_bytes: 65536,
+            }),
+        ),
+        json!({"v":1,"id":13,"final":true,"msg":{"kind":"fetch_request","url":"https://example.org/","method":"GET","headers":[{"name":"accept","value":"text/html"}],"body":"","max_bytes":65536}}),
+    );
+}
+
+#[test]
+fn fetch_reply() {
+    exact(
+        Envelope::new(
+            13,
+            true,
+            Message::FetchReply(FetchReply {
+                status: 200,
+                headers: vec![],
+                body: "<html>".into(),
+                truncated: false,
+            }),
+        ),
+        json!({"v":1,"id":13,"final":true,"msg":{"kind":"fetch_reply","status":200,"headers":[],"body":"<html>","truncated":false}}),
+    );
+}
+
+#[test]
+fn error() {
+    exact(
+        Envelope::error(
+            0,
+            ErrorCode::BadMessage,
+            "expected value at line 1 column 1",
+        ),
+        json!({"v":1,"id":0,"final":true,"msg":{"kind":"error","code":"bad_message","detail":"expected value at line 1 column 1"}}),
+    );
+}
+
+#[test]
+fn every_error_code_has_its_wire_name() {
+    let codes = [
+        (ErrorCode::BadFrame, "bad_frame"),
+        (ErrorCode::BadMessage, "bad_message"),
+        (ErrorCode::BadVersion, "bad_version"),
+        (ErrorCode::Forbidden, "forbidden"),
+        (ErrorCode::SessionBusy, "session_busy"),
+        (ErrorCode::SessionExists, "session_exists"),
+        (ErrorCode::NoSuchSession, "no_such_session"),
+        (ErrorCode::SessionFull, "session_full"),
+        (ErrorCode::TurnLimit, "turn_limit"),
+        (ErrorCode::Inference, "inference"),
+        (ErrorCode::Unavailable, "unavailable"),
+        (ErrorCode::Internal, "internal"),
+    ];
+    for (code, name) in codes {
+        assert_eq!(serde_json::to_value(code).unwrap(), json!(name));
+        assert_eq!(code.as_str(), name);
+        assert_eq!(
+            serde_json::from_value::<ErrorCode>(json!(name)).unwrap(),
+            code
+        );
+    }
+}
+
+#[test]
+fn the_documented_example_frames_parse() {
+    // The examples of docs/protocol.md, verbatim.
+    let examples = [
+        r#"{"v":1,"id":0,"final":true,"msg":{"kind":"ping"}}"#,
+        r#"{"v":1,"id":0,"final":true,"msg":{"kind":"pong","daemon":"brokerd","version":"0.1.0","protocol":1}}"#,
+        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"turn","session":"s1","resume":false,"text":"hello"}}"#,
+        r#"{"v":1,"id":7,"final":false,"msg":{"kind":"turn_event","event":{"type":"assistant_text","text":"Hel"}}}"#,
+        r#"{"v":1,"id":7,"final":false,"msg":{"kind":"turn_event","event":{"type":"tool_result","call":3,"outcome":"failed","text":"the tool broker is unavailable"}}}"#,
+        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"turn_done","session":"s1","usage":{"input_tokens":812,"output_tokens":40}}}"#,
+        r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_request","session":"s1","call":3,"tool":"workspace_read","args":{"path":"/srv/notes/a.txt"}}}"#,
+        r#"{"v":1,"id":3,"final":false,"msg":{"kind":"tool_response","outcome":"pending_approval","approval":"9f2c4a1b0d3e5f67","expires":1764489600000}}"#,
+        r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"result","content":"...","class":"private","untrusted":false}}"#,
+        r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"denied","reason":"the owner denied it"}}"#,
+        r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state","session":"s1"}}"#,
+        r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state_reply","class":"secret","untrusted":true}}"#,
+        r#"{"v":1,"id":0,"final":true,"msg":{"kind":"error","code":"bad_message","detail":"expected value at line 1 column 1"}}"#,
+    ];
+    for text in examples {
+        let env: Envelope = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        // And it writes back as the same value.
+        let again = serde_json::to_value(&env).unwrap();
+        assert_eq!(
+            again,
+            serde_json::from_str::<Value>(text).unwrap(),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn data_classes_are_ordered() {
+    assert!(DataClass::Public < DataClass::Private);
+    assert!(DataClass::Private < DataClass::Secret);
+    assert_eq!(DataClass::Private.max(DataClass::Secret), DataClass::Secret);
+    assert_eq!(
+        serde_json::to_value(DataClass::Secret).unwrap(),
+        json!("secret")
+    );
+    assert!(serde_json::from_value::<DataClass>(json!("Secret")).is_err());
+}
+
+#[test]
+fn approval_ids_are_16_lowercase_hex_and_random() {
+    let a = ApprovalId::random();
+    let b = ApprovalId::random();
+    assert_ne!(a, b);
+    for id in [&a, &b] {
+        assert_eq!(id.as_str().len(), 16);
+        assert!(ApprovalId::new(id.as_str()).is_ok());
+    }
+    for bad in [
+        "",
+        "9F2C4A1B0D3E5F67",
+        "9f2c4a1b0d3e5f6",
+        "9f2c4a1b0d3e5f678",
+        "9f2c4a1b0d3e5f6g",
+    ] {
+        assert!(ApprovalId::new(bad).is_err(), "{bad:?}");
+        assert!(
+            serde_json::from_value::<ApprovalId>(json!(bad)).is_err(),
+            "{bad:?}"
+        );
+    }
+}

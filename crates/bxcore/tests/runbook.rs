@@ -1,0 +1,245 @@
+//! The runbook check: every anchor the source points at has its `## <anchor>` entry in
+//! `docs/runbook.md`, every entry is pointed at, and every entry says what the line means, how to
+//! confirm it and how to fix it.
+//!
+//! An anchor is found however the source writes it: a literal `docs/runbook.md#<anchor>`, an
+//! anchor handed to `pointer("<anchor>")` or to the `runbook!("<anchor>", ...)` macro, or a
+//! constant named `*_ANCHOR`.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+/// Where each anchor is used: anchor → `file:line` places.
+type Uses = BTreeMap<String, Vec<String>>;
+
+fn anchors_used(files: &[(String, String)]) -> Uses {
+    let patterns = [
+        r"docs/runbook\.md#([a-z0-9][a-z0-9-]*)",
+        r#"pointer\(\s*"([a-z0-9][a-z0-9-]*)""#,
+        r#"runbook!\(\s*"([a-z0-9][a-z0-9-]*)""#,
+        r#"[A-Z_]*ANCHOR\s*:\s*&(?:'static\s+)?str\s*=\s*"([a-z0-9][a-z0-9-]*)""#,
+    ]
+    .map(|p| Regex::new(p).unwrap());
+    let mut uses = Uses::new();
+    for (name, text) in files {
+        for (i, line) in text.lines().enumerate() {
+            for re in &patterns {
+                for cap in re.captures_iter(line) {
+                    uses.entry(cap[1].to_string())
+                        .or_default()
+                        .push(format!("{name}:{}", i + 1));
+                }
+            }
+        }
+    }
+    uses
+}
+
+/// One `## <anchor>` entry and its text up to the next heading of level 1 or 2.
+struct Entry {
+    anchor: String,
+    body: String,
+}
+
+fn entries(runbook: &str) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::new();
+    for line in runbook.lines() {
+        if let Some(anchor) = line.strip_prefix("## ") {
+            out.push(Entry {
+                anchor: anchor.trim().to_string(),
+                body: String::new(),
+            });
+        } else if line.starts_with("# ") {
+            // A top-level heading ends the entry before it.
+            out.push(Entry {
+                anchor: String::new(),
+                body: String::new(),
+            });
+        } else if let Some(e) = out.last_mut() {
+            e.body.push_str(line);
+            e.body.push('\n');
+        }
+    }
+    out.retain(|e| !e.anchor.is_empty());
+    out
+}
+
+const PARTS: [&str; 3] = ["**Meaning.**", "**Confirm.**", "**Fix.**"];
+
+fn problems(uses: &Uses, runbook: &str) -> Vec<String> {
+    let entries = entries(runbook);
+    let mut out = Vec::new();
+    let mut seen = BTreeMap::new();
+    for e in &entries {
+        if *seen.entry(e.anchor.clone()).or_insert(0) > 0 {
+            out.push(format!("## {} appears twice in docs/runbook.md", e.anchor));
+        }
+        *seen.get_mut(&e.anchor).unwrap() += 1;
+        if !e
+            .anchor
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        {
+            out.push(format!("## {} is not a lowercase-kebab anchor", e.anchor));
+        }
+        for part in PARTS {
+            if !e.body.lines().any(|l| l.starts_with(part)) {
+                out.push(format!("## {} has no paragraph starting {part}", e.anchor));
+            }
+        }
+        if !uses.contains_key(&e.anchor) {
+            out.push(format!(
+                "## {} is in docs/runbook.md but no source points at it",
+                e.anchor
+            ));
+        }
+    }
+    for (anchor, places) in uses {
+        if !seen.contains_key(anchor) {
+            out.push(format!(
+                "{anchor} is pointed at ({}) but docs/runbook.md has no ## {anchor}",
+                places.join(", ")
+            ));
+        }
+    }
+    out
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The product source: every `.rs` under `crates/*/src`, and the NixOS module.
+fn source_files(root: &Path) -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Ok(crates) = fs::read_dir(root.join("crates")) {
+        for c in crates.flatten() {
+            dirs.push(c.path().join("src"));
+        }
+    }
+    dirs.push(root.join("nixos-module"));
+    while let Some(dir) = dirs.pop() {
+        let Ok(read) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in read.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if matches!(
+                p.extension().and_then(|x| x.to_str()),
+                Some("rs" | "nix" | "sh")
+            ) {
+                let text = fs::read_to_string(&p).unwrap();
+                let name = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+                files.push((name, text));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn the_runbook_and_the_source_agree() {
+    let root = repo_root();
+    let runbook = fs::read_to_string(root.join("docs/runbook.md")).expect("docs/runbook.md");
+    let uses = anchors_used(&source_files(&root));
+    let found = problems(&uses, &runbook);
+    assert!(
+        found.is_empty(),
+        "the runbook check found:\n  {}",
+        found.join("\n  ")
+    );
+    println!("runbook: {} anchors, each used and documented", uses.len());
+}
+
+// The checker itself, on made-up trees: each way of failing is caught.
+
+fn one(name: &str, text: &str) -> Vec<(String, String)> {
+    vec![(name.to_string(), text.to_string())]
+}
+
+const GOOD: &str =
+    "# Runbook\n\n## broker-unavailable\n\n**Meaning.** m\n\n**Confirm.** c\n\n**Fix.** f\n";
+
+#[test]
+fn every_way_of_writing_an_anchor_is_found() {
+    let src = r#"
+        let a = "see docs/runbook.md#literal-one";
+        let b = pointer("pointer-two");
+        runbook!("macro-three", "x {}", y);
+        pub const POINTER_ANCHOR: &str = "const-four";
+        const ANCHOR: &'static str = "const-five";
+    "#;
+    let uses = anchors_used(&one("a.rs", src));
+    let names: Vec<&str> = uses.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "const-five",
+            "const-four",
+            "literal-one",
+            "macro-three",
+            "pointer-two"
+        ]
+    );
+    assert_eq!(uses["pointer-two"], ["a.rs:3"]);
+}
+
+#[test]
+fn a_clean_tree_has_no_problems() {
+    let uses = anchors_used(&one("a.rs", r#"pointer("broker-unavailable")"#));
+    assert!(problems(&uses, GOOD).is_empty());
+}
+
+#[test]
+fn an_anchor_without_an_entry_is_caught() {
+    let uses = anchors_used(&one(
+        "a.rs",
+        "docs/runbook.md#broker-unavailable docs/runbook.md#nowhere",
+    ));
+    let p = problems(&uses, GOOD);
+    assert_eq!(
+        p,
+        ["nowhere is pointed at (a.rs:1) but docs/runbook.md has no ## nowhere"]
+    );
+}
+
+#[test]
+fn an_entry_nothing_points_at_is_caught() {
+    let p = problems(&Uses::new(), GOOD);
+    assert_eq!(
+        p,
+        ["## broker-unavailable is in docs/runbook.md but no source points at it"]
+    );
+}
+
+#[test]
+fn an_entry_without_meaning_confirm_or_fix_is_caught() {
+    let uses = anchors_used(&one("a.rs", r#"pointer("broker-unavailable")"#));
+    for part in PARTS {
+        let damaged = GOOD.replace(part, "Something.");
+        let p = problems(&uses, &damaged);
+        assert_eq!(
+            p,
+            [format!(
+                "## broker-unavailable has no paragraph starting {part}"
+            )]
+        );
+    }
+}
+
+#[test]
+fn a_repeated_entry_is_caught() {
+    let uses = anchors_used(&one("a.rs", r#"pointer("broker-unavailable")"#));
+    let twice = format!("{GOOD}{}", GOOD.replace("# Runbook\n", ""));
+    assert_eq!(
+        problems(&uses, &twice),
+        ["## broker-unavailable appears twice in docs/runbook.md"]
+    );
+}
