@@ -273,6 +273,10 @@ step_flake() {
     echo "skipped: nix flake metadata/show: no nix command"
     return
   fi
+  if ! have git || ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+    echo "skipped: nix flake metadata/show: $repo is not a git checkout (the flake's files are the tracked ones)"
+    return
+  fi
   # The tracked and unignored files only: a path flake of the whole tree would copy target/.
   mkdir -p "$src"
   (cd "$repo" && git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$src/")
