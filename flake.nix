@@ -63,7 +63,7 @@
 
       checks = forAllSystems (
         pkgs:
-        self.packages.${pkgs.system}
+        self.packages.${pkgs.stdenv.hostPlatform.system}
         // {
           clippy = pkgs.boxmaker.overrideAttrs (old: {
             pname = "boxmaker-clippy";
@@ -98,7 +98,10 @@
               '';
 
           vm = pkgs.testers.runNixOSTest (
-            import ./nixos-module/test.nix { boxmakerModule = self.nixosModules.default; }
+            import ./nixos-module/test.nix {
+              boxmakerModule = ./nixos-module;
+              inherit pkgs;
+            }
           );
         }
       );

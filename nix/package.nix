@@ -19,8 +19,10 @@ rustPlatform.buildRustPackage {
       ../Cargo.toml
       ../Cargo.lock
       ../crates
-      # The runbook test reads docs/runbook.md; the end-to-end tests live in tests/.
+      # The runbook test reads docs/runbook.md and the module's files for pointers; the
+      # end-to-end tests live in tests/.
       (lib.fileset.maybeMissing ../docs)
+      (lib.fileset.maybeMissing ../nixos-module)
       (lib.fileset.maybeMissing ../tests)
     ];
   };

@@ -8,8 +8,10 @@
 #   - `bxctl selftest` as the owner, and the selftest unit itself
 #   - `systemd-analyze security --threshold=15` for every service unit (exposure <= 1.5)
 #   - the serving notices in the journal
-{ boxmakerModule }:
-{ lib, pkgs, ... }:
+#
+# Called from the flake with the module itself (not nixosModules.default: runNixOSTest gives
+# the node the flake's pkgs, which already carry the overlay) and those pkgs.
+{ boxmakerModule, pkgs }:
 let
   units = import ./units.nix;
   home = "/var/lib/boxmaker";
