@@ -332,6 +332,25 @@ fi
 
 step_parse
 
+# The layout itself: names that refer to each other must agree.
+problems="$(nix-instantiate --eval --strict --json -E "(import $here/units.nix).problems" | jq -r '.[]')"
+if [[ -n "$problems" ]]; then
+  fail "nixos-module/layout.json:"$'\n'"$problems"
+else
+  echo "nix-check: layout.json: consistent"
+fi
+# ... and that check can fail: a socket whose server does not serve it, a shared directory.
+broken="$(nix-instantiate --eval --strict --json -E "
+  let u = import $here/units.nix; l = builtins.fromJSON (builtins.readFile $here/layout.json);
+  in u.problemsOf (l // { sockets = l.sockets // {
+    infer = l.sockets.infer // { server = \"brokerd\"; dir = \"loop-broker\"; }; }; })" | jq -r '.[]')"
+if grep -q 'infer: its server `brokerd` is not a daemon that serves it' <<<"$broken" &&
+  grep -q 'directory `loop-broker` is shared' <<<"$broken"; then
+  echo "nix-check: self-test broken-layout: caught"
+else
+  fail "self-test broken-layout: a wrong server and a shared directory were not both caught: $broken"
+fi
+
 render default "$work/default"
 render full "$work/full"
 echo "nix-check: rendered $(ls "$work/full/units" | wc -l) units in two variants"

@@ -241,6 +241,10 @@ in
   config = mkIf cfg.enable {
     assertions = [
       {
+        assertion = units.problems == [ ];
+        message = "nixos-module/layout.json: " + lib.concatStringsSep "; " units.problems;
+      }
+      {
         assertion = builtins.match "[a-z_][a-z0-9_-]*" cfg.owner != null;
         message = "services.boxmaker.owner must be a login name, not `${cfg.owner}`.";
       }

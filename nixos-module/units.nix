@@ -49,93 +49,75 @@ let
     "DynamicUser"
   ];
 
-  # One system user and group each, static. bx-gateway and bx-memory exist before their
-  # daemons do: bx-memory is already the client of brokerd's state.sock.
-  users = {
-    bx-loop = "the agent loop (loopd)";
-    bx-broker = "the tool broker (brokerd)";
-    bx-infer = "the inference proxy (inferproxy)";
-    bx-gateway = "the network gateway for tools (gatewayd)";
-    bx-memory = "the memory filer (memoryd)";
-  };
+  # Who is who: the system users, the sockets (directory under <home>/run, client, server)
+  # and the daemons (user, state directory under <home>, the sockets it serves in the order
+  # it binds them and those it connects to, whether it may use IP). Plain JSON, so the
+  # daemons' tests can read the very same file: one source of truth for socket names, paths
+  # and users.
+  #
+  #   - A socket's FileDescriptorName is its key, and its file name is "<key>.sock".
+  #   - The client "@owner" is the owner's login account (services.boxmaker.owner).
+  #   - Every user gets its own group of the same name. bx-gateway and bx-memory exist
+  #     before their daemons do: bx-memory is already the client of brokerd's state.sock.
+  #   - gatewayd and memoryd come with their daemons: one entry each in "daemons", and the
+  #     sockets "gateway" (broker-gateway, client bx-broker) and "memory" (loop-memory,
+  #     client bx-loop) in "sockets".
+  layout = builtins.fromJSON (builtins.readFile ./layout.json);
 
-  # The client named "@owner" is the owner's login account (services.boxmaker.owner).
-  owner = "@owner";
+  # What is wrong with a layout, as sentences; the module asserts and the offline check
+  # fails on any. Every name a socket or daemon refers to must exist, every socket has one
+  # server that lists it, and no two sockets share a directory.
+  problemsOf =
+    l:
+    let
+      socketNames = builtins.attrNames l.sockets;
+      daemonNames = builtins.attrNames l.daemons;
+      isName = re: n: builtins.match re n != null;
+      userKnown = u: u == l.owner || l.users ? ${u};
+      dirs = map (s: l.sockets.${s}.dir) socketNames;
+      perSocket = builtins.concatMap (
+        s:
+        let
+          sock = l.sockets.${s};
+        in
+        (if isName "[a-z]+" s then [ ] else [ "socket name `${s}` is not lowercase letters" ])
+        ++ (if isName "[a-z]+-[a-z]+" sock.dir then [ ] else [ "socket ${s}: directory `${sock.dir}` is not <client>-<server>" ])
+        ++ (if userKnown sock.client then [ ] else [ "socket ${s}: client `${sock.client}` is not a known user" ])
+        ++ (
+          if l.daemons ? ${sock.server} && builtins.elem s l.daemons.${sock.server}.serves then
+            [ ]
+          else
+            [ "socket ${s}: its server `${sock.server}` is not a daemon that serves it" ]
+        )
+        ++ (
+          if builtins.length (builtins.filter (d: d == sock.dir) dirs) == 1 then
+            [ ]
+          else
+            [ "socket ${s}: directory `${sock.dir}` is shared" ]
+        )
+      ) socketNames;
+      perDaemon = builtins.concatMap (
+        d:
+        let
+          dm = l.daemons.${d};
+        in
+        (if l.users ? ${dm.user} then [ ] else [ "daemon ${d}: user `${dm.user}` is not in users" ])
+        ++ map (s: "daemon ${d}: serves the unknown socket `${s}`") (
+          builtins.filter (s: !(l.sockets ? ${s}) || l.sockets.${s}.server != d) dm.serves
+        )
+        ++ map (s: "daemon ${d}: uses the unknown socket `${s}`") (builtins.filter (s: !(l.sockets ? ${s})) dm.uses)
+      ) daemonNames;
+    in
+    perSocket ++ perDaemon;
 
-  # Every socket: its directory under <home>/run (0700, owned by the client), its
-  # client (who alone may connect) and its server. The systemd FileDescriptorName is the
-  # socket's name, which is also its file name without ".sock".
-  sockets = {
-    loop = {
-      dir = "channel-loop";
-      client = owner;
-      server = "loopd";
-    };
-    broker = {
-      dir = "loop-broker";
-      client = "bx-loop";
-      server = "brokerd";
-    };
-    state = {
-      dir = "memory-broker";
-      client = "bx-memory";
-      server = "brokerd";
-    };
-    admin = {
-      dir = "owner-broker";
-      client = owner;
-      server = "brokerd";
-    };
-    infer = {
-      dir = "loop-infer";
-      client = "bx-loop";
-      server = "inferproxy";
-    };
-    # Later, with their daemons:
-    #   memory  = { dir = "loop-memory";    client = "bx-loop";   server = "memoryd"; };
-    #   gateway = { dir = "broker-gateway"; client = "bx-broker"; server = "gatewayd"; };
-  };
+  problems = problemsOf layout;
 
-  # Every daemon: its user, its state directory under <home>, the sockets it serves (in
-  # the order it binds them) and those it connects to, and whether it may use IP at all.
-  daemons = {
-    loopd = {
-      user = "bx-loop";
-      stateDir = "loop";
-      serves = [ "loop" ];
-      uses = [
-        "broker"
-        "infer"
-      ];
-      network = false;
-      description = "boxmaker agent loop";
-    };
-    brokerd = {
-      user = "bx-broker";
-      stateDir = "broker";
-      serves = [
-        "state"
-        "broker"
-        "admin"
-      ];
-      uses = [ ];
-      network = false;
-      description = "boxmaker tool broker";
-    };
-    inferproxy = {
-      user = "bx-infer";
-      stateDir = "infer";
-      serves = [ "infer" ];
-      uses = [ ];
-      network = true;
-      description = "boxmaker inference proxy";
-    };
-    # Later:
-    #   gatewayd = { user = "bx-gateway"; stateDir = "gateway"; serves = [ "gateway" ];
-    #                uses = [ ]; network = true; description = "boxmaker network gateway"; };
-    #   memoryd  = { user = "bx-memory"; stateDir = "memory"; serves = [ "memory" ];
-    #                uses = [ "state" ]; network = <Honcho is remote>; description = ...; };
-  };
+  inherit (layout)
+    users
+    owner
+    sockets
+    daemons
+    ;
 
   daemonNames = builtins.attrNames daemons;
   socketNames = builtins.attrNames sockets;
@@ -143,7 +125,7 @@ let
   socketUnit = name: "boxmaker-${name}.socket";
   socketDir = home: name: "${home}/run/${sockets.${name}.dir}";
   socketPath = home: name: "${socketDir home name}/${name}.sock";
-  stateDir = home: daemon: "${home}/${daemons.${daemon}.stateDir}";
+  stateDir = home: daemon: "${home}/${daemons.${daemon}.state_dir}";
 
   # The user and group a socket belongs to, with "@owner" resolved.
   clientOf =
@@ -357,6 +339,8 @@ in
   inherit
     hardening
     forbidden
+    problemsOf
+    problems
     users
     owner
     sockets
