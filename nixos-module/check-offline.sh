@@ -344,6 +344,7 @@ broken="$(nix-instantiate --eval --strict --json -E "
   let u = import $here/units.nix; l = builtins.fromJSON (builtins.readFile $here/layout.json);
   in u.problemsOf (l // { sockets = l.sockets // {
     infer = l.sockets.infer // { server = \"brokerd\"; dir = \"loop-broker\"; }; }; })" | jq -r '.[]')"
+# shellcheck disable=SC2016 # the backticks are literal, as units.nix writes them
 if grep -q 'infer: its server `brokerd` is not a daemon that serves it' <<<"$broken" &&
   grep -q 'directory `loop-broker` is shared' <<<"$broken"; then
   echo "nix-check: self-test broken-layout: caught"
@@ -353,7 +354,7 @@ fi
 
 render default "$work/default"
 render full "$work/full"
-echo "nix-check: rendered $(ls "$work/full/units" | wc -l) units in two variants"
+echo "nix-check: rendered $(find "$work/full/units" -type f | wc -l) units in two variants"
 
 if have systemd-analyze; then
   for variant in default full; do
