@@ -32,6 +32,12 @@ let
     MemoryDenyWriteExecute = true;
     RemoveIPC = true;
     KeyringMode = "private";
+    PrivateIPC = true;
+    # No IP socket may bind (hardening.md: TCP bind is refused to all); AF_UNIX is unaffected.
+    SocketBindDeny = "any";
+    # Nothing written at run time can be executed: only the store is executable.
+    NoExecPaths = "/";
+    ExecPaths = "/nix/store";
     DevicePolicy = "closed";
     UMask = "0077";
     SystemCallArchitectures = "native";
