@@ -35,9 +35,9 @@ let
     PrivateIPC = true;
     # No IP socket may bind (hardening.md: TCP bind is refused to all); AF_UNIX is unaffected.
     SocketBindDeny = "any";
-    # Nothing written at run time can be executed: only the store is executable.
+    # Nothing written at run time can be executed: only the store is executable, and the
+    # directories a daemon's tools work in (sandboxKeys adds them to ExecPaths=).
     NoExecPaths = "/";
-    ExecPaths = "/nix/store";
     DevicePolicy = "closed";
     UMask = "0077";
     SystemCallArchitectures = "native";
@@ -226,6 +226,12 @@ let
       User = daemons.${daemon}.user;
       Group = daemons.${daemon}.user;
       ReadWritePaths = readWritePaths home daemon ++ extraReadWritePaths;
+      # The store, plus where the daemon's tools build and run things: its exec_dirs (made
+      # by the daemon itself, so "-": ignored until they exist) and the writable roots.
+      ExecPaths =
+        [ "/nix/store" ]
+        ++ map (d: "-${stateDir home daemon}/${d}") (daemons.${daemon}.exec_dirs or [ ])
+        ++ extraReadWritePaths;
       SyslogIdentifier = daemon;
     }
     // (if readOnlyHome then { ProtectHome = "read-only"; } else { })
