@@ -174,12 +174,17 @@ let
         group = "root";
       }
     ]
-    ++ map (d: {
-      path = stateDir home d;
-      mode = "0700";
-      user = daemons.${d}.user;
-      group = daemons.${d}.user;
-    }) daemonNames
+    ++ builtins.concatMap (
+      d:
+      map
+        (path: {
+          inherit path;
+          mode = "0700";
+          user = daemons.${d}.user;
+          group = daemons.${d}.user;
+        })
+        ([ (stateDir home d) ] ++ map (x: "${stateDir home d}/${x}") (daemons.${d}.exec_dirs or [ ]))
+    ) daemonNames
     ++ map (
       s:
       let
@@ -227,10 +232,10 @@ let
       Group = daemons.${daemon}.user;
       ReadWritePaths = readWritePaths home daemon ++ extraReadWritePaths;
       # The store, plus where the daemon's tools build and run things: its exec_dirs (made
-      # by the daemon itself, so "-": ignored until they exist) and the writable roots.
+      # by tmpfiles with its state directory) and the writable workspace roots.
       ExecPaths =
         [ "/nix/store" ]
-        ++ map (d: "-${stateDir home daemon}/${d}") (daemons.${daemon}.exec_dirs or [ ])
+        ++ map (d: "${stateDir home daemon}/${d}") (daemons.${daemon}.exec_dirs or [ ])
         ++ extraReadWritePaths;
       SyslogIdentifier = daemon;
     }
