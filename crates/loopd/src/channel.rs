@@ -131,9 +131,8 @@ pub fn serve(listener: UnixListener, ctx: Arc<Context>) -> io::Result<()> {
             }
         }
         let conn = Arc::clone(&ctx);
-        let spawned = std::thread::Builder::new()
-            .name("channel".to_string())
-            .spawn(move || handle(stream, conn));
+        // Unnamed: naming a thread is a `prctl`, which loopd's seccomp list does not allow.
+        let spawned = std::thread::Builder::new().spawn(move || handle(stream, conn));
         if let Err(e) = spawned {
             // The connection is closed with the closure that held it; the server goes on.
             bxharden::runbook!(
