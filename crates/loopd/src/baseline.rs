@@ -56,7 +56,8 @@ impl Baseline {
     pub fn assemble(loop_dir: &Path) -> Result<Baseline, BaselineError> {
         let system_path = loop_dir.join("system.md");
         let core_path = loop_dir.join("memory").join("core.md");
-        let system = read_optional(&system_path).map_err(|e| BaselineError::Read(system_path, e))?;
+        let system =
+            read_optional(&system_path).map_err(|e| BaselineError::Read(system_path, e))?;
         let core = read_optional(&core_path).map_err(|e| BaselineError::Core(core_path, e))?;
         let mut text = system.trim_end().to_string();
         if !core.trim().is_empty() {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use bxcore::client;
 use bxcore::deadline::Deadline;
 use bxcore::{
-    Envelope, FrameError, Message, Timestamp, ToolDef, ToolRequest, ToolResponse,
-    read_frame, write_frame,
+    Envelope, FrameError, Message, Timestamp, ToolDef, ToolRequest, ToolResponse, read_frame,
+    write_frame,
 };
 
 use crate::config::MAX_TIMEOUT_MS;
@@ -103,10 +103,8 @@ impl ToolPort for BrokerPort {
         let mut stream = match UnixStream::connect(&self.socket) {
             Ok(s) => s,
             Err(e) => {
-                return self.unavailable(&format!(
-                    "cannot connect to {}: {e}",
-                    self.socket.display()
-                ));
+                return self
+                    .unavailable(&format!("cannot connect to {}: {e}", self.socket.display()));
             }
         };
         // 3.
@@ -137,10 +135,7 @@ impl ToolPort for BrokerPort {
             };
             // 6.
             if env.id != want {
-                return self.unavailable(&format!(
-                    "an answer for request {}, not {want}",
-                    env.id
-                ));
+                return self.unavailable(&format!("an answer for request {}, not {want}", env.id));
             }
             // 7.
             let response = match env.msg {

@@ -11,7 +11,9 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bxcore::{Envelope, ErrorCode, Message, SessionId, TurnDone, TurnEvent, TurnRecord, write_frame};
+use bxcore::{
+    Envelope, ErrorCode, Message, SessionId, TurnDone, TurnEvent, TurnRecord, write_frame,
+};
 use bxharden::PeerPolicy;
 use bxharden::serve::{LISTENER_ANCHOR, PEER_REFUSED_ANCHOR};
 
@@ -48,7 +50,12 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
-    pub fn new(cfg: Config, client: Client, port: Box<dyn ToolPort>, registry: Registry) -> Context {
+    pub fn new(
+        cfg: Config,
+        client: Client,
+        port: Box<dyn ToolPort>,
+        registry: Registry,
+    ) -> Context {
         Context {
             cfg,
             client,
@@ -239,7 +246,9 @@ pub fn handle(mut stream: UnixStream, ctx: Arc<Context>) {
 fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone, TurnError> {
     let dir = ctx.cfg.sessions_dir();
     let mut session = if turn.resume {
-        Session::open(&dir, &turn.session, &|l| bxharden::log::line(TORN_TAIL_ANCHOR, l))?
+        Session::open(&dir, &turn.session, &|l| {
+            bxharden::log::line(TORN_TAIL_ANCHOR, l)
+        })?
     } else {
         let baseline = Baseline::assemble(&ctx.cfg.loop_dir()).map_err(TurnError::Baseline)?;
         Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?

@@ -159,7 +159,9 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Read(p, e) => write!(f, "{}: cannot read the configuration: {e}", p.display()),
+            ConfigError::Read(p, e) => {
+                write!(f, "{}: cannot read the configuration: {e}", p.display())
+            }
             ConfigError::Parse(p, e) => write!(f, "{}: {}", p.display(), e.to_string().trim_end()),
             ConfigError::Invalid(p, why) => write!(f, "{}: {why}", p.display()),
         }
@@ -184,7 +186,8 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
         let mut cfg: Config =
             toml::from_str(text).map_err(|e| ConfigError::Parse(PathBuf::new(), e))?;
-        cfg.check().map_err(|why| ConfigError::Invalid(PathBuf::new(), why))?;
+        cfg.check()
+            .map_err(|why| ConfigError::Invalid(PathBuf::new(), why))?;
         if cfg.sockets.channel.as_os_str().is_empty() {
             cfg.sockets.channel = cfg.paths.home.join("run/channel-loop/loop.sock");
         }

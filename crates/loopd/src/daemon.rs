@@ -128,7 +128,8 @@ pub fn run_serve(config: &Path) -> i32 {
         let outbox = Arc::clone(outbox);
         let timeout = cfg.memory_timeout();
         // Unnamed: naming a thread is a `prctl`, which loopd's seccomp list does not allow.
-        let spawned = std::thread::Builder::new().spawn(move || outbox.run_sender(&socket, timeout));
+        let spawned =
+            std::thread::Builder::new().spawn(move || outbox.run_sender(&socket, timeout));
         if let Err(e) = spawned {
             bxharden::runbook!(
                 LISTENER_ANCHOR,

@@ -16,8 +16,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use bxcore::client;
-use bxharden::log::notice;
 use bxcore::{Message, TurnRecord};
+use bxharden::log::notice;
 
 /// The runbook entry for memoryd being unreachable.
 pub const MEMORY_ANCHOR: &str = "memory-unavailable";
@@ -180,12 +180,18 @@ impl Outbox {
         loop {
             let failed = match self.pending() {
                 Ok(entries) => self.deliver(&entries, socket, timeout),
-                Err(e) => Some(format!("cannot read the outbox {}: {e}", self.dir.display())),
+                Err(e) => Some(format!(
+                    "cannot read the outbox {}: {e}",
+                    self.dir.display()
+                )),
             };
             match failed {
                 None => {
                     if down {
-                        notice(&format!("memoryd on {} files turns again", socket.display()));
+                        notice(&format!(
+                            "memoryd on {} files turns again",
+                            socket.display()
+                        ));
                     }
                     down = false;
                     backoff = FIRST_BACKOFF;

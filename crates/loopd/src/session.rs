@@ -12,9 +12,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use bxcore::runbook::pointer;
-use bxcore::{
-    CallId, ChatMessage, ErrorCode, Outcome, SessionId, Timestamp, ToolCall, Usage,
-};
+use bxcore::{CallId, ChatMessage, ErrorCode, Outcome, SessionId, Timestamp, ToolCall, Usage};
 use serde::{Deserialize, Serialize};
 
 /// The runbook entry for a torn last record that was cut off.
@@ -234,7 +232,9 @@ impl Session {
                     return Err(torn("a second start record".to_string()));
                 }
                 (_, 1) => {
-                    return Err(torn("the first record is not the session's start".to_string()));
+                    return Err(torn(
+                        "the first record is not the session's start".to_string(),
+                    ));
                 }
                 _ => {}
             }

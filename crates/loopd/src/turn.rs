@@ -51,7 +51,10 @@ pub struct Finished {
 #[derive(Debug)]
 pub enum TurnError {
     /// The session would exceed its context budget.
-    SessionFull { estimated: u64, budget: u64 },
+    SessionFull {
+        estimated: u64,
+        budget: u64,
+    },
     /// The turn used all its rounds and the model still asked for tools.
     TurnLimit(u32),
     Infer(InferError),
@@ -104,7 +107,11 @@ impl From<SessionError> for TurnError {
 }
 
 /// Run one turn of `session` with the owner's `text`.
-pub fn run_turn(rt: &mut Runtime<'_>, session: &mut Session, text: &str) -> Result<Finished, TurnError> {
+pub fn run_turn(
+    rt: &mut Runtime<'_>,
+    session: &mut Session,
+    text: &str,
+) -> Result<Finished, TurnError> {
     let turn = session.turns() + 1;
     let start = session.messages().len();
     session.append(&Record::User {

@@ -252,7 +252,12 @@ fn exit_7_a_message_that_is_not_a_tool_response_is_unexpected() {
 #[test]
 fn exit_8_a_pending_frame_marked_final_is_unavailable() {
     let o = call(LONG, |s, env| {
-        send(s, env.id, true, pending_msg(Timestamp::now().plus_millis(1000)))
+        send(
+            s,
+            env.id,
+            true,
+            pending_msg(Timestamp::now().plus_millis(1000)),
+        )
     });
     assert_unavailable(&o, "a pending frame marked final");
     assert!(o.pending.is_empty());
@@ -275,8 +280,18 @@ fn exit_9_an_answer_not_marked_final_is_unavailable() {
 #[test]
 fn exit_10_a_second_pending_frame_is_unavailable() {
     let o = call(LONG, |s, env| {
-        send(s, env.id, false, pending_msg(Timestamp::now().plus_millis(1000)));
-        send(s, env.id, false, pending_msg(Timestamp::now().plus_millis(1000)));
+        send(
+            s,
+            env.id,
+            false,
+            pending_msg(Timestamp::now().plus_millis(1000)),
+        );
+        send(
+            s,
+            env.id,
+            false,
+            pending_msg(Timestamp::now().plus_millis(1000)),
+        );
     });
     assert_unavailable(&o, "a second pending frame");
     assert_eq!(o.pending.len(), 1, "on_pending is called once");
@@ -289,7 +304,9 @@ fn exit_10_an_expiry_far_in_the_future_is_too_far_away() {
         Timestamp(u64::MAX),
         Timestamp::now().plus_millis(24 * 60 * 60 * 1000 + 60_000),
     ] {
-        let o = call(LONG, move |s, env| send(s, env.id, false, pending_msg(expires)));
+        let o = call(LONG, move |s, env| {
+            send(s, env.id, false, pending_msg(expires))
+        });
         assert_unavailable(&o, "an expiry too far away");
         assert!(o.pending.is_empty());
     }
@@ -323,7 +340,12 @@ fn exit_10_then_11_a_pending_frame_then_the_answer_is_returned() {
 #[test]
 fn exit_10_the_frame_after_a_pending_one_is_checked_like_the_first() {
     let o = call(LONG, |s, env| {
-        send(s, env.id, false, pending_msg(Timestamp::now().plus_millis(1000)));
+        send(
+            s,
+            env.id,
+            false,
+            pending_msg(Timestamp::now().plus_millis(1000)),
+        );
         send(s, env.id + 3, true, result("x"));
     });
     assert_unavailable(&o, "an answer for request 10, not 7");

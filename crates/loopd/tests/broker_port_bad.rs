@@ -29,7 +29,9 @@ fn a_broker_that_answers_with_garbage_gets_one_line_per_call_and_a_plain_failure
     let garbage: Vec<Vec<u8>> = vec![
         frame_of("not json"),
         frame_of(r#"{"v":2,"id":1,"final":true,"msg":{"kind":"ping"}}"#),
-        frame_of(r#"{"v":1,"id":2,"final":true,"msg":{"kind":"tool_response","outcome":"failed","message":"m","extra":1}}"#),
+        frame_of(
+            r#"{"v":1,"id":2,"final":true,"msg":{"kind":"tool_response","outcome":"failed","message":"m","extra":1}}"#,
+        ),
         {
             let mut v = 100u32.to_be_bytes().to_vec();
             v.extend_from_slice(b"{\"v\":1");
@@ -83,7 +85,11 @@ fn a_failed_call_leaves_nothing_behind_for_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
     // Odd calls are answered with the wrong id, even ones properly.
     let broker = FakeBroker::start(&dir.path().join("broker.sock"), |s, env| {
-        let id = if env.id % 2 == 1 { env.id + 100 } else { env.id };
+        let id = if env.id % 2 == 1 {
+            env.id + 100
+        } else {
+            env.id
+        };
         send(
             s,
             id,
@@ -131,5 +137,9 @@ fn a_failed_call_leaves_nothing_behind_for_the_next_one() {
             unavailable_line("an answer for request 105, not 5"),
         ]
     );
-    assert_eq!(broker.tool_requests().len(), 6, "one connection per call, no retries");
+    assert_eq!(
+        broker.tool_requests().len(),
+        6,
+        "one connection per call, no retries"
+    );
 }

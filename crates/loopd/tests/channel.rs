@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 
 use bxcore::{
-    CallId, ErrorCode, Envelope, Message, Outcome, ToolResponse, Turn, TurnEvent, Usage,
+    CallId, Envelope, ErrorCode, Message, Outcome, ToolResponse, Turn, TurnEvent, Usage,
     write_frame,
 };
 use loopd::channel::{Context, serve};
@@ -123,10 +123,18 @@ fn a_turn_streams_its_events_as_they_happen_then_turn_done() {
         })
     );
     let ev = events(&frames);
-    assert!(matches!(&ev[0], TurnEvent::ToolCall { call: CallId(1), tool, .. } if tool == "time_now"));
-    assert!(matches!(&ev[1], TurnEvent::ToolResult { call: CallId(1), outcome: Outcome::Result, text } if text.contains("unix_ms")));
-    assert!(matches!(&ev[2], TurnEvent::ToolCall { call: CallId(2), tool, args } if tool == "workspace_read" && args == &json!({"path": "/srv/a.txt"})));
-    assert!(matches!(&ev[3], TurnEvent::ToolPending { call: CallId(2), approval, .. } if approval.as_str() == "00112233aabbccdd"));
+    assert!(
+        matches!(&ev[0], TurnEvent::ToolCall { call: CallId(1), tool, .. } if tool == "time_now")
+    );
+    assert!(
+        matches!(&ev[1], TurnEvent::ToolResult { call: CallId(1), outcome: Outcome::Result, text } if text.contains("unix_ms"))
+    );
+    assert!(
+        matches!(&ev[2], TurnEvent::ToolCall { call: CallId(2), tool, args } if tool == "workspace_read" && args == &json!({"path": "/srv/a.txt"}))
+    );
+    assert!(
+        matches!(&ev[3], TurnEvent::ToolPending { call: CallId(2), approval, .. } if approval.as_str() == "00112233aabbccdd")
+    );
     assert_eq!(
         ev[4],
         TurnEvent::ToolResult {
@@ -175,12 +183,16 @@ fn a_malformed_first_frame_is_answered_with_its_code_and_the_server_goes_on() {
         ),
         (
             "an unknown key",
-            frame_of(r#"{"v":1,"id":3,"final":true,"msg":{"kind":"turn","session":"s","resume":false,"text":"x","extra":1}}"#),
+            frame_of(
+                r#"{"v":1,"id":3,"final":true,"msg":{"kind":"turn","session":"s","resume":false,"text":"x","extra":1}}"#,
+            ),
             ErrorCode::BadMessage,
         ),
         (
             "an invalid session id",
-            frame_of(r#"{"v":1,"id":3,"final":true,"msg":{"kind":"turn","session":"../etc","resume":false,"text":"x"}}"#),
+            frame_of(
+                r#"{"v":1,"id":3,"final":true,"msg":{"kind":"turn","session":"../etc","resume":false,"text":"x"}}"#,
+            ),
             ErrorCode::BadMessage,
         ),
     ];
@@ -281,7 +293,11 @@ fn resume_and_create_are_checked() {
     let before = session_log(&s, "s1");
     let frames = turn(&s.socket, 3, "s1", false, "again");
     assert_eq!(error_code(&frames), ErrorCode::SessionExists);
-    assert_eq!(session_log(&s, "s1"), before, "a refused create changes nothing");
+    assert_eq!(
+        session_log(&s, "s1"),
+        before,
+        "a refused create changes nothing"
+    );
     let frames = turn(&s.socket, 4, "s1", true, "again");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
 }
@@ -291,7 +307,10 @@ fn the_next_turn_finds_the_session_free_the_moment_the_final_frame_is_read() {
     for run in 0..10 {
         let s = server(vec![], FakeTools::default(), "");
         let frames = turn(&s.socket, 1, "s", false, "first");
-        assert!(matches!(last_msg(&frames), Message::TurnDone(_)), "run {run}");
+        assert!(
+            matches!(last_msg(&frames), Message::TurnDone(_)),
+            "run {run}"
+        );
         for i in 0..5 {
             let frames = turn(&s.socket, 2 + i, "s", true, "next");
             assert!(
@@ -305,7 +324,11 @@ fn the_next_turn_finds_the_session_free_the_moment_the_final_frame_is_read() {
 
 #[test]
 fn a_full_session_is_session_full() {
-    let s = server(vec![], FakeTools::default(), "[loop]\ncontext_tokens = 10\n");
+    let s = server(
+        vec![],
+        FakeTools::default(),
+        "[loop]\ncontext_tokens = 10\n",
+    );
     let frames = turn(&s.socket, 1, "s", false, "hello there, this is long enough");
     assert_eq!(error_code(&frames), ErrorCode::SessionFull);
     assert!(s.infer.requests().is_empty(), "no model call was made");
@@ -326,7 +349,13 @@ fn a_turn_past_its_rounds_is_turn_limit() {
     assert_eq!(s.infer.requests().len(), 2);
     // The log ends the turn with its code.
     let log = session_log(&s, "s");
-    assert!(log.lines().last().unwrap().contains(r#""error":"turn_limit""#), "{log}");
+    assert!(
+        log.lines()
+            .last()
+            .unwrap()
+            .contains(r#""error":"turn_limit""#),
+        "{log}"
+    );
 }
 
 #[test]
@@ -343,7 +372,8 @@ fn an_inference_failure_is_inference() {
             unreachable!()
         };
         assert!(
-            e.detail.ends_with("see docs/runbook.md#inference-unavailable"),
+            e.detail
+                .ends_with("see docs/runbook.md#inference-unavailable"),
             "{}",
             e.detail
         );
@@ -382,8 +412,15 @@ fn a_damaged_session_log_is_internal_with_its_line() {
         "{}",
         e.detail
     );
-    assert!(e.detail.ends_with("; see docs/runbook.md#session-log-damaged"));
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), damaged, "left as it was");
+    assert!(
+        e.detail
+            .ends_with("; see docs/runbook.md#session-log-damaged")
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        damaged,
+        "left as it was"
+    );
 }
 
 #[test]
@@ -397,7 +434,8 @@ fn an_unreadable_core_memory_is_internal_and_creates_nothing() {
         unreachable!()
     };
     assert!(
-        e.detail.ends_with("; see docs/runbook.md#core-memory-unreadable"),
+        e.detail
+            .ends_with("; see docs/runbook.md#core-memory-unreadable"),
         "{}",
         e.detail
     );
@@ -453,7 +491,10 @@ fn the_channel_going_away_mid_turn_lets_the_turn_finish_quietly_with_its_log_who
         serde_json::from_str::<loopd::session::Record>(line).unwrap();
     }
     assert!(log.ends_with('\n'));
-    assert!(!log.contains(r#""error""#), "the turn itself succeeded: {log}");
+    assert!(
+        !log.contains(r#""error""#),
+        "the turn itself succeeded: {log}"
+    );
     let frames = turn(&s.socket, 2, "gone", true, "still there?");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
 }
@@ -495,6 +536,8 @@ fn a_tool_that_was_not_offered_fails_without_reaching_the_port() {
     let frames = turn(&s.socket, 1, "s", false, "hi");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
     let ev = events(&frames);
-    assert!(matches!(&ev[1], TurnEvent::ToolResult { outcome: Outcome::Failed, text, .. } if text.contains("rm_rf")));
+    assert!(
+        matches!(&ev[1], TurnEvent::ToolResult { outcome: Outcome::Failed, text, .. } if text.contains("rm_rf"))
+    );
     assert!(s.tools.seen.lock().unwrap().is_empty());
 }

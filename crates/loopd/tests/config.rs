@@ -40,8 +40,14 @@ fn defaults_fill_every_key_but_home() {
     );
     assert!(c.peers.0.is_empty());
     assert!(c.sandbox.require);
-    assert_eq!(c.sessions_dir(), PathBuf::from("/var/lib/boxmaker/loop/sessions"));
-    assert_eq!(c.outbox_dir(), PathBuf::from("/var/lib/boxmaker/loop/outbox"));
+    assert_eq!(
+        c.sessions_dir(),
+        PathBuf::from("/var/lib/boxmaker/loop/sessions")
+    );
+    assert_eq!(
+        c.outbox_dir(),
+        PathBuf::from("/var/lib/boxmaker/loop/outbox")
+    );
 }
 
 #[test]
@@ -133,7 +139,10 @@ fn a_missing_or_relative_home_is_refused() {
 fn a_broker_timeout_over_24_hours_is_refused() {
     parse(&format!("[broker]\ntimeout_ms = {MAX_TIMEOUT_MS}\n")).unwrap();
     let e = refused(&format!("[broker]\ntimeout_ms = {}\n", MAX_TIMEOUT_MS + 1));
-    assert!(e.contains("[broker] timeout_ms") && e.contains("24 hours"), "{e}");
+    assert!(
+        e.contains("[broker] timeout_ms") && e.contains("24 hours"),
+        "{e}"
+    );
     let e = refused("[inference]\ntimeout_ms = 99999999999\n");
     assert!(e.contains("[inference] timeout_ms"), "{e}");
 }
@@ -170,10 +179,20 @@ fn a_file_error_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("loopd.toml");
     let e = Config::load(&path).unwrap_err();
-    assert!(e.to_string().starts_with(&path.display().to_string()), "{e}");
-    std::fs::write(&path, "[paths]\nhome = \"/h\"\n[loop]\nmax_tool_rounds = 0\n").unwrap();
+    assert!(
+        e.to_string().starts_with(&path.display().to_string()),
+        "{e}"
+    );
+    std::fs::write(
+        &path,
+        "[paths]\nhome = \"/h\"\n[loop]\nmax_tool_rounds = 0\n",
+    )
+    .unwrap();
     let e = Config::load(&path).unwrap_err();
-    assert!(e.to_string().starts_with(&path.display().to_string()), "{e}");
+    assert!(
+        e.to_string().starts_with(&path.display().to_string()),
+        "{e}"
+    );
 }
 
 #[test]

@@ -51,7 +51,11 @@ fn a_turn_goes_through_the_broker_and_the_model_on_their_sockets() {
     fs::create_dir_all(home.path().join("loop/memory")).unwrap();
     fs::write(home.path().join("loop/memory/core.md"), "The owner is Ada.").unwrap();
     let frames = turn(&d.socket, 5, "real", false, "read a.txt");
-    assert!(matches!(last_msg(&frames), Message::TurnDone(_)), "{:?}", last_msg(&frames));
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{:?}",
+        last_msg(&frames)
+    );
     let events: Vec<TurnEvent> = frames
         .iter()
         .filter_map(|f| match &f.msg {
@@ -169,7 +173,11 @@ fn the_running_daemon_has_seccomp_and_no_new_privs_on_every_thread() {
     let frames = turn(&d.socket, 1, "s", false, "hi");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
     assert!(thread_status(d.pid(), "Seccomp").iter().all(|v| v == "2"));
-    assert!(thread_status(d.pid(), "NoNewPrivs").iter().all(|v| v == "1"));
+    assert!(
+        thread_status(d.pid(), "NoNewPrivs")
+            .iter()
+            .all(|v| v == "1")
+    );
     assert!(d.log_text().contains("seccomp loopd"), "{}", d.log_text());
 }
 
@@ -202,11 +210,17 @@ fn as_root_it_drops_to_its_user_under_the_whole_sandbox() {
     assert!(thread_status(pid, "NoNewPrivs").iter().all(|v| v == "1"));
     for key in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
         assert!(
-            thread_status(pid, key).iter().all(|v| v == "0000000000000000"),
+            thread_status(pid, key)
+                .iter()
+                .all(|v| v == "0000000000000000"),
             "{key}"
         );
     }
-    assert!(thread_status(pid, "Uid").iter().all(|v| v.split_whitespace().all(|u| u == "65534")));
+    assert!(
+        thread_status(pid, "Uid")
+            .iter()
+            .all(|v| v.split_whitespace().all(|u| u == "65534"))
+    );
     let pong = bxcore::client::ping(&d.socket, Duration::from_secs(10)).unwrap();
     assert_eq!(pong.daemon, "loopd");
 }

@@ -83,7 +83,10 @@ fn memoryd_absent_then_present_gets_every_turn_once_in_order() {
     let home = support::home();
     let layout = Layout::new(home.path());
     let _infer = ScriptedInfer::start(&layout.infer, vec![]);
-    let extra = format!("[memory]\nsocket = {:?}\n", layout.memory.display().to_string());
+    let extra = format!(
+        "[memory]\nsocket = {:?}\n",
+        layout.memory.display().to_string()
+    );
     let d = Loopd::start(home.path(), &config(home.path(), &extra));
     // memoryd is not there: turns still finish, and wait in the outbox.
     for (i, (session, resume)) in [("m1", false), ("m2", false), ("m1", true), ("m1", true)]

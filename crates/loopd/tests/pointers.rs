@@ -21,7 +21,10 @@ fn runbook() -> String {
 /// and how to fix it.
 fn assert_points(line: &str, anchor: &str) {
     let pointer = format!("; see docs/runbook.md#{anchor}");
-    assert!(line.ends_with(&pointer), "{line:?} does not end with {pointer:?}");
+    assert!(
+        line.ends_with(&pointer),
+        "{line:?} does not end with {pointer:?}"
+    );
     let book = runbook();
     let heading = format!("## {anchor}\n");
     let start = book
@@ -107,7 +110,10 @@ fn turn_errors_point_at_their_entries() {
     );
     assert_points(&TurnError::TurnLimit(8).to_string(), "turn-limit");
     let infer = loopd::infer::InferError::Reply("x".to_string());
-    assert_points(&TurnError::Infer(infer).to_string(), "inference-unavailable");
+    assert_points(
+        &TurnError::Infer(infer).to_string(),
+        "inference-unavailable",
+    );
 }
 
 #[test]
@@ -125,11 +131,8 @@ fn the_selftest_failure_line_points_at_loopd_selftest_failed() {
 fn the_daemon_s_refusals_point_at_their_entries() {
     // A configuration refused at start.
     let home = support::home();
-    let mut d = support::daemon::Loopd::spawn(
-        home.path(),
-        "[paths]\nhome = \"relative\"\n",
-        "serve",
-    );
+    let mut d =
+        support::daemon::Loopd::spawn(home.path(), "[paths]\nhome = \"relative\"\n", "serve");
     support::wait_until("loopd to refuse its configuration", || !d.running());
     let log = d.log_text();
     let line = log

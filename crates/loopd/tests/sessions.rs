@@ -79,7 +79,9 @@ fn a_created_session_opens_with_its_slot_baseline_and_records() {
     assert_eq!(s.messages().len(), 5);
     assert_eq!(
         s.bytes(),
-        std::fs::metadata(dir.path().join("s1.jsonl")).unwrap().len()
+        std::fs::metadata(dir.path().join("s1.jsonl"))
+            .unwrap()
+            .len()
     );
 }
 
@@ -114,15 +116,24 @@ fn a_torn_last_record_is_cut_off_and_said_once() {
     torn.extend_from_slice(br#"{"type":"user","turn":2,"text":"half"#);
     std::fs::write(&path, &torn).unwrap();
     let lines = RefCell::new(Vec::new());
-    let s = Session::open(dir.path(), &sid("s1"), &|l| lines.borrow_mut().push(l.to_string()))
-        .unwrap();
+    let s = Session::open(dir.path(), &sid("s1"), &|l| {
+        lines.borrow_mut().push(l.to_string())
+    })
+    .unwrap();
     assert_eq!(lines.borrow().len(), 1);
-    assert_eq!(std::fs::read(&path).unwrap(), whole, "cut back to the last whole line");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        whole,
+        "cut back to the last whole line"
+    );
     assert_eq!(s.records(), 6);
     drop(s);
     // Opening again finds nothing to cut.
     let lines = RefCell::new(Vec::new());
-    Session::open(dir.path(), &sid("s1"), &|l| lines.borrow_mut().push(l.to_string())).unwrap();
+    Session::open(dir.path(), &sid("s1"), &|l| {
+        lines.borrow_mut().push(l.to_string())
+    })
+    .unwrap();
     assert!(lines.borrow().is_empty());
 }
 
@@ -136,7 +147,11 @@ fn a_whole_last_record_that_parses_is_not_a_torn_tail_but_a_damaged_one_is_refus
     std::fs::write(&path, &text).unwrap();
     let e = Session::open(dir.path(), &sid("s1"), &quiet).unwrap_err();
     assert!(matches!(e, SessionError::Torn { line: 2, .. }), "{e}");
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "nothing changed");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text,
+        "nothing changed"
+    );
 }
 
 #[test]
@@ -156,9 +171,16 @@ fn damage_in_the_middle_is_refused_with_its_path_and_line() {
     std::fs::write(&path, &text).unwrap();
     let e = Session::open(dir.path(), &sid("s1"), &quiet).unwrap_err();
     let shown = e.to_string();
-    assert!(shown.starts_with(&format!("{}:4: ", path.display())), "{shown}");
+    assert!(
+        shown.starts_with(&format!("{}:4: ", path.display())),
+        "{shown}"
+    );
     assert!(shown.ends_with("; see docs/runbook.md#session-log-damaged"));
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "nothing changed");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        text,
+        "nothing changed"
+    );
 }
 
 #[test]
@@ -297,11 +319,9 @@ fn two_connections_racing_to_create_and_open_one_session_leave_one_whole_log() {
                 other => panic!("{other:?}"),
             }
         }
-        let s = Session::open(
-            &home.path().join("loop/sessions"),
-            &sid(&session),
-            &|l| panic!("{l}"),
-        )
+        let s = Session::open(&home.path().join("loop/sessions"), &sid(&session), &|l| {
+            panic!("{l}")
+        })
         .unwrap();
         let done = answers
             .iter()

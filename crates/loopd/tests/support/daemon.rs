@@ -26,7 +26,12 @@ pub struct Layout {
 
 impl Layout {
     pub fn new(home: &Path) -> Layout {
-        for d in ["run/channel-loop", "run/loop-infer", "run/loop-broker", "run/loop-memory"] {
+        for d in [
+            "run/channel-loop",
+            "run/loop-infer",
+            "run/loop-broker",
+            "run/loop-memory",
+        ] {
             fs::create_dir_all(home.join(d)).unwrap();
         }
         Layout {

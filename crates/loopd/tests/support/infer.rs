@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use bxcore::deadline::Deadline;
 use bxcore::{
-    CallId, ChatMessage, ErrorCode, InferDelta, InferReply, InferRequest, Message, ToolCall,
-    Usage, read_frame,
+    CallId, ChatMessage, ErrorCode, InferDelta, InferReply, InferRequest, Message, ToolCall, Usage,
+    read_frame,
 };
 use serde_json::Value;
 
@@ -66,11 +66,7 @@ impl ScriptedInfer {
     }
 }
 
-fn serve(
-    mut s: UnixStream,
-    script: &Mutex<VecDeque<Step>>,
-    requests: &Mutex<Vec<InferRequest>>,
-) {
+fn serve(mut s: UnixStream, script: &Mutex<VecDeque<Step>>, requests: &Mutex<Vec<InferRequest>>) {
     let Ok(env) = read_frame(&mut Deadline::new(&s, Instant::now() + WAIT)) else {
         return;
     };
@@ -129,7 +125,12 @@ fn answer(s: &mut UnixStream, id: u64, req: &InferRequest, step: Step) {
                 .collect();
             send(s, id, true, reply(String::new(), calls));
         }
-        Step::Error(code, detail) => send(s, id, true, Message::Error(bxcore::WireError { code, detail })),
+        Step::Error(code, detail) => send(
+            s,
+            id,
+            true,
+            Message::Error(bxcore::WireError { code, detail }),
+        ),
         Step::BadIds => {
             let calls = vec![ToolCall {
                 call: CallId(req.first_call.0 + 5),

@@ -38,7 +38,9 @@ impl FakeMemory {
                         f2.lock().unwrap().push(r);
                         send(&mut s, env.id, true, Message::TurnFiled(ack));
                     }
-                    Message::Ping {} => send(&mut s, env.id, true, Message::pong("memoryd", "0.1.0")),
+                    Message::Ping {} => {
+                        send(&mut s, env.id, true, Message::pong("memoryd", "0.1.0"))
+                    }
                     _ => {}
                 }
             }
