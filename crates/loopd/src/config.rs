@@ -11,8 +11,7 @@ use std::time::Duration;
 use bxharden::{Peers, SandboxConfig};
 use serde::Deserialize;
 
-/// The socket loopd serves, as `[peers]` names it.
-pub const CHANNEL_SOCKET: &str = "loop.sock";
+use bxcore::layout;
 
 /// The longest `[broker] timeout_ms` and `[inference] timeout_ms`: 24 hours. Longer would let
 /// one call hold a turn for days, and the design bounds it so the broker port's first deadline
@@ -189,16 +188,16 @@ impl Config {
         cfg.check()
             .map_err(|why| ConfigError::Invalid(PathBuf::new(), why))?;
         if cfg.sockets.channel.as_os_str().is_empty() {
-            cfg.sockets.channel = cfg.paths.home.join("run/channel-loop/loop.sock");
+            cfg.sockets.channel = layout::LOOP.path(&cfg.paths.home);
         }
         if cfg.inference.socket.as_os_str().is_empty() {
-            cfg.inference.socket = cfg.paths.home.join("run/loop-infer/infer.sock");
+            cfg.inference.socket = layout::INFER.path(&cfg.paths.home);
         }
         Ok(cfg)
     }
 
     fn check(&self) -> Result<(), String> {
-        if let Err(e) = self.peers.check_sockets(&[CHANNEL_SOCKET]) {
+        if let Err(e) = self.peers.check_sockets(&[layout::LOOP.file().as_str()]) {
             return Err(format!("[peers]: {e}"));
         }
         if !self.paths.home.is_absolute() {

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bxcore::client;
 use bxcore::{Message, PROTOCOL_VERSION};
+use bxcore::{client, layout};
 use bxharden::log::{line, notice};
 use bxharden::profiles::SeccompProfile;
 use bxharden::sandbox::SANDBOX_ANCHOR;
@@ -22,7 +22,7 @@ use bxharden::{Identity, Profile};
 use crate::baseline::Baseline;
 use crate::broker_port::{BrokerPort, NoBroker, not_configured_line};
 use crate::channel::{Context, serve};
-use crate::config::{CHANNEL_SOCKET, Config};
+use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::Outbox;
 use crate::state_dir::{self, STATE_DIR_ANCHOR};
@@ -34,8 +34,6 @@ pub const BROKER_ANCHOR: &str = "broker-unavailable";
 pub const CONFIG_ANCHOR: &str = "loopd-config-refused";
 /// The runbook entry of a failed `check` or `selftest`.
 pub const SELFTEST_ANCHOR: &str = "loopd-selftest-failed";
-/// The socket-activation name of loop.sock.
-pub const CHANNEL_NAME: &str = "loop";
 
 /// How long `selftest` waits for each socket.
 pub const SELFTEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -66,7 +64,7 @@ pub fn run_serve(config: &Path) -> i32 {
             return 1;
         }
     }
-    let peers = match cfg.peers.policy(CHANNEL_SOCKET, id.uid) {
+    let peers = match cfg.peers.policy(&layout::LOOP.file(), id.uid) {
         Ok(p) => p,
         Err(e) => {
             bxharden::runbook!(CONFIG_ANCHOR, "[peers]: {e}");
@@ -74,9 +72,12 @@ pub fn run_serve(config: &Path) -> i32 {
         }
     };
     let listener = match bxharden::activated() {
-        Ok(mut act) => {
-            bxharden::socket_for(&mut act, CHANNEL_NAME, &cfg.sockets.channel, id.owner())
-        }
+        Ok(mut act) => bxharden::socket_for(
+            &mut act,
+            layout::LOOP.name,
+            &cfg.sockets.channel,
+            id.owner(),
+        ),
         Err(e) => {
             bxharden::runbook!(LISTEN_ANCHOR, "socket activation: {e}");
             return 1;
