@@ -84,6 +84,20 @@ fn target(arch: Arch) -> TargetArch {
     }
 }
 
+/// The system calls allowed only with one first argument: `socket` and `socketpair` by the
+/// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
+/// its threads). A name on the profile's plain list is allowed whatever its argument.
+pub fn conditional(profile: SeccompProfile) -> Vec<(&'static str, u64)> {
+    let mut out = Vec::new();
+    for (family, _) in profile.socket_families() {
+        out.push(("socket", family as u64));
+        out.push(("socketpair", family as u64));
+    }
+    out.push(("prctl", libc::PR_SET_NAME as u64));
+    out.push(("prctl", libc::PR_GET_NAME as u64));
+    out
+}
+
 /// The rules of a profile as `seccompiler`'s JSON, which resolves the names for `arch` (so a
 /// name that does not exist there is an error on any build machine).
 pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> String {
@@ -95,12 +109,14 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
     rules.push(format!(
         "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}}]}}"
     ));
-    for (family, _) in profile.socket_families() {
-        for call in ["socket", "socketpair"] {
-            rules.push(format!(
-                "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{family}}}]}}"
-            ));
+    let plain = profile.syscalls(arch);
+    for (call, value) in conditional(profile) {
+        if plain.contains(call) {
+            continue; // allowed whatever its argument
         }
+        rules.push(format!(
+            "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{value}}}]}}"
+        ));
     }
     let mismatch = match mismatch {
         Mismatch::KillProcess => "\"kill_process\"".to_owned(),
@@ -126,8 +142,11 @@ pub fn compile(
     let (Some(clone3), Some(main)) = (map.remove("clone3"), map.remove("main")) else {
         return Err(SeccompError::Compile("a filter is missing".to_owned()));
     };
-    // Every unconditional name, plus clone, socket and socketpair.
-    let syscall_count = profile.syscalls(arch).len() + 3;
+    // Every name on the list, with a condition or without.
+    let mut names = profile.syscalls(arch);
+    names.insert("clone");
+    names.extend(conditional(profile).into_iter().map(|(n, _)| n));
+    let syscall_count = names.len();
     Ok(Filters {
         clone3,
         main,
