@@ -98,6 +98,34 @@ pub fn conditional(profile: SeccompProfile) -> Vec<(&'static str, u64)> {
     out
 }
 
+/// A profile's list as people read it, one entry a line, sorted: a plain name, or a name with
+/// its condition (`clone(no CLONE_NEW*)`, `socket(AF_UNIX)`, `prctl(PR_SET_NAME)`). The pin test
+/// compares it with `tests/pinned/<profile>.<arch>.txt`.
+pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
+    let plain = profile.syscalls(arch);
+    let mut out: Vec<String> = plain.iter().map(|n| (*n).to_owned()).collect();
+    out.push("clone(no CLONE_NEW*)".to_owned());
+    let families = profile.socket_families();
+    for (call, value) in conditional(profile) {
+        if plain.contains(call) {
+            continue;
+        }
+        let what = match call {
+            "socket" | "socketpair" => families
+                .iter()
+                .find(|(f, _)| *f as u64 == value)
+                .map(|(_, n)| *n)
+                .unwrap_or("?"),
+            _ if value == libc::PR_SET_NAME as u64 => "PR_SET_NAME",
+            _ if value == libc::PR_GET_NAME as u64 => "PR_GET_NAME",
+            _ => "?",
+        };
+        out.push(format!("{call}({what})"));
+    }
+    out.sort();
+    out
+}
+
 /// The rules of a profile as `seccompiler`'s JSON, which resolves the names for `arch` (so a
 /// name that does not exist there is an error on any build machine).
 pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> String {

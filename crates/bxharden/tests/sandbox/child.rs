@@ -38,7 +38,7 @@ fn sandbox() -> Result<bxharden::Report, bxharden::SandboxError> {
     let mut p = Profile::new(profile).read_write(home().join("own"));
     if let Ok(port) = var("BXH_PORT").parse::<u16>() {
         if profile.inet() {
-            p = p.connect_tcp(port);
+            p = p.connect_tcp(port).resolver_and_ca();
         }
     }
     let user = var("BXH_USER");
@@ -324,6 +324,7 @@ fn needs() -> i32 {
                 "TCP connect to its port",
                 attempt("tcp-connect-allowed").map_err(|e| format!("errno {e}")),
             );
+            check("a name resolved and connected to", resolve_and_connect());
         }
     }
     if failures.is_empty() {
@@ -335,6 +336,22 @@ fn needs() -> i32 {
         }
         1
     }
+}
+
+/// What gatewayd, inferproxy and a remote memoryd do: resolve a name (`/etc/hosts`, NSS), then
+/// connect to the address it gave.
+fn resolve_and_connect() -> Result<(), String> {
+    use std::net::ToSocketAddrs;
+    let port: u16 = var("BXH_PORT").parse().unwrap();
+    let addrs: Vec<_> = ("localhost", port)
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve localhost: {e}"))?
+        .filter(|a| a.is_ipv4())
+        .collect();
+    let addr = addrs.first().ok_or("localhost has no IPv4 address")?;
+    std::net::TcpStream::connect(addr)
+        .map(drop)
+        .map_err(|e| format!("connect {addr}: {e}"))
 }
 
 fn files(own: &Path) -> std::io::Result<()> {
