@@ -21,7 +21,8 @@ pub const SANDBOX_ANCHOR: &str = "sandbox-unavailable";
 /// read-only files and directories, TCP ports it may connect to, and its seccomp list.
 ///
 /// Every profile starts with `/nix/store` read-only when it exists (on NixOS the binary's
-/// libraries and the CA files are links into it) and the directory of the running executable.
+/// libraries and the CA files are links into it), the directory of the running executable, and
+/// `/dev/null` read-write (what `Stdio::null()` opens; writing it changes nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     seccomp: SeccompProfile,
@@ -54,9 +55,13 @@ impl Profile {
         {
             read_only.push(dir);
         }
+        let mut read_write = Vec::new();
+        if Path::new("/dev/null").exists() {
+            read_write.push(PathBuf::from("/dev/null"));
+        }
         Profile {
             seccomp,
-            read_write: Vec::new(),
+            read_write,
             read_only,
             connect_tcp: Vec::new(),
         }

@@ -188,6 +188,33 @@ struct SockFprog {
     filter: *const seccompiler::sock_filter,
 }
 
+/// Install one compiled filter on the calling thread only, with no allocation: for a child
+/// between `fork` and `execve`. `PR_SET_NO_NEW_PRIVS` must be set first.
+pub fn install_here(program: &BpfProgram, log: bool) -> std::io::Result<()> {
+    let prog = SockFprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr(),
+    };
+    let flags: libc::c_ulong = if log {
+        libc::SECCOMP_FILTER_FLAG_LOG
+    } else {
+        0
+    };
+    // SAFETY: as in `install`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const SockFprog,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn install(program: &BpfProgram, log: bool) -> Result<(), SeccompError> {
     let prog = SockFprog {
         len: program.len() as libc::c_ushort,

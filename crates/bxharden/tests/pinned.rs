@@ -105,6 +105,27 @@ fn no_list_has_a_forbidden_call() {
 }
 
 #[test]
+fn brokerds_list_with_the_run_tool_holds_the_childs() {
+    // Filters stack: what the child may call must pass brokerd's filter too.
+    for arch in Arch::ALL {
+        let child = SeccompProfile::RunChild.syscalls(arch);
+        let parent = SeccompProfile::Brokerd { run_tool: true }.syscalls(arch);
+        let missing: Vec<_> = child.difference(&parent).collect();
+        assert!(missing.is_empty(), "{}: {missing:?}", arch.name());
+        let child = describe(SeccompProfile::RunChild, arch);
+        let parent = describe(SeccompProfile::Brokerd { run_tool: true }, arch);
+        for c in &child {
+            let name = c.split('(').next().unwrap();
+            assert!(
+                parent.contains(c) || parent.iter().any(|p| p == name),
+                "{}: {c}",
+                arch.name()
+            );
+        }
+    }
+}
+
+#[test]
 fn only_network_profiles_open_inet_sockets() {
     for profile in SeccompProfile::ALL {
         let d = describe(profile, Arch::X86_64);

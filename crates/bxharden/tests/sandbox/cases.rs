@@ -142,6 +142,7 @@ fn cases() -> Vec<Case> {
             "the_journal_gets_runbook_and_syslog_identifier_fields",
             journal_fields,
         ),
+        ("the_run_tools_child_enters_a_stricter_sandbox", run_tool),
         (
             "readiness_reaches_notify_socket_by_path_and_abstract_name",
             notify,
@@ -1068,5 +1069,23 @@ fn notify() -> Outcome {
         show(&out)
     );
     let _ = std::io::stdout().flush();
+    Outcome::Pass
+}
+
+fn run_tool() -> Outcome {
+    needs_root!();
+    let world = World::new();
+    let out = match output(child("run-tool", &world.envs("brokerd+run", "kill", ""))) {
+        Ok(o) => o,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let s = stdout(&out);
+    for want in [
+        "run: workspace: Some(0) in the workspace\n",
+        "run: daemon-state: Some(1) \n",
+        "run: system: Some(2) \n",
+    ] {
+        ensure!(s.contains(want), "missing {want:?}: {}", show(&out));
+    }
     Outcome::Pass
 }

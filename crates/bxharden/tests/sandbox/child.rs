@@ -70,6 +70,7 @@ pub fn run(scenario: &str) -> i32 {
         "client" => client(),
         "journal" => journal(),
         "notify" => notify(),
+        "run-tool" => run_tool(),
         other => {
             eprintln!("unknown scenario {other}");
             2
@@ -696,5 +697,91 @@ fn notify() -> i32 {
         "stopping: {:?}",
         bxharden::notify::stopping().map_err(|e| e.to_string())
     );
+    0
+}
+
+/// The system paths a program started by the `run` tool reads and executes in these tests.
+fn program_paths() -> Vec<PathBuf> {
+    [
+        "/bin",
+        "/usr/bin",
+        "/lib",
+        "/lib64",
+        "/usr/lib",
+        "/usr/lib64",
+        "/etc/ld.so.cache",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .filter(|p| p.exists())
+    .collect()
+}
+
+/// brokerd with the `run` tool: its own sandbox, threads, then a program started in the
+/// stricter child sandbox. Prints one `run: {what}: {exit code} {stdout}` line per program.
+fn run_tool() -> i32 {
+    use std::os::unix::process::CommandExt;
+    init_log();
+    let own = home().join("own");
+    let ws = own.join("ws");
+    let mut parent = Profile::new(SeccompProfile::Brokerd { run_tool: true }).read_write(&own);
+    let mut child = Profile::new(SeccompProfile::RunChild).read_write(&ws);
+    for p in program_paths() {
+        parent = parent.read_only(&p);
+        child = child.read_only(&p);
+    }
+    let cfg = SandboxConfig {
+        user: Some(var("BXH_USER")).filter(|u| !u.is_empty()),
+        group: Some(var("BXH_USER")).filter(|u| !u.is_empty()),
+        ..SandboxConfig::default()
+    };
+    std::fs::create_dir(&ws).unwrap();
+    if let Ok(uid) = var("BXH_USER").parse::<u32>() {
+        nix::unistd::chown(&ws, Some(uid.into()), Some(uid.into())).unwrap();
+    }
+    // Prepared before the daemon's own sandbox closes (as brokerd does at start).
+    let sandbox = match bxharden::ChildSandbox::prepare(
+        &child,
+        bxharden::seccomp::Mismatch::KillProcess,
+        true,
+    ) {
+        Ok(s) => std::sync::Arc::new(s),
+        Err(e) => {
+            println!("setup: {e}");
+            return 3;
+        }
+    };
+    match bxharden::apply(&cfg, &parent) {
+        Ok(r) => println!("report: {r}"),
+        Err(e) => {
+            println!("setup: {e}");
+            return 3;
+        }
+    }
+    std::fs::write(ws.join("note"), "in the workspace").unwrap();
+    std::fs::write(own.join("state.json"), "the broker's state").unwrap();
+    // A thread of the daemon's own, as brokerd has, so the fork is from a threaded process.
+    let busy = std::thread::spawn(|| std::thread::sleep(Duration::from_millis(50)));
+    let cases: [(&str, &str, PathBuf); 3] = [
+        ("workspace", "/bin/cat", ws.join("note")),
+        ("daemon-state", "/bin/cat", own.join("state.json")),
+        ("system", "/bin/ls", PathBuf::from("/etc")),
+    ];
+    for (what, prog, arg) in cases {
+        let sb = std::sync::Arc::clone(&sandbox);
+        let mut cmd = std::process::Command::new(prog);
+        cmd.arg(&arg).stdin(std::process::Stdio::null());
+        // SAFETY: `enter` makes system calls only, which is what may run between fork and exec.
+        unsafe { cmd.pre_exec(move || sb.enter()) };
+        match cmd.output() {
+            Ok(out) => println!(
+                "run: {what}: {:?} {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+            Err(e) => println!("run: {what}: spawn failed: {e}"),
+        }
+    }
+    let _ = busy.join();
     0
 }
