@@ -668,21 +668,32 @@ fn root_without_user_not_required() -> Outcome {
 fn another_user_without_root() -> Outcome {
     needs_root!();
     let world = World::new();
-    let mut envs = world.envs("loopd", "kill", "");
-    envs.push(("BXH_CASE", "not-root".to_owned()));
-    let mut cmd = child("apply-refusal", &envs);
-    cmd.uid(NOBODY).gid(NOBODY);
-    let out = match output(cmd) {
-        Ok(o) => o,
-        Err(e) => return Outcome::Fail(e),
-    };
-    ensure!(
-        stdout(&out).contains(&format!(
-            "refused: cannot apply the sandbox: [sandbox] user is uid 0, but this process runs as uid {NOBODY} without the privilege to switch; see docs/runbook.md#sandbox-unavailable"
-        )),
-        "{}",
-        show(&out)
-    );
+    for (case, says) in [
+        (
+            "not-root",
+            format!("[sandbox] user is uid 0, but this process runs as uid {NOBODY}"),
+        ),
+        (
+            "not-root-group",
+            format!("[sandbox] group is gid 0, but this process runs as gid {NOBODY}"),
+        ),
+    ] {
+        let mut envs = world.envs("loopd", "kill", "");
+        envs.push(("BXH_CASE", case.to_owned()));
+        let mut cmd = child("apply-refusal", &envs);
+        cmd.uid(NOBODY).gid(NOBODY);
+        let out = match output(cmd) {
+            Ok(o) => o,
+            Err(e) => return Outcome::Fail(e),
+        };
+        ensure!(
+            stdout(&out).contains(&format!(
+                "refused: cannot apply the sandbox: {says} without the privilege to switch; see docs/runbook.md#sandbox-unavailable"
+            )),
+            "{case}: {}",
+            show(&out)
+        );
+    }
     Outcome::Pass
 }
 
@@ -1016,7 +1027,8 @@ fn forbidden_kind_logged() -> Outcome {
 
 fn journal_fields() -> Outcome {
     needs_root!();
-    let out = match output(child("journal", &[])) {
+    let world = World::new();
+    let out = match output(child("journal", &world.envs("loopd", "kill", ""))) {
         Ok(o) => o,
         Err(e) => return Outcome::Fail(e),
     };
@@ -1026,6 +1038,8 @@ fn journal_fields() -> Outcome {
         "field: RUNBOOK=listener-lost\n",
         "field: SYSLOG_IDENTIFIER=testd\n",
         "field: MESSAGE=testd: a journal test line 42; see docs/runbook.md#listener-lost\n",
+        "inside: RUNBOOK=listener-lost\n",
+        "inside: MESSAGE=testd: a journal line from inside the sandbox; see docs/runbook.md#listener-lost\n",
     ] {
         ensure!(s.contains(want), "missing {want:?}: {}", show(&out));
     }
