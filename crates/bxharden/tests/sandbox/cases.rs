@@ -131,6 +131,76 @@ fn cases() -> Vec<Case> {
             activated,
         ),
         (
+            "activated_ignores_descriptors_meant_for_another_pid",
+            || {
+                activated_env(
+                    "other-pid",
+                    &[("BXH_LISTEN_PID", "1"), ("BXH_LISTEN_FDS", "1")],
+                    "names: []",
+                )
+            },
+        ),
+        (
+            "activated_refuses_a_listen_fds_that_is_not_a_number",
+            || {
+                activated_env(
+                    "bad-fds",
+                    &[("BXH_LISTEN_PID", "self"), ("BXH_LISTEN_FDS", "two")],
+                    "error: LISTEN_FDS=\"two\" is not a number",
+                )
+            },
+        ),
+        (
+            "activated_refuses_names_that_do_not_match_the_count",
+            || {
+                activated_env(
+                    "names",
+                    &[
+                        ("BXH_LISTEN_PID", "self"),
+                        ("BXH_LISTEN_FDS", "1"),
+                        ("BXH_LISTEN_FDNAMES", "a:b"),
+                        ("BXH_FD3", "listener"),
+                    ],
+                    "error: LISTEN_FDS says 1 descriptors but LISTEN_FDNAMES names 2",
+                )
+            },
+        ),
+        (
+            "activated_refuses_a_descriptor_that_is_not_a_listener",
+            || {
+                activated_env(
+                    "not-listening",
+                    &[
+                        ("BXH_LISTEN_PID", "self"),
+                        ("BXH_LISTEN_FDS", "1"),
+                        ("BXH_LISTEN_FDNAMES", "a"),
+                        ("BXH_FD3", "socketpair"),
+                    ],
+                    "error: descriptor 3 handed over is not a listening Unix stream socket: it is not listening",
+                )
+            },
+        ),
+        (
+            "activated_takes_a_listener_without_names_as_unknown",
+            || {
+                activated_env(
+                    "unnamed",
+                    &[
+                        ("BXH_LISTEN_PID", "self"),
+                        ("BXH_LISTEN_FDS", "1"),
+                        ("BXH_FD3", "listener"),
+                    ],
+                    "names: [unknown]",
+                )
+            },
+        ),
+        ("listen_refuses_a_symlinked_directory", listen_symlinked_dir),
+        (
+            "listen_refuses_a_directory_of_another_user",
+            listen_foreign_dir,
+        ),
+        ("listen_refuses_a_path_without_a_directory", listen_bad_path),
+        (
             "a_peer_with_another_uid_is_refused_with_the_runbook_line",
             peer_refused,
         ),
@@ -1101,5 +1171,97 @@ fn run_tool() -> Outcome {
     ] {
         ensure!(s.contains(want), "missing {want:?}: {}", show(&out));
     }
+    Outcome::Pass
+}
+
+fn activated_env(what: &str, vars: &[(&str, &str)], want: &str) -> Outcome {
+    let home = tempfile::tempdir().unwrap();
+    let mut envs = vec![("BXH_HOME", home.path().display().to_string())];
+    envs.extend(vars.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let out = match output(child("activated-env", &envs)) {
+        Ok(o) => o,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let s = stdout(&out);
+    ensure!(s.starts_with(want), "{what}: {}", show(&out));
+    ensure!(
+        s.contains("LISTEN_PID: unset\nLISTEN_FDS: unset\nLISTEN_FDNAMES: unset\n"),
+        "{what}: the environment is cleared whatever happened: {s}"
+    );
+    if want.starts_with("error: ") {
+        ensure!(
+            s.lines()
+                .next()
+                .unwrap()
+                .ends_with("; see docs/runbook.md#socket-listen-failed"),
+            "{s}"
+        );
+    }
+    Outcome::Pass
+}
+
+fn listen_symlinked_dir() -> Outcome {
+    let home = tempfile::tempdir().unwrap();
+    let real = home.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, PermissionsExt::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&real, home.path().join("d")).unwrap();
+    let sock = home.path().join("d/s.sock");
+    let s = match run_listen(&sock, "022", None) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Fail(e),
+    };
+    ensure!(
+        s.contains(&format!(
+            "error: {}: the socket's directory is not a directory (a symlink or a file); see docs/runbook.md#socket-listen-failed\n",
+            home.path().join("d").display()
+        )),
+        "{s}"
+    );
+    ensure!(
+        !real.join("s.sock").exists(),
+        "nothing was bound through the symlink"
+    );
+    Outcome::Pass
+}
+
+fn listen_foreign_dir() -> Outcome {
+    needs_root!();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = home.path().join("d");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o777)).unwrap();
+    let sock = dir.join("s.sock");
+    let mut cmd = child(
+        "listen",
+        &[
+            ("BXH_SOCKET", sock.display().to_string()),
+            ("BXH_UMASK", "022".to_owned()),
+        ],
+    );
+    cmd.uid(NOBODY).gid(NOBODY);
+    let out = match output(cmd) {
+        Ok(o) => o,
+        Err(e) => return Outcome::Fail(e),
+    };
+    ensure!(
+        stdout(&out).contains(&format!(
+            "error: {}: the socket's directory belongs to uid 0, not to this daemon",
+            dir.display()
+        )),
+        "{}",
+        show(&out)
+    );
+    ensure!(mode(&dir) == 0o777 && !sock.exists(), "nothing changed");
+    Outcome::Pass
+}
+
+fn listen_bad_path() -> Outcome {
+    let s = match run_listen(Path::new("s.sock"), "022", None) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Fail(e),
+    };
+    ensure!(s.contains("error: s.sock: not a socket path in a directory; see docs/runbook.md#socket-listen-failed\n"), "{s}");
     Outcome::Pass
 }

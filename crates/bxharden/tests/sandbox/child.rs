@@ -66,6 +66,7 @@ pub fn run(scenario: &str) -> i32 {
         "apply-refusal" => apply_refusal(),
         "listen" => listen(),
         "activated" => activated(),
+        "activated-env" => activated_env(),
         "server" => server(),
         "client" => client(),
         "journal" => journal(),
@@ -815,5 +816,55 @@ fn run_tool() -> i32 {
         }
     }
     let _ = busy.join();
+    0
+}
+
+/// `activated` with the variables this child sets itself (`BXH_LISTEN_PID` = `self` for its own
+/// pid), and descriptor 3 made as `BXH_FD3` says: `none`, `listener`, `socketpair`. Prints the
+/// names or the error, then whether each variable is still set.
+fn activated_env() -> i32 {
+    use std::os::fd::AsRawFd;
+    init_log();
+    let dir = home();
+    let keep: Vec<std::os::fd::OwnedFd> = match var("BXH_FD3").as_str() {
+        "listener" => {
+            let l = std::os::unix::net::UnixListener::bind(dir.join("l.sock")).unwrap();
+            vec![l.into()]
+        }
+        "socketpair" => {
+            let (a, b) = UnixStream::pair().unwrap();
+            vec![a.into(), b.into()]
+        }
+        _ => vec![],
+    };
+    if let Some(first) = keep.first() {
+        // SAFETY: dup2 onto 3, which nothing else in this process uses.
+        if unsafe { libc::dup2(first.as_raw_fd(), 3) } != 3 {
+            println!("setup: dup2: errno {}", errno());
+            return 3;
+        }
+    }
+    let pid = match var("BXH_LISTEN_PID").as_str() {
+        "self" => std::process::id().to_string(),
+        other => other.to_owned(),
+    };
+    // SAFETY: single-threaded here; nothing reads the environment concurrently.
+    unsafe {
+        std::env::set_var("LISTEN_PID", pid);
+        std::env::set_var("LISTEN_FDS", var("BXH_LISTEN_FDS"));
+        if let Ok(n) = std::env::var("BXH_LISTEN_FDNAMES") {
+            std::env::set_var("LISTEN_FDNAMES", n);
+        }
+    }
+    match bxharden::activated() {
+        Ok(a) => println!("names: [{}]", a.names().join(",")),
+        Err(e) => println!("error: {e}"),
+    }
+    for v in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        println!(
+            "{v}: {}",
+            std::env::var(v).unwrap_or_else(|_| "unset".into())
+        );
+    }
     0
 }
