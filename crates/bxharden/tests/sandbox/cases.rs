@@ -450,6 +450,11 @@ fn forbidden_things_work_before_the_sandbox() -> Outcome {
         let got = attempt(&world, "none", "kill", op);
         ensure!(got == Ended::Ok, "{op} without the sandbox: {got:?}");
     }
+    let got = attempt(&world, "none", "kill", "ioctl-tiocsti");
+    ensure!(
+        got == Ended::Errno(libc::ENOTTY),
+        "TIOCSTI without the sandbox reaches the kernel (ENOTTY on /dev/null): {got:?}"
+    );
     let got = attempt(&world, "none", "kill", "clone3");
     ensure!(
         got == Ended::Errno(libc::EINVAL),
@@ -488,6 +493,7 @@ fn expected(p: SeccompProfile, op: &str) -> Stop {
         "signal-outside" => Stop::Seccomp,
         "abstract-connect" => Stop::Errno(libc::EPERM),
         "clone3" => Stop::Errno(libc::ENOSYS),
+        "ioctl-tiocsti" => Stop::Seccomp,
         "tcp-connect-other" => Stop::Errno(libc::EACCES),
         "tcp-connect-allowed" | "write-own" | "thread" => Stop::Allowed,
         other => panic!("no expectation for {other}"),
@@ -499,7 +505,7 @@ fn proof_matrix(name: &str) -> Outcome {
     let profile = crate::child::profile_named(name).unwrap();
     let world = World::new();
     let mut ops: Vec<&str> = OPS.to_vec();
-    ops.extend(["clone3", "write-own", "thread"]);
+    ops.extend(["clone3", "ioctl-tiocsti", "write-own", "thread"]);
     if profile.inet() {
         ops.extend(["tcp-connect-allowed", "tcp-connect-other"]);
     }

@@ -231,6 +231,15 @@ fn attempt(op: &str) -> Result<(), i32> {
             };
             if r < 0 { Err(errno()) } else { Ok(()) }
         }
+        "ioctl-tiocsti" => {
+            // On stdin (/dev/null in these children): ENOTTY where the kernel is reached.
+            let c: libc::c_char = b'x' as libc::c_char;
+            if unsafe { libc::ioctl(0, libc::TIOCSTI, &c) } < 0 {
+                Err(errno())
+            } else {
+                Ok(())
+            }
+        }
         "thread" => std::thread::spawn(|| 7)
             .join()
             .map_err(|_| -1)
