@@ -110,6 +110,8 @@ const fn cond(call: &'static str, arg: u8, value: u64, label: &'static str) -> C
 /// The `ioctl` requests allowed: descriptor flags, non-blocking mode, bytes waiting, and the
 /// terminal queries `isatty` and programs make. Not `TIOCSTI` (typing into a terminal the daemon
 /// was started from), not any device's own requests.
+// The request type is `c_ulong` on glibc and `c_int` on musl: the casts are for the latter.
+#[allow(clippy::unnecessary_cast)]
 const IOCTLS: [(u64, &str); 7] = [
     (libc::FIONBIO as u64, "FIONBIO"),
     (libc::FIOCLEX as u64, "FIOCLEX"),
