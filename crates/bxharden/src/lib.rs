@@ -17,6 +17,7 @@
 //! Steps 1 to 4 run before any thread exists: credentials, capabilities and Landlock are per
 //! thread, and [`apply`] refuses to run beside another thread.
 
+pub mod child_sandbox;
 pub mod config;
 pub mod identity;
 pub mod landlock_layer;
@@ -31,6 +32,7 @@ pub mod serve;
 pub mod socket;
 pub mod threads;
 
+pub use child_sandbox::ChildSandbox;
 pub use config::{PeerName, Peers, SandboxConfig};
 pub use identity::{Identity, Owner};
 pub use log::Daemon;

@@ -34,8 +34,11 @@ const ALL_SETS: [(CapSet, &str); 5] = [
     (CapSet::Permitted, "permitted"),
 ];
 
-/// Drop from root to `id` (its `drops` is true). The caller checked it is alone in the process.
+/// Drop from root to `id` (its `drops` is true). Refused from a thread other than the first or
+/// beside another thread: credentials and capabilities are per thread, and a thread left behind
+/// would keep root.
 pub fn drop_to(id: &Identity) -> Result<(), DropError> {
+    crate::threads::alone().map_err(|why| DropError::Step("drop privileges", why))?;
     let step =
         |what: &'static str| move |e: caps::errors::CapsError| DropError::Step(what, e.to_string());
     caps::clear(None, CapSet::Bounding).map_err(step("clear the bounding capability set"))?;
