@@ -124,7 +124,7 @@ fn unknown_keys_are_refused_in_every_table() {
         "[broker]\nsocket_path = \"/x\"\n",
         "[inference]\nmodel = \"x\"\n",
         "[memory]\nurl = \"x\"\n",
-        "[sockets]\nloop = \"/x\"\n",
+        "[sockets]\nchannels = \"/x\"\n",
         "[sandbox]\nusr = \"x\"\n",
         "[nonsense]\n",
     ] {
