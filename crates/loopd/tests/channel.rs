@@ -541,3 +541,17 @@ fn a_tool_that_was_not_offered_fails_without_reaching_the_port() {
     );
     assert!(s.tools.seen.lock().unwrap().is_empty());
 }
+
+#[test]
+fn a_connection_that_closes_before_a_frame_gets_no_answer() {
+    use std::io::Read;
+    let s = server(vec![], FakeTools::default(), "");
+    let mut c = UnixStream::connect(&s.socket).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    c.set_read_timeout(Some(support::WAIT)).unwrap();
+    let mut buf = Vec::new();
+    c.read_to_end(&mut buf).unwrap();
+    assert!(buf.is_empty(), "{buf:?}");
+    let frames = turn(&s.socket, 1, "s", false, "hi");
+    assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
+}
