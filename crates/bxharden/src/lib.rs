@@ -25,6 +25,7 @@ pub mod log;
 pub mod notify;
 pub mod peers;
 pub mod privdrop;
+pub mod proc_status;
 pub mod profiles;
 pub mod sandbox;
 pub mod seccomp;

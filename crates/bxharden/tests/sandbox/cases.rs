@@ -1,13 +1,12 @@
 //! The runner: each case starts children of this binary and checks what they print, how they
 //! end, and what `/proc` and the filesystem say about them.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -582,53 +581,18 @@ fn every_thread_shows_the_sandbox() -> Outcome {
             }
         }
         let pid = ch.0.id();
-        let tasks: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let threads = bxharden::proc_status::threads(pid).unwrap();
         ensure!(
-            tasks.len() == 3,
+            threads.len() == 3,
             "{profile}: {} threads, expected 3",
-            tasks.len()
+            threads.len()
         );
-        for task in tasks {
-            let status = std::fs::read_to_string(task.join("status")).unwrap();
-            let fields: BTreeMap<&str, &str> = status
-                .lines()
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k, v.trim()))
-                .collect();
+        for t in threads {
+            let problems = t.problems(NOBODY, NOBODY);
             ensure!(
-                fields["Seccomp"] == "2",
-                "{profile} {task:?}: Seccomp {}",
-                fields["Seccomp"]
-            );
-            ensure!(
-                fields["NoNewPrivs"] == "1",
-                "{profile} {task:?}: NoNewPrivs"
-            );
-            for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-                ensure!(
-                    fields[cap] == "0000000000000000",
-                    "{profile} {task:?}: {cap} {}",
-                    fields[cap]
-                );
-            }
-            let ids = format!("{NOBODY}\t{NOBODY}\t{NOBODY}\t{NOBODY}");
-            ensure!(
-                fields["Uid"] == ids,
-                "{profile} {task:?}: Uid {}",
-                fields["Uid"]
-            );
-            ensure!(
-                fields["Gid"] == ids,
-                "{profile} {task:?}: Gid {}",
-                fields["Gid"]
-            );
-            ensure!(
-                fields["Groups"].is_empty() || fields["Groups"] == NOBODY.to_string(),
-                "{profile}: Groups {}",
-                fields["Groups"]
+                problems.is_empty(),
+                "{profile} thread {}: {problems:?}",
+                t.tid
             );
         }
         drop(ch.0.stdin.take());
