@@ -40,4 +40,5 @@ pub use log::Daemon;
 pub use peers::{PeerPolicy, peer_uid};
 pub use profiles::{Arch, SeccompProfile};
 pub use sandbox::{Profile, Report, SandboxError, apply};
+pub use seccomp::Mismatch;
 pub use socket::{Activated, activated, listen, socket_for};
