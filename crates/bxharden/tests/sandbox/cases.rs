@@ -74,6 +74,10 @@ fn cases() -> Vec<Case> {
             "an_unprivileged_daemon_applies_landlock_and_seccomp",
             unprivileged_apply,
         ),
+        (
+            "an_unprivileged_daemon_comes_up_under_its_units_system_call_filter",
+            unprivileged_apply_under_the_units_filter,
+        ),
         ("root_without_a_user_is_refused", || {
             refusal(
                 "root-without-user",
@@ -659,6 +663,31 @@ fn unprivileged_apply() -> Outcome {
         }
     }
     ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
+    Outcome::Pass
+}
+
+/// Under its NixOS unit a daemon starts unprivileged with `SystemCallFilter=~@privileged
+/// @setuid`, which kills a process that calls `capset`, `setgroups` or `set*id`: `apply` must
+/// still come up there (it has nothing to drop, so it must not try).
+fn unprivileged_apply_under_the_units_filter() -> Outcome {
+    let world = World::new();
+    let mut envs = world.envs("loopd", "kill", "thread");
+    envs.retain(|(k, _)| *k != "BXH_USER");
+    envs.push(("BXH_UNIT_FILTER", "1".to_string()));
+    let mut cmd = child("op", &envs);
+    if is_root() {
+        cmd.uid(NOBODY).gid(NOBODY);
+    }
+    let out = match output(cmd) {
+        Ok(o) => o,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let text = stdout(&out);
+    ensure!(
+        text.contains("report: sandbox: ") && text.contains("result: ok"),
+        "apply under the unit's filter: {}",
+        show(&out)
+    );
     Outcome::Pass
 }
 
