@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bxcore::{
-    Envelope, ErrorCode, Message, SessionId, TurnDone, TurnEvent, TurnRecord, write_frame,
+    Envelope, ErrorCode, FrameError, Message, SessionId, TurnDone, TurnEvent, TurnRecord,
+    write_frame,
 };
 use bxharden::PeerPolicy;
 use bxharden::serve::{LISTENER_ANCHOR, PEER_REFUSED_ANCHOR};
@@ -182,9 +183,43 @@ impl Reply {
         if self.gone {
             return;
         }
-        if write_frame(&mut self.stream, &Envelope::new(self.id, last, msg)).is_err() {
-            self.gone = true;
+        let env = Envelope::new(self.id, last, msg);
+        match write_frame(&mut self.stream, &env) {
+            Ok(()) => {}
+            // Too large for one frame is not the channel going away: send the event with its
+            // bulk left out (the session log holds it whole).
+            Err(FrameError::TooLarge(n)) => {
+                if let Message::TurnEvent { event } = env.msg {
+                    let small = Message::TurnEvent {
+                        event: shrink(event, n),
+                    };
+                    if write_frame(&mut self.stream, &Envelope::new(self.id, last, small)).is_err()
+                    {
+                        self.gone = true;
+                    }
+                }
+            }
+            Err(_) => self.gone = true,
         }
+    }
+}
+
+/// An event whose text or arguments made a frame of `n` bytes, with them replaced by a note.
+fn shrink(event: TurnEvent, n: usize) -> TurnEvent {
+    let note = format!("({n} bytes: too large for one frame; the session log holds it whole)");
+    match event {
+        TurnEvent::AssistantText { .. } => TurnEvent::AssistantText { text: note },
+        TurnEvent::ToolCall { call, tool, .. } => TurnEvent::ToolCall {
+            call,
+            tool,
+            args: serde_json::json!({ "too_large": note }),
+        },
+        TurnEvent::ToolResult { call, outcome, .. } => TurnEvent::ToolResult {
+            call,
+            outcome,
+            text: note,
+        },
+        pending @ TurnEvent::ToolPending { .. } => pending,
     }
 }
 
@@ -233,10 +268,16 @@ pub fn handle(mut stream: UnixStream, ctx: Arc<Context>) {
     // 6.
     let last = match result {
         Ok(done) => Message::TurnDone(done),
-        Err(e) => Message::Error(bxcore::WireError {
-            code: e.code(),
-            detail: e.to_string(),
-        }),
+        Err(e) => {
+            // An outage or a damaged file is logged too, so the journal finds it by its anchor.
+            if let Some(anchor) = e.anchor() {
+                bxharden::log::line(anchor, &format!("loopd: session {}: {e}", turn.session));
+            }
+            Message::Error(bxcore::WireError {
+                code: e.code(),
+                detail: e.to_string(),
+            })
+        }
     };
     // 7. A failed write means the channel went away: `Reply` stops sending.
     reply.send(true, last);

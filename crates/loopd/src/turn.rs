@@ -100,6 +100,26 @@ impl TurnError {
     }
 }
 
+impl TurnError {
+    /// The runbook entry of an error loopd also logs: outages and damaged files, not the
+    /// refusals a channel is told about (busy, full, the turn limit, exists, not found).
+    pub fn anchor(&self) -> Option<&'static str> {
+        match self {
+            TurnError::Infer(_) => Some(crate::infer::INFERENCE_ANCHOR),
+            TurnError::Session(SessionError::Torn { .. }) => Some(DAMAGED_ANCHOR),
+            TurnError::Session(SessionError::Io(..)) => Some(UNWRITABLE_ANCHOR),
+            TurnError::Baseline(BaselineError::Read(..)) => Some(SYSTEM_ANCHOR),
+            TurnError::Baseline(BaselineError::Core(..)) => Some(CORE_ANCHOR),
+            _ => None,
+        }
+    }
+}
+
+const DAMAGED_ANCHOR: &str = "session-log-damaged";
+const UNWRITABLE_ANCHOR: &str = "session-log-unwritable";
+const SYSTEM_ANCHOR: &str = "system-prompt-unreadable";
+const CORE_ANCHOR: &str = "core-memory-unreadable";
+
 impl From<SessionError> for TurnError {
     fn from(e: SessionError) -> TurnError {
         TurnError::Session(e)

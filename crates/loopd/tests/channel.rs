@@ -555,3 +555,25 @@ fn a_connection_that_closes_before_a_frame_gets_no_answer() {
     let frames = turn(&s.socket, 1, "s", false, "hi");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
 }
+
+#[test]
+fn an_event_too_large_for_a_frame_is_sent_without_its_bulk_and_the_turn_goes_on() {
+    let big = "x".repeat(bxcore::MAX_FRAME);
+    let s = server(
+        vec![Step::Tools(vec![("huge".to_string(), json!({}))])],
+        FakeTools::new(&[("huge", FakeTools::ok(&big))]),
+        "[loop]\ncontext_tokens = 100000000\n",
+    );
+    let frames = turn(&s.socket, 1, "s", false, "hi");
+    let ev = events(&frames);
+    assert!(
+        matches!(&ev[1], TurnEvent::ToolResult { outcome: Outcome::Result, text, .. }
+            if text.contains("too large for one frame")),
+        "{:?}",
+        ev.get(1)
+            .map(|e| format!("{e:?}").chars().take(200).collect::<String>())
+    );
+    // The log holds the result whole; the next inference could not carry it, and says so.
+    assert_eq!(error_code(&frames), ErrorCode::Inference);
+    assert!(session_log(&s, "s").contains(&big));
+}

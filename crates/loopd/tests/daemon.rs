@@ -250,3 +250,24 @@ fn a_peer_not_in_peers_is_refused_with_forbidden_and_one_line() {
             .contains("see docs/runbook.md#socket-peer-refused")
     });
 }
+
+#[test]
+fn a_damaged_session_is_refused_and_logged_with_its_anchor() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    let d = Loopd::start(home.path(), &config(home.path(), ""));
+    let frames = turn(&d.socket, 1, "s", false, "hi");
+    assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
+    let path = home.path().join("loop/sessions/s.jsonl");
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(&path, format!("{text}garbage\n{text}")).unwrap();
+    let frames = turn(&d.socket, 2, "s", true, "again");
+    assert_eq!(support::error_code(&frames), bxcore::ErrorCode::Internal);
+    support::wait_until("the damaged line in the log", || {
+        d.log_text().lines().any(|l| {
+            l.starts_with("loopd: session s: ")
+                && l.ends_with("; see docs/runbook.md#session-log-damaged")
+        })
+    });
+}
