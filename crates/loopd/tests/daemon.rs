@@ -178,7 +178,15 @@ fn the_running_daemon_has_seccomp_and_no_new_privs_on_every_thread() {
             .iter()
             .all(|v| v == "1")
     );
-    assert!(d.log_text().contains("seccomp loopd"), "{}", d.log_text());
+    // The startup notice: the loopd profile, killing the process on any call off its list, so
+    // every test that runs this binary runs under KillProcess.
+    let log = d.log_text();
+    let notice = log
+        .lines()
+        .find(|l| l.starts_with("loopd: sandbox: "))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(notice.contains("seccomp loopd ("), "{notice}");
+    assert!(notice.contains("otherwise kill)"), "{notice}");
 }
 
 fn is_root() -> bool {
