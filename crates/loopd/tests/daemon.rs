@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use bxcore::{CallId, Message, Outcome, TurnEvent};
+use bxharden::proc_status::threads;
 use serde_json::json;
 use support::broker::{FakeBroker, tool};
 use support::daemon::{Layout, Loopd, config, run};
@@ -147,37 +148,24 @@ fn selftest_fails_when_a_socket_is_served_by_the_wrong_daemon() {
     assert!(line.ends_with("see docs/runbook.md#loopd-selftest-failed"));
 }
 
-/// `Name: value` from /proc/<pid>/task/<tid>/status, for every thread.
-fn thread_status(pid: u32, key: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let status = fs::read_to_string(t.unwrap().path().join("status")).unwrap();
-        let v = status
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}:")))
-            .unwrap()
-            .trim()
-            .to_string();
-        out.push(v);
-    }
-    out
-}
-
 #[test]
 fn the_running_daemon_has_seccomp_and_no_new_privs_on_every_thread() {
     let home = support::home();
     let layout = Layout::new(home.path());
     let _infer = ScriptedInfer::start(&layout.infer, vec![]);
     let d = Loopd::start(home.path(), &config(home.path(), ""));
-    // A turn, so the connection threads exist too.
+    // A turn first: the threads it starts run under the same filter.
     let frames = turn(&d.socket, 1, "s", false, "hi");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
-    assert!(thread_status(d.pid(), "Seccomp").iter().all(|v| v == "2"));
+    let threads = threads(d.pid()).unwrap();
     assert!(
-        thread_status(d.pid(), "NoNewPrivs")
-            .iter()
-            .all(|v| v == "1")
+        threads.len() > 1,
+        "the main thread and the outbox sender or accept loop"
     );
+    for t in &threads {
+        assert_eq!(t.seccomp, 2, "{t}");
+        assert!(t.no_new_privs, "{t}");
+    }
     // The startup notice: the loopd profile, killing the process on any call off its list, so
     // every test that runs this binary runs under KillProcess.
     let log = d.log_text();
@@ -213,22 +201,9 @@ fn as_root_it_drops_to_its_user_under_the_whole_sandbox() {
         "[sandbox]\nuser = \"65534\"\ngroup = \"65534\"\n",
     );
     let d = Loopd::start(home.path(), &cfg);
-    let pid = d.pid();
-    assert!(thread_status(pid, "Seccomp").iter().all(|v| v == "2"));
-    assert!(thread_status(pid, "NoNewPrivs").iter().all(|v| v == "1"));
-    for key in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-        assert!(
-            thread_status(pid, key)
-                .iter()
-                .all(|v| v == "0000000000000000"),
-            "{key}"
-        );
+    for t in threads(d.pid()).unwrap() {
+        assert_eq!(t.problems(65534, 65534), Vec::<String>::new(), "{t}");
     }
-    assert!(
-        thread_status(pid, "Uid")
-            .iter()
-            .all(|v| v.split_whitespace().all(|u| u == "65534"))
-    );
     let pong = bxcore::client::ping(&d.socket, Duration::from_secs(10)).unwrap();
     assert_eq!(pong.daemon, "loopd");
 }
