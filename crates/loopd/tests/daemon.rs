@@ -158,10 +158,6 @@ fn the_running_daemon_has_seccomp_and_no_new_privs_on_every_thread() {
     let frames = turn(&d.socket, 1, "s", false, "hi");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
     let threads = threads(d.pid()).unwrap();
-    assert!(
-        threads.len() > 1,
-        "the main thread and the outbox sender or accept loop"
-    );
     for t in &threads {
         assert_eq!(t.seccomp, 2, "{t}");
         assert!(t.no_new_privs, "{t}");
