@@ -128,7 +128,9 @@ pub fn restrict(
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
             .map_err(rules_err)?;
     }
-    let status = ruleset.restrict_self().map_err(rules_err)?;
+    let status = ruleset
+        .restrict_self()
+        .map_err(rules_err)?;
     let abi = match status.landlock {
         LandlockStatus::Available { effective_abi, .. } => effective_abi as i32,
         _ => 0,
@@ -153,10 +155,7 @@ mod tests {
     #[test]
     fn the_pinned_abi_handles_what_the_design_names() {
         let fs: BitFlags<AccessFs> = AccessFs::from_all(LANDLOCK_ABI);
-        assert!(
-            fs.contains(AccessFs::Refer),
-            "ABI 2: renames across directories"
-        );
+        assert!(fs.contains(AccessFs::Refer), "ABI 2: renames across directories");
         assert!(fs.contains(AccessFs::Truncate), "ABI 3");
         assert!(fs.contains(AccessFs::IoctlDev), "ABI 5");
         assert_eq!(

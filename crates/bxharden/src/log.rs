@@ -205,11 +205,7 @@ mod tests {
         assert!(!stderr_is_journal(Some("1:1")));
         let m = std::fs::metadata("/proc/self/fd/2").unwrap();
         assert!(stderr_is_journal(Some(&format!("{}:{}", m.dev(), m.ino()))));
-        assert!(!stderr_is_journal(Some(&format!(
-            "{}:{}",
-            m.dev(),
-            m.ino() + 1
-        ))));
+        assert!(!stderr_is_journal(Some(&format!("{}:{}", m.dev(), m.ino() + 1))));
     }
 
     #[test]

@@ -251,10 +251,7 @@ pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxEr
             if cfg.require {
                 return Err(e);
             }
-            skipped(&format!(
-                "[sandbox] user is uid {}, not the running uid {euid}",
-                id.uid
-            ));
+            skipped(&format!("[sandbox] user is uid {}, not the running uid {euid}", id.uid));
         }
         privdrop::clear_inheritable().map_err(SandboxError::Drop)?;
     }

@@ -229,10 +229,6 @@ mod tests {
             | libc::CLONE_PARENT_SETTID
             | libc::CLONE_CHILD_CLEARTID;
         assert_eq!(CLONE_NEW_MASK & thread as u64, 0, "threads stay allowed");
-        assert_eq!(
-            CLONE_NEW_MASK & libc::SIGCHLD as u64,
-            0,
-            "fork stays allowed"
-        );
+        assert_eq!(CLONE_NEW_MASK & libc::SIGCHLD as u64, 0, "fork stays allowed");
     }
 }
