@@ -4,7 +4,7 @@
 //! A daemon's `main`, in this order:
 //!
 //! 1. `log::init(Daemon { name, version })`: the journal when stderr is the journal, else plain
-//!    lines on stderr; `runbook!("anchor", ...)` for every fail-closed line.
+//!    lines on stderr; the `runbook!` macro for every fail-closed line.
 //! 2. Read its configuration (with `[sandbox]`: [`SandboxConfig`], and `[peers]`: [`Peers`]) and
 //!    its secrets; resolve [`Identity::resolve`] and each socket's [`PeerPolicy`]
 //!    ([`Peers::policy`]): user names are looked up now, before the sandbox.
@@ -17,6 +17,7 @@
 //! Steps 1 to 4 run before any thread exists: credentials, capabilities and Landlock are per
 //! thread, and [`apply`] refuses to run beside another thread.
 
+pub mod child_sandbox;
 pub mod config;
 pub mod identity;
 pub mod landlock_layer;
@@ -27,9 +28,11 @@ pub mod privdrop;
 pub mod profiles;
 pub mod sandbox;
 pub mod seccomp;
+pub mod serve;
 pub mod socket;
 pub mod threads;
 
+pub use child_sandbox::ChildSandbox;
 pub use config::{PeerName, Peers, SandboxConfig};
 pub use identity::{Identity, Owner};
 pub use log::Daemon;

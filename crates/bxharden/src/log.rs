@@ -100,17 +100,12 @@ pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
     }
 }
 
-/// The pointer that ends every fail-closed line.
-pub fn pointer(anchor: &str) -> String {
-    format!("see docs/runbook.md#{anchor}")
-}
-
 /// Log one fail-closed line exactly as given, with `RUNBOOK=<anchor>` in the journal. Prefer
 /// [`runbook!`](crate::runbook), which builds the line; use this for an error whose `Display`
 /// already ends in its pointer: `log::line(ANCHOR, &format!("{}: {e}", daemon().name))`.
 pub fn line(anchor: &str, text: &str) {
     debug_assert!(
-        text.ends_with(&pointer(anchor)),
+        text.ends_with(&bxcore::runbook::pointer(anchor)),
         "a runbook line must end with its pointer: {text}"
     );
     tracing::warn!(RUNBOOK = anchor, "{}", text);
@@ -128,14 +123,16 @@ pub fn notice(text: &str) {
 }
 
 /// Log `{daemon}: {what}; see docs/runbook.md#{anchor}` with the journal fields
-/// `RUNBOOK=<anchor>` and `SYSLOG_IDENTIFIER=<daemon>`.
+/// `RUNBOOK=<anchor>` and `SYSLOG_IDENTIFIER=<daemon>`. The anchor is a literal or a
+/// `const *_ANCHOR` (the runbook check reads the source line by line: when the call spans lines,
+/// name the anchor in a constant).
 ///
 /// ```
 /// bxharden::runbook!("socket-forbidden", "refused the message kind {} on {}", "ping", "a.sock");
 /// ```
 #[macro_export]
 macro_rules! runbook {
-    ($anchor:literal, $($arg:tt)+) => {
+    ($anchor:expr, $($arg:tt)+) => {
         $crate::log::line(
             $anchor,
             &::std::format!(
@@ -205,14 +202,10 @@ mod tests {
         assert!(!stderr_is_journal(Some("1:1")));
         let m = std::fs::metadata("/proc/self/fd/2").unwrap();
         assert!(stderr_is_journal(Some(&format!("{}:{}", m.dev(), m.ino()))));
-        assert!(!stderr_is_journal(Some(&format!("{}:{}", m.dev(), m.ino() + 1))));
-    }
-
-    #[test]
-    fn the_pointer_names_the_anchor() {
-        assert_eq!(
-            pointer("sandbox-unavailable"),
-            "see docs/runbook.md#sandbox-unavailable"
-        );
+        assert!(!stderr_is_journal(Some(&format!(
+            "{}:{}",
+            m.dev(),
+            m.ino() + 1
+        ))));
     }
 }

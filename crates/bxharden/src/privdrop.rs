@@ -34,9 +34,13 @@ const ALL_SETS: [(CapSet, &str); 5] = [
     (CapSet::Permitted, "permitted"),
 ];
 
-/// Drop from root to `id` (its `drops` is true). The caller checked it is alone in the process.
+/// Drop from root to `id` (its `drops` is true). Refused from a thread other than the first or
+/// beside another thread: credentials and capabilities are per thread, and a thread left behind
+/// would keep root.
 pub fn drop_to(id: &Identity) -> Result<(), DropError> {
-    let step = |what: &'static str| move |e: caps::errors::CapsError| DropError::Step(what, e.to_string());
+    crate::threads::alone().map_err(|why| DropError::Step("drop privileges", why))?;
+    let step =
+        |what: &'static str| move |e: caps::errors::CapsError| DropError::Step(what, e.to_string());
     caps::clear(None, CapSet::Bounding).map_err(step("clear the bounding capability set"))?;
     caps::clear(None, CapSet::Ambient).map_err(step("clear the ambient capability set"))?;
     caps::clear(None, CapSet::Inheritable).map_err(step("clear the inheritable capability set"))?;
@@ -56,7 +60,8 @@ pub fn drop_to(id: &Identity) -> Result<(), DropError> {
 /// Clear the sets an unprivileged process may clear on its own (ambient, inheritable): used
 /// when no drop is due, so a child never inherits a capability.
 pub fn clear_inheritable() -> Result<(), DropError> {
-    let step = |what: &'static str| move |e: caps::errors::CapsError| DropError::Step(what, e.to_string());
+    let step =
+        |what: &'static str| move |e: caps::errors::CapsError| DropError::Step(what, e.to_string());
     caps::clear(None, CapSet::Ambient).map_err(step("clear the ambient capability set"))?;
     caps::clear(None, CapSet::Inheritable).map_err(step("clear the inheritable capability set"))
 }
@@ -93,11 +98,15 @@ pub fn check_dropped(id: &Identity) -> Result<(), DropError> {
     let groups =
         nix::unistd::getgroups().map_err(|e| DropError::Step("read the groups", e.to_string()))?;
     if groups.iter().any(|g| g.as_raw() != id.gid) {
-        return Err(DropError::Left(format!("supplementary groups remain: {groups:?}")));
+        return Err(DropError::Left(format!(
+            "supplementary groups remain: {groups:?}"
+        )));
     }
     let root = Uid::from_raw(0);
     if setresuid(root, root, root).is_ok() {
-        return Err(DropError::Left("setresuid(0, 0, 0) still succeeds".to_owned()));
+        return Err(DropError::Left(
+            "setresuid(0, 0, 0) still succeeds".to_owned(),
+        ));
     }
     Ok(())
 }

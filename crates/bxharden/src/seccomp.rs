@@ -84,6 +84,48 @@ fn target(arch: Arch) -> TargetArch {
     }
 }
 
+/// The system calls allowed only with one first argument: `socket` and `socketpair` by the
+/// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
+/// its threads). A name on the profile's plain list is allowed whatever its argument.
+pub fn conditional(profile: SeccompProfile) -> Vec<(&'static str, u64)> {
+    let mut out = Vec::new();
+    for (family, _) in profile.socket_families() {
+        out.push(("socket", family as u64));
+        out.push(("socketpair", family as u64));
+    }
+    out.push(("prctl", libc::PR_SET_NAME as u64));
+    out.push(("prctl", libc::PR_GET_NAME as u64));
+    out
+}
+
+/// A profile's list as people read it, one entry a line, sorted: a plain name, or a name with
+/// its condition (`clone(no CLONE_NEW*)`, `socket(AF_UNIX)`, `prctl(PR_SET_NAME)`). The pin test
+/// compares it with `tests/pinned/<profile>.<arch>.txt`.
+pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
+    let plain = profile.syscalls(arch);
+    let mut out: Vec<String> = plain.iter().map(|n| (*n).to_owned()).collect();
+    out.push("clone(no CLONE_NEW*)".to_owned());
+    let families = profile.socket_families();
+    for (call, value) in conditional(profile) {
+        if plain.contains(call) {
+            continue;
+        }
+        let what = match call {
+            "socket" | "socketpair" => families
+                .iter()
+                .find(|(f, _)| *f as u64 == value)
+                .map(|(_, n)| *n)
+                .unwrap_or("?"),
+            _ if value == libc::PR_SET_NAME as u64 => "PR_SET_NAME",
+            _ if value == libc::PR_GET_NAME as u64 => "PR_GET_NAME",
+            _ => "?",
+        };
+        out.push(format!("{call}({what})"));
+    }
+    out.sort();
+    out
+}
+
 /// The rules of a profile as `seccompiler`'s JSON, which resolves the names for `arch` (so a
 /// name that does not exist there is an error on any build machine).
 pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> String {
@@ -95,12 +137,14 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
     rules.push(format!(
         "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}}]}}"
     ));
-    for (family, _) in profile.socket_families() {
-        for call in ["socket", "socketpair"] {
-            rules.push(format!(
-                "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{family}}}]}}"
-            ));
+    let plain = profile.syscalls(arch);
+    for (call, value) in conditional(profile) {
+        if plain.contains(call) {
+            continue; // allowed whatever its argument
         }
+        rules.push(format!(
+            "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{value}}}]}}"
+        ));
     }
     let mismatch = match mismatch {
         Mismatch::KillProcess => "\"kill_process\"".to_owned(),
@@ -126,8 +170,11 @@ pub fn compile(
     let (Some(clone3), Some(main)) = (map.remove("clone3"), map.remove("main")) else {
         return Err(SeccompError::Compile("a filter is missing".to_owned()));
     };
-    // Every unconditional name, plus clone, socket and socketpair.
-    let syscall_count = profile.syscalls(arch).len() + 3;
+    // Every name on the list, with a condition or without.
+    let mut names = profile.syscalls(arch);
+    names.insert("clone");
+    names.extend(conditional(profile).into_iter().map(|(n, _)| n));
+    let syscall_count = names.len();
     Ok(Filters {
         clone3,
         main,
@@ -139,6 +186,33 @@ pub fn compile(
 struct SockFprog {
     len: libc::c_ushort,
     filter: *const seccompiler::sock_filter,
+}
+
+/// Install one compiled filter on the calling thread only, with no allocation: for a child
+/// between `fork` and `execve`. `PR_SET_NO_NEW_PRIVS` must be set first.
+pub fn install_here(program: &BpfProgram, log: bool) -> std::io::Result<()> {
+    let prog = SockFprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr(),
+    };
+    let flags: libc::c_ulong = if log {
+        libc::SECCOMP_FILTER_FLAG_LOG
+    } else {
+        0
+    };
+    // SAFETY: as in `install`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const SockFprog,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn install(program: &BpfProgram, log: bool) -> Result<(), SeccompError> {
@@ -229,6 +303,10 @@ mod tests {
             | libc::CLONE_PARENT_SETTID
             | libc::CLONE_CHILD_CLEARTID;
         assert_eq!(CLONE_NEW_MASK & thread as u64, 0, "threads stay allowed");
-        assert_eq!(CLONE_NEW_MASK & libc::SIGCHLD as u64, 0, "fork stays allowed");
+        assert_eq!(
+            CLONE_NEW_MASK & libc::SIGCHLD as u64,
+            0,
+            "fork stays allowed"
+        );
     }
 }

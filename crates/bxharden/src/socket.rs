@@ -63,7 +63,11 @@ impl fmt::Display for ListenError {
                 write!(f, "{}: another process is serving this socket", p.display())
             }
             ListenError::Mode(p, mode) => {
-                write!(f, "{}: the socket came out {mode:04o}, not 0600", p.display())
+                write!(
+                    f,
+                    "{}: the socket came out {mode:04o}, not 0600",
+                    p.display()
+                )
             }
             ListenError::Io(p, what, e) => write!(f, "{}: cannot {what}: {e}", p.display()),
         }?;
