@@ -132,6 +132,10 @@ pub struct Limits {
     /// The first retry waits this long, each next one twice as long (unless the provider's
     /// `Retry-After` says otherwise).
     pub backoff_ms: u64,
+    /// How long a client has to send its whole request frame.
+    pub first_frame_ms: u64,
+    /// How long a client has to take each frame written to it.
+    pub write_ms: u64,
 }
 
 impl Default for Limits {
@@ -140,6 +144,8 @@ impl Default for Limits {
             timeout_ms: 120_000,
             retries: 2,
             backoff_ms: 500,
+            first_frame_ms: 10_000,
+            write_ms: 30_000,
         }
     }
 }
@@ -301,6 +307,16 @@ impl Config {
                 l.backoff_ms
             ));
         }
+        for (v, key) in [
+            (l.first_frame_ms, "first_frame_ms"),
+            (l.write_ms, "write_ms"),
+        ] {
+            if v == 0 || v > MAX_TIMEOUT_MS {
+                return Err(format!(
+                    "[limits] {key} must be between 1 and {MAX_TIMEOUT_MS}, not {v}"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -308,7 +324,7 @@ impl Config {
     pub fn infer_socket(&self) -> PathBuf {
         match &self.sockets.infer {
             Some(p) if !p.as_os_str().is_empty() => p.clone(),
-            _ => self.paths.home.join("run/loop-infer/infer.sock"),
+            _ => bxcore::layout::INFER.path(&self.paths.home),
         }
     }
 
@@ -466,6 +482,11 @@ context_tokens = 100000
         assert_eq!(c.limits.retries, 2);
         assert!(c.sandbox.require);
         assert_eq!(c.slots["main"].temperature, None);
+    }
+
+    #[test]
+    fn the_socket_name_is_the_layouts() {
+        assert_eq!(bxcore::layout::INFER.file(), INFER_SOCKET);
     }
 
     #[test]
@@ -643,6 +664,8 @@ context_tokens = 1
             ),
             (format!("{SCRIPT}\n[limits]\nretries = 11\n"), "retries"),
             (format!("{SCRIPT}\n[limits]\nbackoff_ms = 0\n"), "backoff_ms"),
+            (format!("{SCRIPT}\n[limits]\nfirst_frame_ms = 0\n"), "first_frame_ms"),
+            (format!("{SCRIPT}\n[limits]\nwrite_ms = 0\n"), "write_ms"),
             (
                 SCRIPT.replace(
                     "[slots.main]\nmodel = \"scripted\"\nmax_tokens = 1024\ncontext_tokens = 100000\n",

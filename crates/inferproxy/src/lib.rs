@@ -10,6 +10,7 @@
 
 pub mod anthropic;
 pub mod config;
+pub mod daemon;
 pub mod error;
 pub mod key;
 pub mod openai;

@@ -54,6 +54,12 @@ pub enum Answer {
     /// `200`, `text/event-stream`, each piece its own chunk; `cut` stops before the last
     /// chunk and closes the connection.
     Stream { pieces: Vec<String>, cut: bool },
+    /// `200`, `text/event-stream`: `before` sent, then nothing until `gate` opens, then `after`.
+    Gated {
+        before: Vec<String>,
+        after: Vec<String>,
+        gate: Gate,
+    },
     /// `200` event-stream headers, then one byte every `every` for ever (until the client
     /// goes away or a minute has passed).
     Trickle { every: Duration },
@@ -223,6 +229,27 @@ fn serve(
                 out.write_all(b"0\r\n\r\n")?;
                 out.flush()?;
             }
+            Answer::Gated {
+                before,
+                after,
+                gate,
+            } => {
+                out.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                      transfer-encoding: chunked\r\n\r\n",
+                )?;
+                for p in before {
+                    out.write_all(format!("{:x}\r\n{p}\r\n", p.len()).as_bytes())?;
+                    out.flush()?;
+                }
+                gate.wait();
+                for p in after {
+                    out.write_all(format!("{:x}\r\n{p}\r\n", p.len()).as_bytes())?;
+                    out.flush()?;
+                }
+                out.write_all(b"0\r\n\r\n")?;
+                out.flush()?;
+            }
             Answer::Trickle { every } => {
                 out.write_all(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
@@ -329,4 +356,180 @@ pub fn run(
     let mut pieces = Vec::new();
     let r = inf.infer(req, &mut |t| pieces.push(t.to_string()));
     (r, pieces)
+}
+
+/// A gate a test opens once, for a server thread waiting on it (at most a minute).
+#[derive(Debug, Clone, Default)]
+pub struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    pub fn open(&self) {
+        *self.0.0.lock().unwrap() = true;
+        self.0.1.notify_all();
+    }
+    pub fn wait(&self) {
+        let (lock, cv) = &*self.0;
+        let g = lock.lock().unwrap();
+        let _ = cv
+            .wait_timeout_while(g, Duration::from_secs(60), |open| !*open)
+            .unwrap();
+    }
+}
+
+/// The real `inferproxy serve` on a temporary home, killed and reaped when dropped. Its stderr
+/// goes to `<home>/inferproxy.log`.
+pub struct Daemon {
+    pub home: tempfile::TempDir,
+    pub config: std::path::PathBuf,
+    pub socket: std::path::PathBuf,
+    pub log: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl Daemon {
+    /// Write `config` (with `{home}` replaced) into a fresh home and start the daemon; `Err`
+    /// with its log when it exits before serving.
+    pub fn start(config: &str) -> Result<Daemon, String> {
+        Daemon::start_with(config, &[])
+    }
+
+    /// The same, with `files` (name, text) written into the home first.
+    pub fn start_with(config: &str, files: &[(&str, &str)]) -> Result<Daemon, String> {
+        Daemon::start_env(config, files, &[], true)
+    }
+
+    /// The same, with environment variables, and waiting for `ping` or (`ping = false`, for a
+    /// daemon that refuses the test's uid) for the serving notice.
+    pub fn start_env(
+        config: &str,
+        files: &[(&str, &str)],
+        env: &[(&str, String)],
+        ping: bool,
+    ) -> Result<Daemon, String> {
+        let home = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(home.path().join(name), text).unwrap();
+        }
+        Daemon::start_in(home, config, env, ping)
+    }
+
+    pub fn start_in(
+        home: tempfile::TempDir,
+        config: &str,
+        env: &[(&str, String)],
+        ping: bool,
+    ) -> Result<Daemon, String> {
+        let text = config.replace("{home}", &home.path().display().to_string());
+        let cfg = home.path().join("inferproxy.toml");
+        std::fs::write(&cfg, text).unwrap();
+        let log = home.path().join("inferproxy.log");
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_inferproxy"))
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("LISTEN_FDS")
+            .env_remove("NOTIFY_SOCKET")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let socket = home.path().join("run/loop-infer/infer.sock");
+        let mut d = Daemon {
+            home,
+            config: cfg,
+            socket,
+            log,
+            child: Some(child),
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            if ping && bxcore::client::ping(&d.socket, Duration::from_secs(5)).is_ok() {
+                return Ok(d);
+            }
+            if !ping && d.log_text().contains("inferproxy: serving inference") {
+                return Ok(d);
+            }
+            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
+                d.child = None;
+                return Err(format!("exited {status}: {}", d.log_text()));
+            }
+            if Instant::now() > until {
+                return Err(format!("never answered ping: {}", d.log_text()));
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Send one request; every frame of the answer, the final one last.
+    pub fn ask(&self, id: u64, msg: bxcore::Message) -> Vec<bxcore::Envelope> {
+        use bxcore::{read_frame, write_frame};
+        let mut s = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        write_frame(&mut s, &bxcore::Envelope::new(id, true, msg)).unwrap();
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut out = Vec::new();
+        loop {
+            let env = read_frame(&mut bxcore::deadline::Deadline::new(&s, until)).unwrap();
+            let last = env.last;
+            out.push(env);
+            if last {
+                return out;
+            }
+        }
+    }
+
+    /// Wait (generously) until the log has a line containing `needle`.
+    pub fn wait_log(&self, needle: &str) -> String {
+        let until = Instant::now() + Duration::from_secs(20);
+        loop {
+            let t = self.log_text();
+            if t.contains(needle) || Instant::now() > until {
+                return t;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A config for the daemon with the script provider at `{home}/script.toml` (`{home}` is
+/// replaced by the home).
+pub fn script_config(extra: &str) -> String {
+    format!(
+        r#"
+[paths]
+home = "{{home}}"
+
+[provider]
+kind = "script"
+script = "{{home}}/script.toml"
+
+[slots.main]
+model = "scripted"
+max_tokens = 100
+context_tokens = 100000
+
+[sandbox]
+require = false
+{extra}
+"#
+    )
 }
