@@ -490,10 +490,15 @@ impl Daemon {
 
     /// Wait (generously) until the log has a line containing `needle`.
     pub fn wait_log(&self, needle: &str) -> String {
+        self.wait_log_n(needle, 1)
+    }
+
+    /// Wait (generously) until the log holds `needle` at least `n` times.
+    pub fn wait_log_n(&self, needle: &str, n: usize) -> String {
         let until = Instant::now() + Duration::from_secs(20);
         loop {
             let t = self.log_text();
-            if t.contains(needle) || Instant::now() > until {
+            if t.matches(needle).count() >= n || Instant::now() > until {
                 return t;
             }
             thread::sleep(Duration::from_millis(20));
