@@ -383,6 +383,14 @@ impl Http {
         match e {
             ureq::Error::Timeout(_) => timeout("waiting for the provider's answer"),
             _ if Instant::now() >= until => timeout("waiting for the provider's answer"),
+            // rustls reports a failed handshake (an untrusted certificate, a wrong name) as
+            // invalid data: trying again cannot fix it.
+            ureq::Error::Io(ref io) if io.kind() == std::io::ErrorKind::InvalidData => {
+                Failure::fatal(InferError::Unreachable(format!(
+                    "{} ({}:{}): TLS: {why}",
+                    self.endpoint.url, self.endpoint.host, self.endpoint.port
+                )))
+            }
             ureq::Error::HostNotFound
             | ureq::Error::ConnectionFailed
             | ureq::Error::Io(_)
