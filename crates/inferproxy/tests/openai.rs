@@ -633,3 +633,21 @@ fn an_unknown_slot_and_an_oversized_request_are_refused_before_sending() {
     );
     assert!(p.seen().is_empty());
 }
+
+#[test]
+fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
+    let other = Provider::start(vec![stream(&text_stream())]);
+    let redirect = Answer::Whole {
+        status: 307,
+        headers: vec![("location".into(), other.base_url("/v1/chat/completions"))],
+        body: String::new(),
+    };
+    let (_h, p, inf) = setup(vec![redirect], "retries = 0");
+    let e = run(&inf, &hello_request()).0.unwrap_err();
+    assert_eq!(p.seen().len(), 1);
+    assert!(other.seen().is_empty(), "the redirect was followed");
+    assert_eq!(
+        e.to_string(),
+        "the provider refused the request (307): (no message); see docs/runbook.md#inference-request-refused"
+    );
+}
