@@ -309,7 +309,10 @@ impl Http {
             let message = self.key.redact(&crate::stream::error_message(&text));
             return Err(status_failure(status, message, retry_after));
         }
-        let reader = body.into_with_config().limit(MAX_REPLY as u64 * 4).reader();
+        // No byte limit on the body: a stream is read an event at a time (each bounded), what
+        // it gathers is bounded by MAX_REPLY, and its duration by the deadline. A long reply's
+        // event framing alone can be many times its text.
+        let reader = body.into_reader();
         let mut parser = self.parser(max_tokens);
         let cut = |e: std::io::Error, what: &str| -> Failure {
             if Instant::now() >= until || io_is_timeout(&e) {

@@ -651,3 +651,42 @@ fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
         "the provider refused the request (307): (no message); see docs/runbook.md#inference-request-refused"
     );
 }
+
+#[test]
+fn a_long_reply_whose_framing_dwarfs_its_text_is_taken_whole() {
+    // 20 000 one-word chunks: over 4 MiB of events for 100 kB of text.
+    let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    for _ in 0..20_000 {
+        chunks.push(chunk(json!({"content": "word "}), None));
+    }
+    chunks.push(chunk(json!({}), Some("stop")));
+    let events = openai_events(&chunks.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(events.iter().map(String::len).sum::<usize>() > 4 << 20);
+    // Sent in large HTTP chunks, so the test server is quick about it.
+    let pieces: Vec<String> = events.chunks(500).map(|c| c.concat()).collect();
+    let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+    let (_h, _p, inf) = setup(vec![Answer::sse(&refs)], "");
+    let (r, forwarded) = run(&inf, &hello_request());
+    let r = r.unwrap();
+    assert_eq!(forwarded.len(), 20_000);
+    let bxcore::ChatMessage::Assistant { text, .. } = r.message else {
+        panic!("not assistant")
+    };
+    assert_eq!(text.len(), 100_000);
+}
+
+#[test]
+fn a_reply_over_the_frame_limit_is_refused() {
+    let big = "y".repeat(64 * 1024);
+    let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+    for _ in 0..17 {
+        chunks.push(chunk(json!({"content": big}), None));
+    }
+    chunks.push(chunk(json!({}), Some("stop")));
+    let (_h, _p, inf) = setup(vec![stream(&chunks)], "");
+    let e = run(&inf, &hello_request()).0.unwrap_err();
+    assert!(
+        e.to_string().contains("the reply grew past 1048576 bytes"),
+        "{e}"
+    );
+}
