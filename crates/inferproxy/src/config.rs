@@ -202,11 +202,26 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl Config {
-    /// Read, parse and check `path`.
+    /// Read, parse and check `path`. The files `[provider]` names (`api_key_file`, `script`,
+    /// `ca_file`), when relative, are taken relative to the configuration's own directory.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError::new(path, format!("cannot read it: {e}")))?;
-        Config::parse(path, &text)
+        let mut cfg = Config::parse(path, &text)?;
+        let base = path.parent().unwrap_or(Path::new(""));
+        for p in [
+            &mut cfg.provider.api_key_file,
+            &mut cfg.provider.script,
+            &mut cfg.provider.ca_file,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        }
+        Ok(cfg)
     }
 
     /// Parse and check `text` (named `path` in errors).
@@ -482,6 +497,19 @@ context_tokens = 100000
         assert_eq!(c.limits.retries, 2);
         assert!(c.sandbox.require);
         assert_eq!(c.slots["main"].temperature, None);
+    }
+
+    #[test]
+    fn relative_provider_files_are_beside_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("inferproxy.toml");
+        std::fs::write(
+            &path,
+            SCRIPT.replace("/etc/boxmaker/script.toml", "scripts/s.toml"),
+        )
+        .unwrap();
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.provider.script, Some(dir.path().join("scripts/s.toml")));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use bxcore::layout;
 use bxcore::{Envelope, ErrorCode, InferDelta, InferRequest, Message};
 use bxharden::sandbox::{SANDBOX_ANCHOR, SandboxError};
+use bxharden::socket::LISTEN_ANCHOR;
 use bxharden::{Daemon, Identity, Owner, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
@@ -131,14 +132,14 @@ fn start(config: &Path) -> Result<Never, (&'static str, String)> {
     })?;
     let own = cfg.own_dir();
     prepare_own_dir(&own, id.owner()).map_err(|e| (STATE_DIR_ANCHOR, e))?;
-    let mut handed = bxharden::activated().map_err(|e| (SANDBOX_ANCHOR, e.to_string()))?;
+    let mut handed = bxharden::activated().map_err(|e| (LISTEN_ANCHOR, e.to_string()))?;
     let listener = bxharden::socket_for(
         &mut handed,
         layout::INFER.name,
         &cfg.infer_socket(),
         id.owner(),
     )
-    .map_err(|e| (SANDBOX_ANCHOR, e.to_string()))?;
+    .map_err(|e| (LISTEN_ANCHOR, e.to_string()))?;
 
     let mut profile = Profile::new(SeccompProfile::Inferproxy)
         .read_write(&own)

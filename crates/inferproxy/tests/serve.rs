@@ -590,3 +590,57 @@ fn a_provider_named_localhost_is_resolved_inside_the_sandbox() {
         d.log_text()
     );
 }
+
+#[test]
+fn a_file_where_the_socket_goes_refuses_to_start() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("script.toml"), SCRIPT).unwrap();
+    let dir = home.path().join("run/loop-infer");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(dir.join("infer.sock"), "not a socket").unwrap();
+    let e = match Daemon::start_in(home, &script_config(""), &[], true) {
+        Ok(_) => panic!("it started"),
+        Err(e) => e,
+    };
+    assert!(e.contains("infer.sock"), "{e}");
+    assert!(
+        e.trim_end()
+            .ends_with("see docs/runbook.md#socket-listen-failed"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_own_directory_that_is_not_a_directory_refuses_to_start() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("script.toml"), SCRIPT).unwrap();
+    std::fs::write(home.path().join("infer"), "a file").unwrap();
+    let e = match Daemon::start_in(home, &script_config(""), &[], true) {
+        Ok(_) => panic!("it started"),
+        Err(e) => e,
+    };
+    assert!(
+        e.contains("/infer: is not a directory; see docs/runbook.md#inferproxy-state-dir"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_wide_own_directory_is_tightened_with_a_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("script.toml"), SCRIPT).unwrap();
+    let own = home.path().join("infer");
+    std::fs::create_dir(&own).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = Daemon::start_in(home, &script_config(""), &[], true).unwrap();
+    let mode = std::fs::metadata(&own).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700);
+    assert!(
+        d.log_text()
+            .contains("/infer: the directory was 0755, made 0700"),
+        "{}",
+        d.log_text()
+    );
+}
