@@ -174,7 +174,6 @@ const SERVER: &[&str] = &[
     "statx",
     "getdents64",
     "fcntl",
-    "ioctl",
     "flock",
     "fsync",
     "fdatasync",

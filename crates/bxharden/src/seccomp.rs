@@ -84,43 +84,73 @@ fn target(arch: Arch) -> TargetArch {
     }
 }
 
-/// The system calls allowed only with one first argument: `socket` and `socketpair` by the
-/// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
-/// its threads). A name on the profile's plain list is allowed whatever its argument.
-pub fn conditional(profile: SeccompProfile) -> Vec<(&'static str, u64)> {
-    let mut out = Vec::new();
-    for (family, _) in profile.socket_families() {
-        out.push(("socket", family as u64));
-        out.push(("socketpair", family as u64));
+/// A system call allowed only when one argument has one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conditional {
+    /// The system call.
+    pub call: &'static str,
+    /// Which argument (from 0).
+    pub arg: u8,
+    /// The value it must have (its low 32 bits: every argument checked here is an `int` or an
+    /// `unsigned int` in the kernel, which ignores the upper half).
+    pub value: u64,
+    /// The value's name, for people.
+    pub label: &'static str,
+}
+
+const fn cond(call: &'static str, arg: u8, value: u64, label: &'static str) -> Conditional {
+    Conditional {
+        call,
+        arg,
+        value,
+        label,
     }
-    out.push(("prctl", libc::PR_SET_NAME as u64));
-    out.push(("prctl", libc::PR_GET_NAME as u64));
+}
+
+/// The `ioctl` requests allowed: descriptor flags, non-blocking mode, bytes waiting, and the
+/// terminal queries `isatty` and programs make. Not `TIOCSTI` (typing into a terminal the daemon
+/// was started from), not any device's own requests.
+// The request type is `c_ulong` on glibc and `c_int` on musl: the casts are for the latter.
+#[allow(clippy::unnecessary_cast)]
+const IOCTLS: [(u64, &str); 7] = [
+    (libc::FIONBIO as u64, "FIONBIO"),
+    (libc::FIOCLEX as u64, "FIOCLEX"),
+    (libc::FIONCLEX as u64, "FIONCLEX"),
+    (libc::FIONREAD as u64, "FIONREAD"),
+    (libc::TCGETS as u64, "TCGETS"),
+    (libc::TIOCGWINSZ as u64, "TIOCGWINSZ"),
+    (libc::TIOCGPGRP as u64, "TIOCGPGRP"),
+];
+
+/// The system calls allowed only with given arguments: `socket` and `socketpair` by the
+/// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
+/// its threads), `ioctl` only with the requests of [`IOCTLS`]. A name on the profile's plain
+/// list is allowed whatever its arguments (`prctl` where programs are started).
+pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
+    let mut out = Vec::new();
+    for (family, name) in profile.socket_families() {
+        out.push(cond("socket", 0, family as u64, name));
+        out.push(cond("socketpair", 0, family as u64, name));
+    }
+    out.push(cond("prctl", 0, libc::PR_SET_NAME as u64, "PR_SET_NAME"));
+    out.push(cond("prctl", 0, libc::PR_GET_NAME as u64, "PR_GET_NAME"));
+    for (request, name) in IOCTLS {
+        out.push(cond("ioctl", 1, request, name));
+    }
     out
 }
 
 /// A profile's list as people read it, one entry a line, sorted: a plain name, or a name with
-/// its condition (`clone(no CLONE_NEW*)`, `socket(AF_UNIX)`, `prctl(PR_SET_NAME)`). The pin test
+/// its condition (`clone(no CLONE_NEW*)`, `socket(AF_UNIX)`, `ioctl(FIONBIO)`). The pin test
 /// compares it with `tests/pinned/<profile>.<arch>.txt`.
 pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
     let plain = profile.syscalls(arch);
     let mut out: Vec<String> = plain.iter().map(|n| (*n).to_owned()).collect();
     out.push("clone(no CLONE_NEW*)".to_owned());
-    let families = profile.socket_families();
-    for (call, value) in conditional(profile) {
-        if plain.contains(call) {
-            continue;
+    for c in conditional(profile) {
+        if !plain.contains(c.call) {
+            out.push(format!("{}({})", c.call, c.label));
         }
-        let what = match call {
-            "socket" | "socketpair" => families
-                .iter()
-                .find(|(f, _)| *f as u64 == value)
-                .map(|(_, n)| *n)
-                .unwrap_or("?"),
-            _ if value == libc::PR_SET_NAME as u64 => "PR_SET_NAME",
-            _ if value == libc::PR_GET_NAME as u64 => "PR_GET_NAME",
-            _ => "?",
-        };
-        out.push(format!("{call}({what})"));
     }
     out.sort();
     out
@@ -138,12 +168,13 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
         "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}}]}}"
     ));
     let plain = profile.syscalls(arch);
-    for (call, value) in conditional(profile) {
-        if plain.contains(call) {
-            continue; // allowed whatever its argument
+    for c in conditional(profile) {
+        if plain.contains(c.call) {
+            continue; // allowed whatever its arguments
         }
         rules.push(format!(
-            "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{value}}}]}}"
+            "{{\"syscall\":\"{}\",\"args\":[{{\"index\":{},\"type\":\"dword\",\"op\":\"eq\",\"val\":{}}}]}}",
+            c.call, c.arg, c.value
         ));
     }
     let mismatch = match mismatch {
@@ -173,7 +204,7 @@ pub fn compile(
     // Every name on the list, with a condition or without.
     let mut names = profile.syscalls(arch);
     names.insert("clone");
-    names.extend(conditional(profile).into_iter().map(|(n, _)| n));
+    names.extend(conditional(profile).into_iter().map(|c| c.call));
     let syscall_count = names.len();
     Ok(Filters {
         clone3,

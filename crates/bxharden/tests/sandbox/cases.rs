@@ -1,13 +1,12 @@
 //! The runner: each case starts children of this binary and checks what they print, how they
 //! end, and what `/proc` and the filesystem say about them.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -74,6 +73,10 @@ fn cases() -> Vec<Case> {
         (
             "an_unprivileged_daemon_applies_landlock_and_seccomp",
             unprivileged_apply,
+        ),
+        (
+            "an_unprivileged_daemon_comes_up_under_its_units_system_call_filter",
+            unprivileged_apply_under_the_units_filter,
         ),
         ("root_without_a_user_is_refused", || {
             refusal(
@@ -450,6 +453,11 @@ fn forbidden_things_work_before_the_sandbox() -> Outcome {
         let got = attempt(&world, "none", "kill", op);
         ensure!(got == Ended::Ok, "{op} without the sandbox: {got:?}");
     }
+    let got = attempt(&world, "none", "kill", "ioctl-tiocsti");
+    ensure!(
+        got == Ended::Errno(libc::ENOTTY),
+        "TIOCSTI without the sandbox reaches the kernel (ENOTTY on /dev/null): {got:?}"
+    );
     let got = attempt(&world, "none", "kill", "clone3");
     ensure!(
         got == Ended::Errno(libc::EINVAL),
@@ -488,6 +496,7 @@ fn expected(p: SeccompProfile, op: &str) -> Stop {
         "signal-outside" => Stop::Seccomp,
         "abstract-connect" => Stop::Errno(libc::EPERM),
         "clone3" => Stop::Errno(libc::ENOSYS),
+        "ioctl-tiocsti" => Stop::Seccomp,
         "tcp-connect-other" => Stop::Errno(libc::EACCES),
         "tcp-connect-allowed" | "write-own" | "thread" => Stop::Allowed,
         other => panic!("no expectation for {other}"),
@@ -499,7 +508,7 @@ fn proof_matrix(name: &str) -> Outcome {
     let profile = crate::child::profile_named(name).unwrap();
     let world = World::new();
     let mut ops: Vec<&str> = OPS.to_vec();
-    ops.extend(["clone3", "write-own", "thread"]);
+    ops.extend(["clone3", "ioctl-tiocsti", "write-own", "thread"]);
     if profile.inet() {
         ops.extend(["tcp-connect-allowed", "tcp-connect-other"]);
     }
@@ -576,53 +585,18 @@ fn every_thread_shows_the_sandbox() -> Outcome {
             }
         }
         let pid = ch.0.id();
-        let tasks: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
+        let threads = bxharden::proc_status::threads(pid).unwrap();
         ensure!(
-            tasks.len() == 3,
+            threads.len() == 3,
             "{profile}: {} threads, expected 3",
-            tasks.len()
+            threads.len()
         );
-        for task in tasks {
-            let status = std::fs::read_to_string(task.join("status")).unwrap();
-            let fields: BTreeMap<&str, &str> = status
-                .lines()
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k, v.trim()))
-                .collect();
+        for t in threads {
+            let problems = t.problems(NOBODY, NOBODY);
             ensure!(
-                fields["Seccomp"] == "2",
-                "{profile} {task:?}: Seccomp {}",
-                fields["Seccomp"]
-            );
-            ensure!(
-                fields["NoNewPrivs"] == "1",
-                "{profile} {task:?}: NoNewPrivs"
-            );
-            for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-                ensure!(
-                    fields[cap] == "0000000000000000",
-                    "{profile} {task:?}: {cap} {}",
-                    fields[cap]
-                );
-            }
-            let ids = format!("{NOBODY}\t{NOBODY}\t{NOBODY}\t{NOBODY}");
-            ensure!(
-                fields["Uid"] == ids,
-                "{profile} {task:?}: Uid {}",
-                fields["Uid"]
-            );
-            ensure!(
-                fields["Gid"] == ids,
-                "{profile} {task:?}: Gid {}",
-                fields["Gid"]
-            );
-            ensure!(
-                fields["Groups"].is_empty() || fields["Groups"] == NOBODY.to_string(),
-                "{profile}: Groups {}",
-                fields["Groups"]
+                problems.is_empty(),
+                "{profile} thread {}: {problems:?}",
+                t.tid
             );
         }
         drop(ch.0.stdin.take());
@@ -689,6 +663,31 @@ fn unprivileged_apply() -> Outcome {
         }
     }
     ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
+    Outcome::Pass
+}
+
+/// Under its NixOS unit a daemon starts unprivileged with `SystemCallFilter=~@privileged
+/// @setuid`, which kills a process that calls `capset`, `setgroups` or `set*id`: `apply` must
+/// still come up there (it has nothing to drop, so it must not try).
+fn unprivileged_apply_under_the_units_filter() -> Outcome {
+    let world = World::new();
+    let mut envs = world.envs("loopd", "kill", "thread");
+    envs.retain(|(k, _)| *k != "BXH_USER");
+    envs.push(("BXH_UNIT_FILTER", "1".to_string()));
+    let mut cmd = child("op", &envs);
+    if is_root() {
+        cmd.uid(NOBODY).gid(NOBODY);
+    }
+    let out = match output(cmd) {
+        Ok(o) => o,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let text = stdout(&out);
+    ensure!(
+        text.contains("report: sandbox: ") && text.contains("result: ok"),
+        "apply under the unit's filter: {}",
+        show(&out)
+    );
     Outcome::Pass
 }
 

@@ -41,6 +41,9 @@ fn sandbox() -> Result<bxharden::Report, bxharden::SandboxError> {
             p = p.connect_tcp(port).resolver_and_ca();
         }
     }
+    if var("BXH_UNIT_FILTER") == "1" {
+        unit_filter();
+    }
     let user = var("BXH_USER");
     let cfg = SandboxConfig {
         user: (!user.is_empty()).then(|| user.clone()),
@@ -49,6 +52,46 @@ fn sandbox() -> Result<bxharden::Report, bxharden::SandboxError> {
         seccomp_log: var("BXH_MODE") == "log",
     };
     bxharden::apply(&cfg, &p)
+}
+
+/// What a NixOS unit's `SystemCallFilter=~@privileged @setuid` does to the daemon it starts:
+/// the credential and capability calls kill the process. A daemon that is not root must come
+/// up under it, so `apply` makes none of those calls when it has nothing to drop.
+fn unit_filter() {
+    use std::collections::BTreeMap;
+
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+
+    let denied = [
+        libc::SYS_capset,
+        libc::SYS_setgroups,
+        libc::SYS_setresuid,
+        libc::SYS_setresgid,
+        libc::SYS_setuid,
+        libc::SYS_setgid,
+        libc::SYS_setreuid,
+        libc::SYS_setregid,
+        libc::SYS_setfsuid,
+        libc::SYS_setfsgid,
+    ];
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> =
+        denied.iter().map(|n| (*n, Vec::new())).collect();
+    let arch = TargetArch::try_from(std::env::consts::ARCH).expect("a supported architecture");
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::KillProcess,
+        arch,
+    )
+    .expect("the unit's filter builds");
+    let prog: BpfProgram = filter.try_into().expect("the unit's filter compiles");
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only; an unprivileged
+    // process needs it to install a filter, as systemd sets it for a filtered unit.
+    assert_eq!(
+        unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) },
+        0
+    );
+    seccompiler::apply_filter(&prog).expect("the unit's filter installs");
 }
 
 fn init_log() {
@@ -230,6 +273,15 @@ fn attempt(op: &str) -> Result<(), i32> {
                 )
             };
             if r < 0 { Err(errno()) } else { Ok(()) }
+        }
+        "ioctl-tiocsti" => {
+            // On stdin (/dev/null in these children): ENOTTY where the kernel is reached.
+            let c: libc::c_char = b'x' as libc::c_char;
+            if unsafe { libc::ioctl(0, libc::TIOCSTI, &c) } < 0 {
+                Err(errno())
+            } else {
+                Ok(())
+            }
         }
         "thread" => std::thread::spawn(|| 7)
             .join()
