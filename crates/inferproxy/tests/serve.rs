@@ -101,7 +101,8 @@ fn ping_answers_pong_with_the_daemons_name() {
 #[test]
 fn the_startup_notice_says_what_is_in_force_and_served() {
     let d = script_daemon("");
-    let log = d.log_text();
+    // The notice follows the accept thread's start, so ping may answer a moment before it.
+    let log = d.wait_log("inferproxy: serving inference");
     assert!(log.contains("inferproxy: sandbox: uid "), "{log}");
     assert!(log.contains("seccomp inferproxy ("), "{log}");
     assert!(
