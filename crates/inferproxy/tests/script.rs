@@ -215,3 +215,46 @@ fn the_script_numbers_calls_from_first_call() {
         json!({"n": 1, "deep": {"list": [1, "x"]}})
     );
 }
+
+#[test]
+fn the_default_script_answers_anything() {
+    let inf = inference(inferproxy::script::DEFAULT);
+    let (r, _) = ask(
+        &inf,
+        &req(json!([{"role": "user", "text": "Hello there"}]), 1),
+    );
+    assert!(
+        r.unwrap()["message"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Hello!")
+    );
+    let (r, _) = ask(
+        &inf,
+        &req(json!([{"role": "user", "text": "What time is it?"}]), 5),
+    );
+    assert_eq!(
+        r.unwrap()["message"]["tool_calls"],
+        json!([{"call": 5, "tool": "time_now", "args": {}}])
+    );
+    let after = json!([
+        {"role": "user", "text": "What time is it?"},
+        {"role": "assistant", "text": "", "tool_calls": [{"call": 5, "tool": "time_now", "args": {}}]},
+        {"role": "tool", "call": 5, "text": "2026-11-30T08:00:00Z"}
+    ]);
+    let (r, _) = ask(&inf, &req(after, 6));
+    assert_eq!(
+        r.unwrap()["message"]["text"],
+        "The tool answered: 2026-11-30T08:00:00Z"
+    );
+    for text in ["", "anything at all", "ünïcødé", "timetable"] {
+        let (r, _) = ask(&inf, &req(json!([{"role": "user", "text": text}]), 1));
+        assert!(
+            r.unwrap()["message"]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("I am the box's scripted model"),
+            "{text:?}"
+        );
+    }
+}
