@@ -106,7 +106,11 @@ impl ApiKey {
     /// `text` with every occurrence of the key replaced by `[redacted]`: for anything a
     /// provider sent back that is logged or forwarded.
     pub fn redact(&self, text: &str) -> String {
-        text.replace(self.0.as_str(), "[redacted]")
+        if text.contains(self.0.as_str()) {
+            text.replace(self.0.as_str(), "[redacted]")
+        } else {
+            text.to_string()
+        }
     }
 }
 

@@ -306,7 +306,8 @@ impl Http {
                 .reader()
                 .take(MAX_ERROR_BODY)
                 .read_to_string(&mut text);
-            let message = self.key.redact(&crate::stream::error_message(&text));
+            // Redacted before anything is cut out of it, so no prefix of the key survives.
+            let message = crate::stream::error_message(&self.key.redact(&text));
             return Err(status_failure(status, message, retry_after));
         }
         // No byte limit on the body: a stream is read an event at a time (each bounded), what
@@ -339,6 +340,7 @@ impl Http {
                     "the reply is over {MAX_REPLY} bytes"
                 ))));
             }
+            let text = self.key.redact(&text);
             return match self.kind {
                 ProviderKind::Anthropic => anthropic::whole(&text, max_tokens, deliver),
                 _ => openai::whole(&text, max_tokens, deliver),
@@ -347,7 +349,11 @@ impl Http {
         let mut events = sse::Reader::new(BufReader::new(reader));
         loop {
             match events.next_event() {
-                Ok(Some(ev)) => {
+                Ok(Some(mut ev)) => {
+                    // Whatever the provider sends is seen redacted, by the parser and by any
+                    // error quoting it: a provider that echoes the key cannot make it leak.
+                    ev.data = self.key.redact(&ev.data);
+                    ev.name = self.key.redact(&ev.name);
                     if parser.event(&ev, deliver)? == Flow::Done {
                         return parser.finish();
                     }

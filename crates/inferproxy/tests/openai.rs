@@ -690,3 +690,35 @@ fn a_reply_over_the_frame_limit_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn a_key_echoed_where_the_message_is_cut_leaves_no_prefix_of_it() {
+    // The excerpt keeps 200 characters; the key starts at 190, straddling the cut.
+    let body = format!(
+        r#"{{"error":{{"message":"{}{KEY} is not valid"}}}}"#,
+        "x".repeat(190)
+    );
+    let (_h, _p, inf) = setup(vec![Answer::json(401, &body)], "");
+    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    assert!(!e.contains(&KEY[..6]), "{e}");
+}
+
+#[test]
+fn a_key_echoed_inside_the_stream_is_redacted() {
+    let chunks = vec![
+        chunk(json!({"role": "assistant", "content": ""}), None),
+        json!({"error": {"message": format!("bad key {KEY}"), "type": "invalid_request_error"}})
+            .to_string(),
+    ];
+    let (_h, _p, inf) = setup(vec![stream(&chunks)], "");
+    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    assert!(e.contains("bad key [redacted]"), "{e}");
+    assert!(!e.contains(KEY), "{e}");
+    // And in a chunk that breaks the format, quoted in the error.
+    let (_h, _p, inf) = setup(
+        vec![Answer::sse(&[&format!("data: {{{KEY}\n\n")])],
+        "retries = 0",
+    );
+    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    assert!(!e.contains(KEY), "{e}");
+}
