@@ -307,7 +307,12 @@ impl StreamParser for Stream {
                     match r {
                         Value::Null => {}
                         Value::String(r) => self.stop_reason = Some(r.clone()),
-                        other => return Err(bad(format!("stop_reason is not a string: {other}"))),
+                        other => {
+                            return Err(bad(format!(
+                                "stop_reason is not a string: {}",
+                                excerpt(&other.to_string())
+                            )));
+                        }
                     }
                 }
                 if let Some(u) = m.get("usage") {
@@ -372,7 +377,10 @@ fn in_stream_error(err: &Value) -> Failure {
         "overloaded_error" | "api_error" | "rate_limit_error"
     );
     Failure {
-        error: InferError::InStream { kind, message },
+        error: InferError::InStream {
+            kind: excerpt(&kind),
+            message,
+        },
         retryable,
         retry_after: None,
     }

@@ -147,7 +147,8 @@ impl Stream {
                 Some(Value::String(r)) => self.finish = Some(r.clone()),
                 Some(other) => {
                     return Err(Failure::fatal(InferError::malformed(format!(
-                        "finish_reason is not a string: {other}"
+                        "finish_reason is not a string: {}",
+                        excerpt(&other.to_string())
                     ))));
                 }
             }
@@ -342,7 +343,10 @@ fn in_stream_error(err: &Value) -> Failure {
             "server_error" | "rate_limit_exceeded" | "overloaded_error" | "api_error"
         );
     Failure {
-        error: InferError::InStream { kind, message },
+        error: InferError::InStream {
+            kind: excerpt(&kind),
+            message,
+        },
         retryable,
         retry_after: None,
     }

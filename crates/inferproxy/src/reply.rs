@@ -61,8 +61,8 @@ impl Draft {
             }
             let args = parse_args(&c.args).map_err(|why| {
                 InferError::malformed(format!(
-                    "the arguments of tool call {i} ({}) are {why}",
-                    c.name
+                    "the arguments of tool call {i} ({:?}) are {why}",
+                    crate::stream::excerpt(&c.name)
                 ))
             })?;
             tool_calls.push(ToolCall {

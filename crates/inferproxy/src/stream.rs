@@ -120,7 +120,8 @@ pub fn count(v: Option<&Value>, what: &str) -> Result<u64, Failure> {
         None | Some(Value::Null) => Ok(0),
         Some(v) => v.as_u64().ok_or_else(|| {
             Failure::fatal(InferError::malformed(format!(
-                "usage {what} is not a count: {v}"
+                "usage {what} is not a count: {}",
+                excerpt(&v.to_string())
             )))
         }),
     }

@@ -265,7 +265,10 @@ fn invalid_json_in_tool_input_is_an_error() {
     let (_h, _p, inf) = setup(vec![stream(&events)], "");
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(e.anchor(), "inference-malformed");
-    assert!(e.to_string().contains("(run) are not valid JSON"), "{e}");
+    assert!(
+        e.to_string().contains("(\"run\") are not valid JSON"),
+        "{e}"
+    );
 }
 
 #[test]

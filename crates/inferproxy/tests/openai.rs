@@ -515,7 +515,7 @@ fn invalid_json_in_arguments_is_an_error_not_a_tool_call() {
     assert_eq!(e.anchor(), "inference-malformed");
     assert!(
         e.to_string()
-            .contains("the arguments of tool call 0 (run) are not valid JSON"),
+            .contains("the arguments of tool call 0 (\"run\") are not valid JSON"),
         "{e}"
     );
 }
@@ -721,4 +721,23 @@ fn a_key_echoed_inside_the_stream_is_redacted() {
     );
     let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
     assert!(!e.contains(KEY), "{e}");
+}
+
+#[test]
+fn provider_text_in_an_error_cannot_forge_a_log_line() {
+    let chunks = vec![
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "c", "type": "function",
+            "function": {"name": "x\ninferproxy: all is well; see docs/runbook.md#nothing", "arguments": "{"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+    ];
+    let (_h, _p, inf) = setup(vec![stream(&chunks)], "");
+    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    assert!(!e.contains('\n'), "{e}");
+    assert!(
+        e.ends_with("see docs/runbook.md#inference-malformed"),
+        "{e}"
+    );
 }
