@@ -246,6 +246,8 @@ fn answer(stream: &mut UnixStream, id: u64, req: &InferRequest, inference: &Infe
 }
 
 fn log_failure(slot: &str, e: &crate::InferError) {
+    // The slot is the client's text: escaped and bounded, it stays on its one line.
+    let slot = crate::stream::excerpt(slot);
     bxharden::log::line(e.anchor(), &format!("inferproxy: slot {slot}: {e}"));
 }
 

@@ -645,3 +645,19 @@ fn a_wide_own_directory_is_tightened_with_a_line() {
         d.log_text()
     );
 }
+
+#[test]
+fn a_slot_name_cannot_forge_a_log_line() {
+    let d = script_daemon("");
+    let mut m = infer("x", 1);
+    if let Message::InferRequest(r) = &mut m {
+        r.slot = "x\ninferproxy: forged; see docs/runbook.md#nothing".into();
+    }
+    let frames = d.ask(2, m);
+    assert!(matches!(&frames[0].msg, Message::Error(e) if e.code == ErrorCode::Inference));
+    let log = d.wait_log("inference-slot");
+    assert!(
+        !log.lines().any(|l| l.starts_with("inferproxy: forged")),
+        "{log}"
+    );
+}
