@@ -661,3 +661,91 @@ fn a_slot_name_cannot_forge_a_log_line() {
         "{log}"
     );
 }
+
+#[test]
+fn many_requests_at_once_are_each_answered() {
+    let d = script_daemon("");
+    // The one step goes to whichever request comes first; the rule answers the rest.
+    let answers: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16u64)
+            .map(|i| {
+                let d = &d;
+                s.spawn(move || {
+                    let frames = d.ask(100 + i, infer(&format!("q{i}"), 1));
+                    let last = frames.last().unwrap();
+                    assert_eq!((last.id, last.last), (100 + i, true));
+                    let Message::InferReply(r) = &last.msg else {
+                        panic!("{frames:?}")
+                    };
+                    let bxcore::ChatMessage::Assistant { text, .. } = &r.message else {
+                        panic!("{r:?}")
+                    };
+                    text.clone()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        answers
+            .iter()
+            .filter(|t| *t == "Let me look that up.")
+            .count(),
+        1
+    );
+    assert_eq!(
+        answers.iter().filter(|t| *t == "Scripted reply.").count(),
+        15
+    );
+}
+
+#[test]
+fn a_provider_that_stalls_one_request_does_not_hold_up_another() {
+    let events = openai_stream(&["slow"]);
+    let gate = Gate::default();
+    let p = Provider::start(vec![
+        Answer::Gated {
+            before: events[..1].to_vec(),
+            after: events[1..].to_vec(),
+            gate: gate.clone(),
+        },
+        Answer::sse(
+            &openai_stream(&["quick"])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        ),
+    ]);
+    let d = Daemon::start_with(&openai_config(&p, ""), &[("key", KEY)]).unwrap();
+    let mut slow = UnixStream::connect(&d.socket).unwrap();
+    write_frame(&mut slow, &Envelope::new(1, true, infer("slow", 1))).unwrap();
+    // Wait until the provider holds the first request, then ask again.
+    let until = Instant::now() + Duration::from_secs(20);
+    while p.seen().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the first request never reached the provider"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let frames = d.ask(2, infer("quick", 1));
+    let Message::InferReply(r) = &frames.last().unwrap().msg else {
+        panic!("{frames:?}")
+    };
+    assert_eq!(
+        r.message,
+        bxcore::ChatMessage::Assistant {
+            text: "quick".into(),
+            tool_calls: vec![]
+        }
+    );
+    gate.open();
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let env = read_frame(&mut bxcore::deadline::Deadline::new(&slow, until)).unwrap();
+        if env.last {
+            assert!(matches!(env.msg, Message::InferReply(_)), "{env:?}");
+            break;
+        }
+    }
+}

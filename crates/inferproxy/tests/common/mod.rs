@@ -184,6 +184,12 @@ fn serve(
         }
         let mut body = vec![0; len];
         reader.read_exact(&mut body)?;
+        // The answer is taken before the request is recorded: once a test sees a request, its
+        // answer is spoken for.
+        let answer = queue.lock().unwrap().next().unwrap_or(Answer::json(
+            599,
+            r#"{"error":{"message":"the test script has no more answers"}}"#,
+        ));
         seen.lock().unwrap().push(Seen {
             method,
             path,
@@ -191,10 +197,6 @@ fn serve(
             body,
             at: Instant::now(),
         });
-        let answer = queue.lock().unwrap().next().unwrap_or(Answer::json(
-            599,
-            r#"{"error":{"message":"the test script has no more answers"}}"#,
-        ));
         match answer {
             Answer::Whole {
                 status,
