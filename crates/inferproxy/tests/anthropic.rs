@@ -327,3 +327,29 @@ fn a_slow_loris_provider_cannot_hold_a_request_past_its_deadline() {
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(e.anchor(), "inference-timeout", "{e}");
 }
+
+#[test]
+fn tool_input_split_into_single_characters_is_joined() {
+    let input = r#"{"path": "/srv/notes/ä file.txt", "lines": [1, 2]}"#;
+    let mut events: Vec<String> = vec![
+        MESSAGE_START.to_string(),
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_9","name":"workspace_read","input":{}}}"#.to_string(),
+    ];
+    for c in input.chars() {
+        events.push(
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "input_json_delta", "partial_json": c.to_string()}})
+            .to_string(),
+        );
+    }
+    events.push(r#"{"type":"content_block_stop","index":0}"#.to_string());
+    events.push(r#"{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":40}}"#.to_string());
+    events.push(r#"{"type":"message_stop"}"#.to_string());
+    let refs: Vec<&str> = events.iter().map(String::as_str).collect();
+    let (_h, _p, inf) = setup(vec![stream(&refs)], "");
+    let r = run(&inf, &hello_request()).0.unwrap();
+    assert_eq!(
+        serde_json::to_value(r.message).unwrap()["tool_calls"],
+        json!([{"call": 1, "tool": "workspace_read", "args": {"path": "/srv/notes/ä file.txt", "lines": [1, 2]}}])
+    );
+}
