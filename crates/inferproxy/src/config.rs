@@ -82,6 +82,26 @@ impl ProviderKind {
     }
 }
 
+/// `[provider] max_tokens_key`: the name an OpenAI-compatible request gives the slot's
+/// `max_tokens`. Every compatible server takes `max_tokens`; OpenAI's reasoning models take only
+/// `max_completion_tokens`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensKey {
+    #[default]
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl MaxTokensKey {
+    pub fn name(self) -> &'static str {
+        match self {
+            MaxTokensKey::MaxTokens => "max_tokens",
+            MaxTokensKey::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+}
+
 /// `[provider]`, as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,6 +123,9 @@ pub struct ProviderConfig {
     /// clear): only for a trusted local network.
     #[serde(default)]
     pub plain_http: bool,
+    /// openai only: `max_tokens` (absent) or `max_completion_tokens`.
+    #[serde(default)]
+    pub max_tokens_key: Option<MaxTokensKey>,
 }
 
 /// `[slots.<name>]`: what loopd names instead of a model.
@@ -261,6 +284,7 @@ impl Config {
                     (p.api_key_file.is_some(), "api_key_file"),
                     (p.ca_file.is_some(), "ca_file"),
                     (p.plain_http, "plain_http"),
+                    (p.max_tokens_key.is_some(), "max_tokens_key"),
                 ] {
                     if set {
                         return Err(format!(
@@ -275,6 +299,11 @@ impl Config {
                         "[provider] script applies only to kind = \"script\", not {:?}",
                         p.kind.name()
                     ));
+                }
+                if p.kind == ProviderKind::Anthropic && p.max_tokens_key.is_some() {
+                    return Err(
+                        "[provider] max_tokens_key applies only to kind = \"openai\"".into(),
+                    );
                 }
                 self.endpoint()?;
             }
@@ -585,6 +614,37 @@ require = true
         assert_eq!(c.slots["main"].temperature, Some(0.2));
         assert_eq!(c.limits.retries, 3);
         assert_eq!(c.peers.0["infer.sock"].len(), 2);
+    }
+
+    #[test]
+    fn max_tokens_key_is_for_openai_only() {
+        let openai = r#"
+[paths]
+home = "/h"
+[provider]
+kind = "openai"
+base_url = "https://x/v1"
+max_tokens_key = "max_completion_tokens"
+[slots.main]
+model = "m"
+max_tokens = 1
+context_tokens = 1
+"#;
+        let c = parse(openai).unwrap();
+        assert_eq!(
+            c.provider.max_tokens_key,
+            Some(MaxTokensKey::MaxCompletionTokens)
+        );
+        let e = parse(&openai.replace("openai", "anthropic")).unwrap_err();
+        assert!(e.contains("max_tokens_key applies only"), "{e}");
+        let e = parse(&openai.replace("max_completion_tokens", "max_toks")).unwrap_err();
+        assert!(e.contains("unknown variant"), "{e}");
+        let e = parse(&SCRIPT.replace(
+            "kind = \"script\"",
+            "kind = \"script\"\nmax_tokens_key = \"max_tokens\"",
+        ))
+        .unwrap_err();
+        assert!(e.contains("max_tokens_key does not apply"), "{e}");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use bxcore::{ChatMessage, InferRequest, Usage};
 use serde_json::{Map, Value, json};
 
-use crate::config::Slot;
+use crate::config::{MaxTokensKey, Slot};
 use crate::error::InferError;
 use crate::reply::{Draft, DraftCall, wire_call_id};
 use crate::sse::Event;
@@ -19,16 +19,16 @@ use crate::stream::{
     Failure, Flow, StreamParser, count, excerpt, grow_check, json_object, push_text,
 };
 
-/// The request body for `slot`.
-pub fn request_body(req: &InferRequest, slot: &Slot) -> Value {
+/// The request body for `slot`, its `max_tokens` under the name `max_tokens_key` says.
+pub fn request_body(req: &InferRequest, slot: &Slot, max_tokens_key: MaxTokensKey) -> Value {
     let messages: Vec<Value> = req.messages.iter().map(message).collect();
     let mut body = json!({
         "model": slot.model,
         "messages": messages,
-        "max_tokens": slot.max_tokens,
         "stream": true,
         "stream_options": {"include_usage": true},
     });
+    body[max_tokens_key.name()] = json!(slot.max_tokens);
     if let Some(t) = slot.temperature {
         body["temperature"] = json!(t);
     }

@@ -17,7 +17,7 @@ use ureq::http::HeaderValue;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 
 use crate::anthropic;
-use crate::config::{Config, Endpoint, Limits, ProviderKind, Slot};
+use crate::config::{Config, Endpoint, Limits, MaxTokensKey, ProviderKind, Slot};
 use crate::error::InferError;
 use crate::key::ApiKey;
 use crate::openai;
@@ -47,6 +47,7 @@ pub enum Provider {
 /// An OpenAI-compatible or Anthropic endpoint, its key and its HTTP client.
 pub struct Http {
     kind: ProviderKind,
+    max_tokens_key: MaxTokensKey,
     endpoint: Endpoint,
     key: ApiKey,
     agent: ureq::Agent,
@@ -137,6 +138,7 @@ impl Http {
     /// with `roots` for `https`.
     pub fn new(
         kind: ProviderKind,
+        max_tokens_key: MaxTokensKey,
         endpoint: Endpoint,
         key: ApiKey,
         roots: Vec<Certificate<'static>>,
@@ -157,6 +159,7 @@ impl Http {
         }
         Http {
             kind,
+            max_tokens_key,
             endpoint,
             key,
             agent: cfg.build().new_agent(),
@@ -178,7 +181,7 @@ impl Http {
     fn body(&self, req: &InferRequest, slot: &Slot) -> Vec<u8> {
         let v = match self.kind {
             ProviderKind::Anthropic => anthropic::request_body(req, slot),
-            _ => openai::request_body(req, slot),
+            _ => openai::request_body(req, slot, self.max_tokens_key),
         };
         v.to_string().into_bytes()
     }
@@ -493,7 +496,8 @@ impl Inference {
                 } else {
                     Vec::new()
                 };
-                Provider::Http(Http::new(kind, endpoint, key, roots))
+                let max_tokens_key = cfg.provider.max_tokens_key.unwrap_or_default();
+                Provider::Http(Http::new(kind, max_tokens_key, endpoint, key, roots))
             }
         };
         Ok(Inference::new(

@@ -741,3 +741,20 @@ fn provider_text_in_an_error_cannot_forge_a_log_line() {
         "{e}"
     );
 }
+
+#[test]
+fn max_completion_tokens_replaces_max_tokens_when_configured() {
+    let home = tempfile::tempdir().unwrap();
+    let p = Provider::start(vec![stream(&text_stream())]);
+    let inf = inference_with(
+        home.path(),
+        "openai",
+        &p.base_url("/v1"),
+        "max_tokens_key = \"max_completion_tokens\"",
+        "",
+    );
+    run(&inf, &hello_request()).0.unwrap();
+    let body = p.seen()[0].json();
+    assert_eq!(body["max_completion_tokens"], 512);
+    assert!(body.get("max_tokens").is_none(), "{body}");
+}

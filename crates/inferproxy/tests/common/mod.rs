@@ -280,6 +280,17 @@ pub fn inference(
     base_url: &str,
     limits: &str,
 ) -> inferproxy::Inference {
+    inference_with(home, kind, base_url, "", limits)
+}
+
+/// The same, with more `[provider]` keys.
+pub fn inference_with(
+    home: &std::path::Path,
+    kind: &str,
+    base_url: &str,
+    provider: &str,
+    limits: &str,
+) -> inferproxy::Inference {
     let key = home.join("api_key");
     std::fs::write(&key, format!("{KEY}\n")).unwrap();
     let text = format!(
@@ -291,6 +302,7 @@ home = "{home}"
 kind = "{kind}"
 base_url = "{base_url}"
 api_key_file = "{key}"
+{provider}
 
 [slots.main]
 model = "test-model"
