@@ -60,10 +60,11 @@ fn describe(cfg: &Config, inference: &Inference) -> String {
         Provider::Http(h) => {
             let e = h.endpoint();
             format!(
-                "{} at {} (TCP port {})",
+                "{} at {} (TCP port {}, key from {})",
                 cfg.provider.kind.name(),
                 e.url,
-                e.port
+                e.port,
+                h.key_source().display()
             )
         }
     };

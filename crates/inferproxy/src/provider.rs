@@ -50,6 +50,8 @@ pub struct Http {
     max_tokens_key: MaxTokensKey,
     endpoint: Endpoint,
     key: ApiKey,
+    /// Where the key was read from (for `check` and the startup notice; never the key).
+    key_source: std::path::PathBuf,
     agent: ureq::Agent,
 }
 
@@ -141,6 +143,7 @@ impl Http {
         max_tokens_key: MaxTokensKey,
         endpoint: Endpoint,
         key: ApiKey,
+        key_source: std::path::PathBuf,
         roots: Vec<Certificate<'static>>,
     ) -> Http {
         let mut cfg = ureq::Agent::config_builder()
@@ -162,6 +165,7 @@ impl Http {
             max_tokens_key,
             endpoint,
             key,
+            key_source,
             agent: cfg.build().new_agent(),
         }
     }
@@ -169,6 +173,11 @@ impl Http {
     /// The endpoint requests go to.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// The file the key was read from.
+    pub fn key_source(&self) -> &Path {
+        &self.key_source
     }
 
     fn parser(&self, max_tokens: u32) -> Box<dyn StreamParser> {
@@ -497,7 +506,14 @@ impl Inference {
                     Vec::new()
                 };
                 let max_tokens_key = cfg.provider.max_tokens_key.unwrap_or_default();
-                Provider::Http(Http::new(kind, max_tokens_key, endpoint, key, roots))
+                Provider::Http(Http::new(
+                    kind,
+                    max_tokens_key,
+                    endpoint,
+                    key,
+                    source,
+                    roots,
+                ))
             }
         };
         Ok(Inference::new(

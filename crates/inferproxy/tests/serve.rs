@@ -465,6 +465,10 @@ fn the_key_never_appears_in_a_log_line_or_a_frame() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(all.contains("inferproxy: configuration ok"), "{all}");
+    assert!(
+        all.contains(&format!("key from {}/key", d.home.path().display())),
+        "{all}"
+    );
     assert!(!all.contains(KEY), "{all}");
 }
 
