@@ -156,13 +156,20 @@ impl Session {
             records: 0,
             bytes: 0,
         };
-        s.append(&Record::Start {
-            session: id.clone(),
-            slot: slot.to_string(),
-            system: system.to_string(),
-            created: Timestamp::now(),
-        })?;
-        s.sync()?;
+        let started = s
+            .append(&Record::Start {
+                session: id.clone(),
+                slot: slot.to_string(),
+                system: system.to_string(),
+                created: Timestamp::now(),
+            })
+            .and_then(|()| s.sync());
+        if let Err(e) = started {
+            // A log without its start record could never be opened: take it back, so the
+            // session can be created again once the fault is fixed.
+            let _ = std::fs::remove_file(&s.path);
+            return Err(e);
+        }
         File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| SessionError::Io(dir.to_path_buf(), e))?;
