@@ -8,6 +8,7 @@
 
 pub mod canonical;
 mod class;
+pub mod client;
 pub mod deadline;
 mod error;
 mod frame;

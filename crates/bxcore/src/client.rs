@@ -1,0 +1,143 @@
+//! The client side of one request: connect, send one frame, read the answer's frames through one
+//! deadline until the final one. Every client in the box that has no exits of its own fixed
+//! elsewhere (loopd's `BrokerPort` has) asks through this.
+
+use std::fmt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::deadline::Deadline;
+use crate::{Envelope, FrameError, Message, Pong, WireError, read_frame, write_frame};
+
+/// Why a request got no final answer.
+#[derive(Debug)]
+pub enum ClientError {
+    /// The timeout is past what the clock can hold.
+    TimeoutTooLarge,
+    /// The socket could not be reached.
+    Connect {
+        socket: PathBuf,
+        error: std::io::Error,
+    },
+    /// The request could not be sent (`TooLarge` included: the request is too big).
+    Send(FrameError),
+    /// The answer did not come whole in time, or was not a frame.
+    Receive(FrameError),
+    /// A frame answered another request.
+    WrongId { got: u64, want: u64 },
+    /// The server answered with an `error` frame.
+    Remote(WireError),
+    /// A frame the request does not expect (a final frame of the wrong kind, say).
+    Unexpected(&'static str),
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::TimeoutTooLarge => f.write_str("the timeout is too large"),
+            ClientError::Connect { socket, error } => {
+                write!(f, "cannot connect to {}: {error}", socket.display())
+            }
+            ClientError::Send(e) => write!(f, "cannot send the request: {e}"),
+            ClientError::Receive(FrameError::Closed) => {
+                f.write_str("the connection closed before the final answer")
+            }
+            ClientError::Receive(e) if e.is_timeout() => f.write_str("no answer in time"),
+            ClientError::Receive(e) => write!(f, "bad frame: {e}"),
+            ClientError::WrongId { got, want } => {
+                write!(f, "an answer for request {got}, not {want}")
+            }
+            ClientError::Remote(e) => write!(f, "the server answered {}: {}", e.code, e.detail),
+            ClientError::Unexpected(kind) => write!(f, "an unexpected {kind} message"),
+        }
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// One request on its own connection, and the frames of its answer.
+#[derive(Debug)]
+pub struct Exchange {
+    stream: UnixStream,
+    until: Instant,
+    id: u64,
+}
+
+impl Exchange {
+    /// Connect to `socket` and send `msg` as request `id`; the whole answer must come within
+    /// `timeout` of now (see `extend`).
+    pub fn start(
+        socket: &Path,
+        timeout: Duration,
+        id: u64,
+        msg: Message,
+    ) -> Result<Exchange, ClientError> {
+        let until = Instant::now()
+            .checked_add(timeout)
+            .ok_or(ClientError::TimeoutTooLarge)?;
+        let mut stream = UnixStream::connect(socket).map_err(|error| ClientError::Connect {
+            socket: socket.to_path_buf(),
+            error,
+        })?;
+        if !timeout.is_zero() {
+            stream
+                .set_write_timeout(Some(timeout))
+                .map_err(|e| ClientError::Send(FrameError::Io(e)))?;
+        }
+        write_frame(&mut stream, &Envelope::new(id, true, msg)).map_err(ClientError::Send)?;
+        Ok(Exchange { stream, until, id })
+    }
+
+    /// The next frame of the answer, its id checked. An `error` frame is `Remote`.
+    pub fn next_frame(&mut self) -> Result<Envelope, ClientError> {
+        let env = read_frame(&mut Deadline::new(&self.stream, self.until))
+            .map_err(ClientError::Receive)?;
+        if env.id != self.id && !matches!(env.msg, Message::Error(_)) {
+            return Err(ClientError::WrongId {
+                got: env.id,
+                want: self.id,
+            });
+        }
+        match env.msg {
+            Message::Error(e) => Err(ClientError::Remote(e)),
+            _ => Ok(env),
+        }
+    }
+
+    /// Move the deadline for the rest of the answer (after a pending approval, say).
+    pub fn extend(&mut self, until: Instant) {
+        self.until = until;
+    }
+
+    pub fn until(&self) -> Instant {
+        self.until
+    }
+}
+
+/// Send one request and return its final message; each interim frame's message is handed to
+/// `on_interim` as it arrives.
+pub fn call(
+    socket: &Path,
+    timeout: Duration,
+    id: u64,
+    msg: Message,
+    mut on_interim: impl FnMut(&Message),
+) -> Result<Message, ClientError> {
+    let mut ex = Exchange::start(socket, timeout, id, msg)?;
+    loop {
+        let env = ex.next_frame()?;
+        if env.last {
+            return Ok(env.msg);
+        }
+        on_interim(&env.msg);
+    }
+}
+
+/// Ask the daemon on `socket` who it is.
+pub fn ping(socket: &Path, timeout: Duration) -> Result<Pong, ClientError> {
+    match call(socket, timeout, 0, Message::Ping {}, |_| {})? {
+        Message::Pong(p) => Ok(p),
+        other => Err(ClientError::Unexpected(other.kind())),
+    }
+}
