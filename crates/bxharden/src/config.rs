@@ -1,0 +1,125 @@
+//! The two configuration tables every daemon embeds: `[sandbox]` (who it drops to and how strict
+//! the sandbox is) and `[peers]` (who may connect to each of its sockets).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// `[sandbox]`: the identity a daemon started as root drops to, and how strict the sandbox is.
+///
+/// `require = true` (the default) makes a layer that cannot be applied a refusal to start
+/// (`sandbox-unavailable`); `false` logs each skipped layer once and runs on (dev box, tests).
+/// `seccomp_log = true` turns the seccomp default action from killing the process into `EPERM`
+/// plus a kernel log line, for tuning a profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// The user to drop to when started as root: a name or a numeric uid.
+    pub user: Option<String>,
+    /// The group to drop to: a name or a numeric gid. Absent: the user's primary group.
+    pub group: Option<String>,
+    /// Refuse to start when a layer cannot be applied.
+    pub require: bool,
+    /// `EPERM` and a kernel log line instead of killing the process on a syscall off the list.
+    pub seccomp_log: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            user: None,
+            group: None,
+            require: true,
+            seccomp_log: false,
+        }
+    }
+}
+
+/// One entry of a `[peers]` list: a user name or a numeric uid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PeerName {
+    /// A numeric uid, written as a TOML integer.
+    Uid(u32),
+    /// A user name (or a uid written as a string of digits).
+    Name(String),
+}
+
+impl fmt::Display for PeerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerName::Uid(uid) => write!(f, "{uid}"),
+            PeerName::Name(name) => f.write_str(name),
+        }
+    }
+}
+
+/// `[peers]`: `<socket> = ["name-or-uid", ...]`, who may connect to each socket. A socket with
+/// no entry serves only the daemon's own uid. Resolve it with [`Peers::policy`] at start, before
+/// the sandbox closes (user names are looked up in `/etc/passwd` or NSS).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Peers(pub BTreeMap<String, Vec<PeerName>>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Daemon {
+        #[serde(default)]
+        sandbox: SandboxConfig,
+        #[serde(default)]
+        peers: Peers,
+    }
+
+    #[test]
+    fn an_absent_sandbox_table_requires_the_sandbox() {
+        let d: Daemon = toml::from_str("").unwrap();
+        assert_eq!(d.sandbox, SandboxConfig::default());
+        assert!(d.sandbox.require);
+        assert!(!d.sandbox.seccomp_log);
+        assert!(d.sandbox.user.is_none());
+        assert!(d.peers.0.is_empty());
+    }
+
+    #[test]
+    fn every_sandbox_key_is_read() {
+        let d: Daemon = toml::from_str(
+            "[sandbox]\nuser = \"bx-broker\"\ngroup = \"bx-broker\"\nrequire = false\nseccomp_log = true\n",
+        )
+        .unwrap();
+        assert_eq!(d.sandbox.user.as_deref(), Some("bx-broker"));
+        assert_eq!(d.sandbox.group.as_deref(), Some("bx-broker"));
+        assert!(!d.sandbox.require);
+        assert!(d.sandbox.seccomp_log);
+    }
+
+    #[test]
+    fn an_unknown_sandbox_key_is_refused() {
+        let e = toml::from_str::<Daemon>("[sandbox]\nusr = \"x\"\n").unwrap_err();
+        assert!(e.to_string().contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn peers_take_names_and_uids() {
+        let d: Daemon =
+            toml::from_str("[peers]\n\"broker.sock\" = [\"bx-loop\", 1000, \"1001\"]\n").unwrap();
+        assert_eq!(
+            d.peers.0["broker.sock"],
+            vec![
+                PeerName::Name("bx-loop".into()),
+                PeerName::Uid(1000),
+                PeerName::Name("1001".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_peer_that_is_neither_name_nor_uid_is_refused() {
+        assert!(toml::from_str::<Daemon>("[peers]\n\"a.sock\" = [true]\n").is_err());
+        assert!(toml::from_str::<Daemon>("[peers]\n\"a.sock\" = [-1]\n").is_err());
+    }
+}

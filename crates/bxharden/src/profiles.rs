@@ -1,0 +1,354 @@
+//! The seccomp allow-lists, one per daemon, per architecture: every list in one place, pinned by
+//! a test (`tests/pinned/seccomp-*.txt`) so a change shows in review.
+//!
+//! Each list starts from a server skeleton (configuration, journald, Unix sockets, threads,
+//! files, fsync, flock) measured under `strace -f`, then grows by what each daemon's own suite
+//! needs when run with `KillProcess` as the default action. Remember what glibc really calls:
+//! on x86_64 `mkdir`, `rename`, `unlink`, `poll` rather than their `*at` forms; aarch64 has only
+//! the `*at` forms. Never on any list: `ptrace`, `mount`, `bpf`, `keyctl`, `userfaultfd`,
+//! `perf_event_open`, `kexec_*`, `init_module`, `unshare`, and (but for brokerd with the `run`
+//! tool) `execve`, `seccomp` and `landlock_*`.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// A CPU architecture with a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Arch {
+    /// x86_64.
+    X86_64,
+    /// aarch64 (no `open`, `mkdir`, `rename`, `unlink`, `poll`: only their `*at` forms).
+    Aarch64,
+}
+
+impl Arch {
+    /// Every architecture with lists.
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
+    /// The architecture this build runs on, if it has lists.
+    pub const fn current() -> Option<Arch> {
+        if cfg!(target_arch = "x86_64") {
+            Some(Arch::X86_64)
+        } else if cfg!(target_arch = "aarch64") {
+            Some(Arch::Aarch64)
+        } else {
+            None
+        }
+    }
+
+    /// Its name, as `uname -m` says it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+}
+
+/// Which seccomp profile: one per daemon, with the variants its configuration selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SeccompProfile {
+    /// The agent loop: Unix sockets and its own files.
+    Loopd,
+    /// The broker; with `run_tool`, it may also start the `run` tool's child (fork, `execve`,
+    /// and the child's own `seccomp` and `landlock_*` before its `execve`).
+    Brokerd {
+        /// The `run` tool is enabled.
+        run_tool: bool,
+    },
+    /// The network door for tools: TCP out.
+    Gatewayd,
+    /// The model's door: TCP out.
+    Inferproxy,
+    /// Files turns into Honcho; with `remote`, TCP out to a remote Honcho.
+    Memoryd {
+        /// Honcho is remote (TCP), not the embedded local store.
+        remote: bool,
+    },
+    /// The `run` tool's child, installed after `fork` and before `execve`: what an ordinary
+    /// program needs, Unix sockets only, no way out of its domain.
+    RunChild,
+}
+
+impl SeccompProfile {
+    /// Every profile, for the pin test and the proof matrix.
+    pub const ALL: [SeccompProfile; 8] = [
+        SeccompProfile::Loopd,
+        SeccompProfile::Brokerd { run_tool: false },
+        SeccompProfile::Brokerd { run_tool: true },
+        SeccompProfile::Gatewayd,
+        SeccompProfile::Inferproxy,
+        SeccompProfile::Memoryd { remote: false },
+        SeccompProfile::Memoryd { remote: true },
+        SeccompProfile::RunChild,
+    ];
+
+    /// Its name in the startup notice and the pinned file.
+    pub fn name(self) -> &'static str {
+        match self {
+            SeccompProfile::Loopd => "loopd",
+            SeccompProfile::Brokerd { run_tool: false } => "brokerd",
+            SeccompProfile::Brokerd { run_tool: true } => "brokerd+run",
+            SeccompProfile::Gatewayd => "gatewayd",
+            SeccompProfile::Inferproxy => "inferproxy",
+            SeccompProfile::Memoryd { remote: false } => "memoryd",
+            SeccompProfile::Memoryd { remote: true } => "memoryd+net",
+            SeccompProfile::RunChild => "run-child",
+        }
+    }
+
+    /// Whether it may open TCP (and UDP, for DNS) sockets: `socket(AF_INET*)`.
+    pub fn inet(self) -> bool {
+        matches!(
+            self,
+            SeccompProfile::Gatewayd
+                | SeccompProfile::Inferproxy
+                | SeccompProfile::Memoryd { remote: true }
+        )
+    }
+
+    /// The socket families `socket` and `socketpair` accept.
+    pub fn socket_families(self) -> Vec<(i32, &'static str)> {
+        let mut f = vec![(libc::AF_UNIX, "AF_UNIX")];
+        if self.inet() {
+            f.push((libc::AF_INET, "AF_INET"));
+            f.push((libc::AF_INET6, "AF_INET6"));
+        }
+        f
+    }
+
+    /// The system calls allowed without a condition on `arch`. `clone` (no `CLONE_NEW*` flag),
+    /// `socket` and `socketpair` (by family) are allowed with conditions besides; see
+    /// [`crate::seccomp`].
+    pub fn syscalls(self, arch: Arch) -> BTreeSet<&'static str> {
+        let mut s: BTreeSet<&'static str> = BTreeSet::new();
+        s.extend(SERVER);
+        s.extend(match arch {
+            Arch::X86_64 => SERVER_X86_64,
+            Arch::Aarch64 => SERVER_AARCH64,
+        });
+        if self.inet() {
+            s.extend(NET_CLIENT);
+        }
+        match self {
+            SeccompProfile::Brokerd { run_tool: true } => {
+                s.extend(RUN_PARENT);
+            }
+            SeccompProfile::RunChild => {
+                s.extend(PROGRAM);
+                s.extend(match arch {
+                    Arch::X86_64 => PROGRAM_X86_64,
+                    Arch::Aarch64 => &[][..],
+                });
+            }
+            _ => {}
+        }
+        s
+    }
+}
+
+impl fmt::Display for SeccompProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The server skeleton, on both architectures: files in its own directory (read, write, fsync,
+/// flock, atomic replace), Unix stream sockets served by a thread per connection, the journal,
+/// time, randomness, memory, signals for its own threads.
+const SERVER: &[&str] = &[
+    // files
+    "read",
+    "write",
+    "readv",
+    "writev",
+    "pread64",
+    "pwrite64",
+    "lseek",
+    "openat",
+    "close",
+    "fstat",
+    "newfstatat",
+    "statx",
+    "getdents64",
+    "fcntl",
+    "ioctl",
+    "flock",
+    "fsync",
+    "fdatasync",
+    "ftruncate",
+    "fallocate",
+    "mkdirat",
+    "unlinkat",
+    "renameat",
+    "renameat2",
+    "linkat",
+    "readlinkat",
+    "faccessat",
+    "faccessat2",
+    "fchmod",
+    "fchmodat",
+    "utimensat",
+    "getcwd",
+    "memfd_create",
+    "pipe2",
+    "dup",
+    "dup3",
+    // memory
+    "brk",
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "madvise",
+    // threads and signals within the process
+    "clone3",
+    "futex",
+    "set_robust_list",
+    "rseq",
+    "set_tid_address",
+    "sched_yield",
+    "sched_getaffinity",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "sigaltstack",
+    "restart_syscall",
+    "tgkill",
+    "exit",
+    "exit_group",
+    // who and when
+    "getpid",
+    "gettid",
+    "getuid",
+    "geteuid",
+    "getgid",
+    "getegid",
+    "clock_gettime",
+    "clock_getres",
+    "gettimeofday",
+    "nanosleep",
+    "clock_nanosleep",
+    "getrandom",
+    "uname",
+    "prlimit64",
+    // Unix sockets, already bound: accept, talk, connect to a peer daemon
+    "accept",
+    "accept4",
+    "connect",
+    "getsockname",
+    "getpeername",
+    "getsockopt",
+    "setsockopt",
+    "sendto",
+    "recvfrom",
+    "sendmsg",
+    "recvmsg",
+    "shutdown",
+    "ppoll",
+];
+
+/// What glibc calls on x86_64 for `mkdir`, `rename`, `unlink`, `poll` and friends.
+const SERVER_X86_64: &[&str] = &[
+    "open", "stat", "lstat", "access", "mkdir", "rmdir", "rename", "unlink", "readlink", "chmod",
+    "link", "poll", "pipe", "dup2",
+];
+
+/// aarch64 has only the `*at` forms, which the skeleton lists already.
+const SERVER_AARCH64: &[&str] = &[];
+
+/// A TCP client resolving names: DNS over UDP too.
+const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
+
+/// brokerd with the `run` tool: start the child, which installs its own Landlock and seccomp
+/// before `execve`, then wait for it and kill its process group at the end.
+const RUN_PARENT: &[&str] = &[
+    "execve",
+    "wait4",
+    "waitid",
+    "kill",
+    "setpgid",
+    "getpgid",
+    "prctl",
+    "seccomp",
+    "landlock_create_ruleset",
+    "landlock_add_rule",
+    "landlock_restrict_self",
+    "close_range",
+    "setrlimit",
+    "chdir",
+    "umask",
+];
+
+/// An ordinary program under the `run` tool (a shell utility, an interpreter).
+const PROGRAM: &[&str] = &[
+    "execve",
+    "wait4",
+    "waitid",
+    "kill",
+    "getpgid",
+    "setpgid",
+    "getppid",
+    "getsid",
+    "getresuid",
+    "getresgid",
+    "getgroups",
+    "prctl",
+    "close_range",
+    "chdir",
+    "fchdir",
+    "umask",
+    "sysinfo",
+    "times",
+    "getrusage",
+    "getitimer",
+    "setitimer",
+    "sched_getparam",
+    "sched_getscheduler",
+    "pselect6",
+    "epoll_create1",
+    "epoll_ctl",
+    "epoll_pwait",
+    "eventfd2",
+    "fstatfs",
+    "statfs",
+    "fchown",
+    "fchownat",
+    "symlinkat",
+    "truncate",
+    "copy_file_range",
+    "sendfile",
+    "splice",
+    "rt_sigsuspend",
+    "rt_sigtimedwait",
+    "membarrier",
+    "get_robust_list",
+    "fadvise64",
+    "msync",
+    "mincore",
+    "getxattr",
+    "lgetxattr",
+    "fgetxattr",
+    "flistxattr",
+    "listxattr",
+    "llistxattr",
+];
+
+/// What glibc and the loader call on x86_64 besides.
+const PROGRAM_X86_64: &[&str] = &[
+    "arch_prctl",
+    "vfork",
+    "fork",
+    "epoll_wait",
+    "select",
+    "getdents",
+    "symlink",
+    "creat",
+    "chown",
+    "lchown",
+    "getpgrp",
+    "alarm",
+    "pause",
+    "time",
+    "dup2",
+];

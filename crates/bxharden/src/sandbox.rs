@@ -1,0 +1,311 @@
+//! `apply`: the whole sandbox, in the design's order, in `main` before any thread exists:
+//! privilege drop, `PR_SET_NO_NEW_PRIVS`, Landlock, seccomp last.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Uid};
+
+use crate::config::SandboxConfig;
+use crate::identity::{Identity, LookupError};
+use crate::landlock_layer::{self, Enforced, LandlockError};
+use crate::privdrop::{self, DropError};
+use crate::profiles::SeccompProfile;
+use crate::seccomp::{self, Mismatch, SeccompError};
+use crate::threads;
+
+/// The runbook anchor of every sandbox refusal.
+pub const SANDBOX_ANCHOR: &str = "sandbox-unavailable";
+
+/// What one daemon may touch, built from its configuration at start: read-write directories,
+/// read-only files and directories, TCP ports it may connect to, and its seccomp list.
+///
+/// Every profile starts with `/nix/store` read-only when it exists (on NixOS the binary's
+/// libraries and the CA files are links into it) and the directory of the running executable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    seccomp: SeccompProfile,
+    read_write: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    connect_tcp: Vec<u16>,
+}
+
+/// The resolver and CA files a network client reads: those that exist on this system.
+pub const RESOLVER_AND_CA: [&str; 7] = [
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/ssl/certs",
+    "/etc/pki/tls/certs",
+];
+
+impl Profile {
+    /// A profile with the seccomp list `seccomp` and only the system's read-only paths.
+    pub fn new(seccomp: SeccompProfile) -> Profile {
+        let mut read_only = Vec::new();
+        if Path::new("/nix/store").is_dir() {
+            read_only.push(PathBuf::from("/nix/store"));
+        }
+        if let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+        {
+            read_only.push(dir);
+        }
+        Profile {
+            seccomp,
+            read_write: Vec::new(),
+            read_only,
+            connect_tcp: Vec::new(),
+        }
+    }
+
+    /// Allow reading, writing, creating and removing beneath `path` (it must exist).
+    pub fn read_write(mut self, path: impl Into<PathBuf>) -> Profile {
+        self.read_write.push(path.into());
+        self
+    }
+
+    /// Allow reading beneath `path` (it must exist).
+    pub fn read_only(mut self, path: impl Into<PathBuf>) -> Profile {
+        self.read_only.push(path.into());
+        self
+    }
+
+    /// Allow TCP connect to `port` (only profiles with `AF_INET` sockets can use it).
+    pub fn connect_tcp(mut self, port: u16) -> Profile {
+        self.connect_tcp.push(port);
+        self
+    }
+
+    /// Add the resolver and CA files of [`RESOLVER_AND_CA`] that exist here (a file the system
+    /// does not have cannot be read anyway; one that exists but cannot be opened is an error at
+    /// `apply`).
+    pub fn resolver_and_ca(mut self) -> Profile {
+        for p in RESOLVER_AND_CA {
+            if Path::new(p).exists() {
+                self.read_only.push(PathBuf::from(p));
+            }
+        }
+        self
+    }
+
+    /// The seccomp list.
+    pub fn seccomp(&self) -> SeccompProfile {
+        self.seccomp
+    }
+
+    /// The read-write paths.
+    pub fn read_write_paths(&self) -> &[PathBuf] {
+        &self.read_write
+    }
+
+    /// The read-only paths.
+    pub fn read_only_paths(&self) -> &[PathBuf] {
+        &self.read_only
+    }
+
+    /// The TCP connect ports.
+    pub fn connect_ports(&self) -> &[u16] {
+        &self.connect_tcp
+    }
+}
+
+/// Why the sandbox could not be applied: the daemon refuses to start.
+#[derive(Debug)]
+pub enum SandboxError {
+    /// `apply` ran beside other threads, or not on the first one.
+    Threads(String),
+    /// `[sandbox] user` or `group` names nobody.
+    Lookup(LookupError),
+    /// Started as root with no `[sandbox] user` while the sandbox is required.
+    RootWithoutUser,
+    /// A `[sandbox] user` other than the running one, without root to switch.
+    NotRoot {
+        /// The configured uid.
+        wanted: u32,
+        /// The running uid.
+        running: u32,
+    },
+    /// The privilege drop failed (always fatal: a half-dropped process must not run).
+    Drop(DropError),
+    /// `PR_SET_NO_NEW_PRIVS` failed.
+    NoNewPrivs(std::io::Error),
+    /// Landlock failed, or enforced nothing, while required.
+    Landlock(String),
+    /// seccomp failed while required.
+    Seccomp(SeccompError),
+}
+
+impl fmt::Display for SandboxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cannot apply the sandbox: ")?;
+        match self {
+            SandboxError::Threads(why) => write!(f, "{why}"),
+            SandboxError::Lookup(e) => write!(f, "[sandbox]: {e}"),
+            SandboxError::RootWithoutUser => write!(
+                f,
+                "started as root with no [sandbox] user to drop to (require = true)"
+            ),
+            SandboxError::NotRoot { wanted, running } => write!(
+                f,
+                "[sandbox] user is uid {wanted}, but this process runs as uid {running} without \
+                 the privilege to switch"
+            ),
+            SandboxError::Drop(e) => write!(f, "privilege drop: {e}"),
+            SandboxError::NoNewPrivs(e) => write!(f, "PR_SET_NO_NEW_PRIVS: {e}"),
+            SandboxError::Landlock(e) => write!(f, "{e}"),
+            SandboxError::Seccomp(e) => write!(f, "{e}"),
+        }?;
+        write!(f, "; see docs/runbook.md#{SANDBOX_ANCHOR}")
+    }
+}
+
+impl std::error::Error for SandboxError {}
+
+/// What is in force after [`apply`], for the startup notice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The uid the daemon runs as.
+    pub uid: u32,
+    /// The gid the daemon runs as.
+    pub gid: u32,
+    /// Whether privileges were dropped from root here.
+    pub dropped: bool,
+    /// What Landlock enforces (`None`: skipped, `require = false`).
+    pub landlock: Option<Enforced>,
+    /// The seccomp profile and how many system calls it names (`None`: skipped).
+    pub seccomp: Option<(SeccompProfile, usize)>,
+    /// What happens on a system call off the list.
+    pub mismatch: Mismatch,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sandbox: uid {} gid {}", self.uid, self.gid)?;
+        if self.dropped {
+            f.write_str(" (dropped from root)")?;
+        }
+        match self.landlock {
+            Some(e) => write!(f, ", Landlock {e}")?,
+            None => f.write_str(", Landlock NOT APPLIED")?,
+        }
+        match self.seccomp {
+            Some((p, n)) => {
+                let action = match self.mismatch {
+                    Mismatch::KillProcess => "kill",
+                    Mismatch::LogEperm => "EPERM and log",
+                };
+                write!(f, ", seccomp {p} ({n} system calls, otherwise {action})")
+            }
+            None => f.write_str(", seccomp NOT APPLIED"),
+        }
+    }
+}
+
+fn skipped(what: &str) {
+    crate::runbook!(
+        SANDBOX_ANCHOR,
+        "{what}, and [sandbox] require = false runs on without it"
+    );
+}
+
+/// Apply the whole sandbox, in order: drop privileges to `[sandbox] user, group` (when root),
+/// `PR_SET_NO_NEW_PRIVS`, Landlock with `profile`'s paths and ports, then seccomp with its list.
+/// Call it in `main` once the configuration, secrets, the journal and the listening sockets are
+/// open, before any thread exists: it refuses otherwise.
+///
+/// With `require = true` (the default) a layer that cannot be applied is an error; with
+/// `false` each skipped layer is logged once with the `sandbox-unavailable` pointer. A failed
+/// privilege drop is an error either way.
+pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxError> {
+    threads::alone().map_err(|why| SandboxError::Threads(format!("apply: {why}")))?;
+    let id = Identity::resolve(cfg).map_err(SandboxError::Lookup)?;
+    if let Err(e) = crate::notify::prepare() {
+        tracing::warn!(
+            "{}: NOTIFY_SOCKET cannot be reached: {e}",
+            crate::log::daemon().name
+        );
+    }
+    let euid = Uid::effective().as_raw();
+
+    // 1. Privileges.
+    if id.drops {
+        privdrop::drop_to(&id).map_err(SandboxError::Drop)?;
+    } else {
+        if euid == 0 {
+            if cfg.require {
+                return Err(SandboxError::RootWithoutUser);
+            }
+            skipped("started as root with no [sandbox] user, it keeps running as root");
+        } else if id.uid != euid {
+            let e = SandboxError::NotRoot {
+                wanted: id.uid,
+                running: euid,
+            };
+            if cfg.require {
+                return Err(e);
+            }
+            skipped(&format!(
+                "[sandbox] user is uid {}, not the running uid {euid}",
+                id.uid
+            ));
+        }
+        privdrop::clear_inheritable().map_err(SandboxError::Drop)?;
+    }
+
+    // 2. No new privileges: nothing exec'd later gains any.
+    // SAFETY: prctl with PR_SET_NO_NEW_PRIVS takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(SandboxError::NoNewPrivs(std::io::Error::last_os_error()));
+    }
+
+    // 3. Landlock.
+    let landlock = match landlock_layer::restrict(
+        &profile.read_write,
+        &profile.read_only,
+        &profile.connect_tcp,
+    ) {
+        Ok(Enforced::Not) if cfg.require => {
+            return Err(SandboxError::Landlock(
+                "Landlock is not enforced: this kernel has none, or it is disabled".to_owned(),
+            ));
+        }
+        Ok(Enforced::Not) => {
+            skipped("Landlock is not enforced (this kernel has none, or it is disabled)");
+            None
+        }
+        Ok(e) => Some(e),
+        Err(e) if cfg.require => return Err(SandboxError::Landlock(e.to_string())),
+        Err(e @ (LandlockError::Path(..) | LandlockError::Ruleset(_))) => {
+            skipped(&e.to_string());
+            None
+        }
+    };
+
+    // 4. seccomp, last: its list has no `seccomp` or `landlock_*` for the steps above.
+    let mismatch = if cfg.seccomp_log {
+        Mismatch::LogEperm
+    } else {
+        Mismatch::KillProcess
+    };
+    let seccomp = match seccomp::apply(profile.seccomp, mismatch) {
+        Ok(n) => Some((profile.seccomp, n)),
+        Err(e) if cfg.require => return Err(SandboxError::Seccomp(e)),
+        Err(e) => {
+            skipped(&e.to_string());
+            None
+        }
+    };
+
+    Ok(Report {
+        uid: Uid::effective().as_raw(),
+        gid: Gid::effective().as_raw(),
+        dropped: id.drops,
+        landlock,
+        seccomp,
+        mismatch,
+    })
+}

@@ -1,0 +1,238 @@
+//! seccomp: the system calls a daemon may make, from its list in [`crate::profiles`].
+//!
+//! Two filters, installed on every thread at once (`TSYNC`), last of all the steps:
+//!
+//! 1. a small one that makes `clone3` fail with `ENOSYS`, so glibc falls back to `clone`, whose
+//!    flags a filter can see (`clone3` passes them in memory);
+//! 2. the allow-list, default `KillProcess` (or `EPERM` and a kernel log line with
+//!    `seccomp_log`). It still *allows* `clone3`: when filters stack the most restrictive answer
+//!    wins, so a kill there would beat the first filter's `ENOSYS` and kill the first thread spawn.
+//!
+//! `clone` is allowed without any `CLONE_NEW*` flag; `socket` and `socketpair` only for the
+//! profile's families.
+
+use std::fmt;
+
+use seccompiler::{BpfProgram, TargetArch};
+
+use crate::profiles::{Arch, SeccompProfile};
+
+/// Every `CLONE_NEW*` flag `clone` takes (`CLONE_NEWTIME` shares its bit with the exit signal in
+/// `clone`'s flags and exists only for `clone3` and `unshare`, which are not reachable).
+pub const CLONE_NEW_MASK: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u64;
+
+/// What the list does with a system call that is not on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Kill the whole process (`SIGSYS`): production.
+    KillProcess,
+    /// Fail with `EPERM` and log a line in the kernel log: tuning a list.
+    LogEperm,
+}
+
+/// Why a filter could not be built or installed.
+#[derive(Debug)]
+pub enum SeccompError {
+    /// This architecture has no lists.
+    Arch,
+    /// The list did not compile (an unknown system call name, for one).
+    Compile(String),
+    /// The kernel refused the filter.
+    Install(std::io::Error),
+    /// `TSYNC` could not put the filter on thread `tid`.
+    Sync(i64),
+}
+
+impl fmt::Display for SeccompError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SeccompError::Arch => write!(
+                f,
+                "seccomp: no system call lists for {}",
+                std::env::consts::ARCH
+            ),
+            SeccompError::Compile(e) => write!(f, "seccomp: the list does not compile: {e}"),
+            SeccompError::Install(e) => write!(f, "seccomp: the kernel refused the filter: {e}"),
+            SeccompError::Sync(tid) => {
+                write!(f, "seccomp: cannot put the filter on thread {tid}")
+            }
+        }
+    }
+}
+
+/// The two compiled filters of one profile.
+#[derive(Debug)]
+pub struct Filters {
+    /// `clone3` → `ENOSYS`.
+    pub clone3: BpfProgram,
+    /// The allow-list.
+    pub main: BpfProgram,
+    /// How many system calls the allow-list names (with conditions or without).
+    pub syscall_count: usize,
+}
+
+fn target(arch: Arch) -> TargetArch {
+    match arch {
+        Arch::X86_64 => TargetArch::x86_64,
+        Arch::Aarch64 => TargetArch::aarch64,
+    }
+}
+
+/// The rules of a profile as `seccompiler`'s JSON, which resolves the names for `arch` (so a
+/// name that does not exist there is an error on any build machine).
+pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> String {
+    let mut rules: Vec<String> = profile
+        .syscalls(arch)
+        .into_iter()
+        .map(|name| format!("{{\"syscall\":\"{name}\"}}"))
+        .collect();
+    rules.push(format!(
+        "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}}]}}"
+    ));
+    for (family, _) in profile.socket_families() {
+        for call in ["socket", "socketpair"] {
+            rules.push(format!(
+                "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{family}}}]}}"
+            ));
+        }
+    }
+    let mismatch = match mismatch {
+        Mismatch::KillProcess => "\"kill_process\"".to_owned(),
+        Mismatch::LogEperm => format!("{{\"errno\":{}}}", libc::EPERM),
+    };
+    format!(
+        "{{\"main\":{{\"mismatch_action\":{mismatch},\"match_action\":\"allow\",\"filter\":[{}]}},\
+         \"clone3\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{{\"syscall\":\"clone3\"}}]}}}}",
+        rules.join(","),
+        libc::ENOSYS
+    )
+}
+
+/// Compile a profile's filters for `arch`.
+pub fn compile(
+    profile: SeccompProfile,
+    arch: Arch,
+    mismatch: Mismatch,
+) -> Result<Filters, SeccompError> {
+    let json = rules_json(profile, arch, mismatch);
+    let mut map = seccompiler::compile_from_json(json.as_bytes(), target(arch))
+        .map_err(|e| SeccompError::Compile(e.to_string()))?;
+    let (Some(clone3), Some(main)) = (map.remove("clone3"), map.remove("main")) else {
+        return Err(SeccompError::Compile("a filter is missing".to_owned()));
+    };
+    // Every unconditional name, plus clone, socket and socketpair.
+    let syscall_count = profile.syscalls(arch).len() + 3;
+    Ok(Filters {
+        clone3,
+        main,
+        syscall_count,
+    })
+}
+
+#[repr(C)]
+struct SockFprog {
+    len: libc::c_ushort,
+    filter: *const seccompiler::sock_filter,
+}
+
+fn install(program: &BpfProgram, log: bool) -> Result<(), SeccompError> {
+    let prog = SockFprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr(),
+    };
+    let mut flags = libc::SECCOMP_FILTER_FLAG_TSYNC;
+    if log {
+        flags |= libc::SECCOMP_FILTER_FLAG_LOG;
+    }
+    // SAFETY: the kernel copies the program from `prog`, which points into `program`, alive for
+    // the call; the flags are valid for SECCOMP_SET_MODE_FILTER.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const SockFprog,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        rc if rc > 0 => Err(SeccompError::Sync(rc)),
+        _ => Err(SeccompError::Install(std::io::Error::last_os_error())),
+    }
+}
+
+/// Install a profile's two filters on every thread of the process. `PR_SET_NO_NEW_PRIVS` must be
+/// set already (Landlock's step sets it). Returns how many system calls the list names.
+pub fn apply(profile: SeccompProfile, mismatch: Mismatch) -> Result<usize, SeccompError> {
+    let arch = Arch::current().ok_or(SeccompError::Arch)?;
+    let filters = compile(profile, arch, mismatch)?;
+    let log = mismatch == Mismatch::LogEperm;
+    install(&filters.clone3, log)?;
+    install(&filters.main, log)?;
+    Ok(filters.syscall_count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_profile_compiles_on_every_architecture() {
+        for profile in SeccompProfile::ALL {
+            for arch in Arch::ALL {
+                for mismatch in [Mismatch::KillProcess, Mismatch::LogEperm] {
+                    let f = compile(profile, arch, mismatch)
+                        .unwrap_or_else(|e| panic!("{profile} on {}: {e}", arch.name()));
+                    assert!(!f.main.is_empty());
+                    assert!(!f.clone3.is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_does_not_compile() {
+        let e = seccompiler::compile_from_json(
+            &b"{\"m\":{\"mismatch_action\":\"allow\",\"match_action\":\"allow\",\"filter\":[{\"syscall\":\"open\"}]}}"[..],
+            TargetArch::aarch64,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("open"), "{e}");
+    }
+
+    #[test]
+    fn the_clone_mask_holds_every_namespace_flag() {
+        for flag in [
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWCGROUP,
+        ] {
+            assert_eq!(CLONE_NEW_MASK & flag as u64, flag as u64);
+        }
+        let thread = libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_SETTLS
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID;
+        assert_eq!(CLONE_NEW_MASK & thread as u64, 0, "threads stay allowed");
+        assert_eq!(
+            CLONE_NEW_MASK & libc::SIGCHLD as u64,
+            0,
+            "fork stays allowed"
+        );
+    }
+}
