@@ -130,10 +130,13 @@ impl SeccompProfile {
         if self.inet() {
             s.extend(NET_CLIENT);
         }
-        match self {
-            SeccompProfile::Brokerd { run_tool: true } => {
+        if let SeccompProfile::Brokerd { run_tool } = self {
+            s.extend(BROKERD);
+            if run_tool {
                 s.extend(RUN_PARENT);
             }
+        }
+        match self {
             SeccompProfile::RunChild => {
                 s.extend(PROGRAM);
                 s.extend(match arch {
@@ -259,6 +262,11 @@ const SERVER_AARCH64: &[&str] = &[];
 
 /// A TCP client resolving names: DNS over UDP too.
 const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
+
+/// brokerd, measured over its whole test suite under `KillProcess`: the workspace tools open
+/// every path with `openat2(RESOLVE_BENEATH)`, and the serving threads are named (`prctl
+/// PR_SET_NAME`, which std's `thread::Builder::name` calls).
+const BROKERD: &[&str] = &["openat2", "prctl"];
 
 /// brokerd with the `run` tool: start the child, which installs its own Landlock and seccomp
 /// before `execve`, then wait for it and kill its process group at the end.
