@@ -130,13 +130,13 @@ impl SeccompProfile {
         if self.inet() {
             s.extend(NET_CLIENT);
         }
-        if let SeccompProfile::Brokerd { run_tool } = self {
-            s.extend(BROKERD);
-            if run_tool {
-                s.extend(RUN_PARENT);
-            }
-        }
         match self {
+            SeccompProfile::Brokerd { run_tool } => {
+                s.extend(BROKERD);
+                if run_tool {
+                    s.extend(RUN_PARENT);
+                }
+            }
             SeccompProfile::RunChild => {
                 s.extend(PROGRAM);
                 s.extend(match arch {
