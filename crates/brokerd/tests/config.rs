@@ -14,9 +14,18 @@ fn parse(text: &str) -> Result<Config, String> {
 #[test]
 fn the_sockets_and_files_default_under_home() {
     let c = parse("[paths]\nhome = \"/h\"\n").unwrap();
-    assert_eq!(c.broker_socket(), Path::new("/h/run/loop-broker/broker.sock"));
-    assert_eq!(c.admin_socket(), Path::new("/h/run/owner-broker/admin.sock"));
-    assert_eq!(c.state_socket(), Path::new("/h/run/memory-broker/state.sock"));
+    assert_eq!(
+        c.broker_socket(),
+        Path::new("/h/run/loop-broker/broker.sock")
+    );
+    assert_eq!(
+        c.admin_socket(),
+        Path::new("/h/run/owner-broker/admin.sock")
+    );
+    assert_eq!(
+        c.state_socket(),
+        Path::new("/h/run/memory-broker/state.sock")
+    );
     assert_eq!(c.state_dir(), Path::new("/h/broker/sessions"));
     assert_eq!(c.chain_path(), Path::new("/h/broker/audit/chain.jsonl"));
     assert_eq!(c.lock_path(), Path::new("/h/broker/audit/lock"));
@@ -75,15 +84,42 @@ fn what_is_refused() {
     for (text, want) in [
         ("[paths]\nhome = \"rel\"\n", "is not an absolute path"),
         ("[paths]\nhome = \"/h\"\nsurprise = 1\n", "unknown field"),
-        ("[paths]\nhome = \"/h\"\n[sockets]\nstat = \"/x\"\n", "unknown field"),
-        ("[paths]\nhome = \"/h\"\n[approvals]\nttl_ms = 0\n", "ttl_ms = 0"),
-        ("[paths]\nhome = \"/h\"\n[approvals]\nttl_ms = 86400001\n", "a day"),
-        ("[paths]\nhome = \"/h\"\n[tools.shell]\n", "there is no tool named \"shell\""),
-        ("[paths]\nhome = \"/h\"\n[tools.web_fetch]\nuntrusted_output = false\n", "can only tighten"),
-        ("[paths]\nhome = \"/h\"\n[[workspace.roots]]\npath = \"notes\"\nclass = \"private\"\n", "not an absolute"),
-        ("[paths]\nhome = \"/h\"\n[[workspace.roots]]\npath = \"/a\"\nclass = \"private\"\nwritabel = true\n", "unknown field"),
-        ("[paths]\nhome = \"/h\"\n[peers]\n\"loop.sock\" = [1]\n", "loop.sock"),
-        ("[paths]\nhome = \"/h\"\n[[workspace.roots]]\npath = \"/a\"\nclass = \"topsecret\"\n", "unknown variant"),
+        (
+            "[paths]\nhome = \"/h\"\n[sockets]\nstat = \"/x\"\n",
+            "unknown field",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[approvals]\nttl_ms = 0\n",
+            "ttl_ms = 0",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[approvals]\nttl_ms = 86400001\n",
+            "a day",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[tools.shell]\n",
+            "there is no tool named \"shell\"",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[tools.web_fetch]\nuntrusted_output = false\n",
+            "can only tighten",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[[workspace.roots]]\npath = \"notes\"\nclass = \"private\"\n",
+            "not an absolute",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[[workspace.roots]]\npath = \"/a\"\nclass = \"private\"\nwritabel = true\n",
+            "unknown field",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[peers]\n\"loop.sock\" = [1]\n",
+            "loop.sock",
+        ),
+        (
+            "[paths]\nhome = \"/h\"\n[[workspace.roots]]\npath = \"/a\"\nclass = \"topsecret\"\n",
+            "unknown variant",
+        ),
     ] {
         let e = parse(text).unwrap_err();
         assert!(e.contains(want), "{text}: {e}");
@@ -95,9 +131,15 @@ fn check_prints_what_it_would_serve_and_exits_0() {
     let h = Home::new("");
     let (code, out, err) = run(&["check", "--config", &h.config.display().to_string()]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains(&h.broker_sock().display().to_string()), "{out}");
+    assert!(
+        out.contains(&h.broker_sock().display().to_string()),
+        "{out}"
+    );
     assert!(out.contains(&h.state_sock().display().to_string()), "{out}");
-    assert!(out.contains("tools offered: workspace_list, workspace_read, workspace_write, web_fetch"), "{out}");
+    assert!(
+        out.contains("tools offered: workspace_list, workspace_read, workspace_write, web_fetch"),
+        "{out}"
+    );
     assert!(out.contains("web_fetch: no gateway is configured"), "{out}");
 }
 
@@ -107,16 +149,25 @@ fn check_and_serve_refuse_a_bad_config_with_the_runbook_line() {
     let (code, _, err) = run(&["check", "--config", &h.config.display().to_string()]);
     assert_eq!(code, 1);
     assert!(err.contains("there is no tool named"), "{err}");
-    assert!(err.trim_end().ends_with("see docs/runbook.md#broker-config-invalid"), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("see docs/runbook.md#broker-config-invalid"),
+        "{err}"
+    );
     let mut b = Brokerd::spawn(&h);
     assert_eq!(b.wait_exit(), 1);
     assert!(b.stderr().contains("broker-config-invalid"));
-    assert!(!h.home.join("broker").exists(), "a refused config changes nothing");
+    assert!(
+        !h.home.join("broker").exists(),
+        "a refused config changes nothing"
+    );
 }
 
 #[test]
 fn check_fails_on_a_missing_root() {
-    let h = Home::new("[[workspace.roots]]\npath = \"/nonexistent/boxmaker-test\"\nclass = \"private\"\n");
+    let h = Home::new(
+        "[[workspace.roots]]\npath = \"/nonexistent/boxmaker-test\"\nclass = \"private\"\n",
+    );
     let (code, out, _) = run(&["check", "--config", &h.config.display().to_string()]);
     assert_eq!(code, 1);
     assert!(out.contains("MISSING"), "{out}");

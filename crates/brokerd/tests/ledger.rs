@@ -63,8 +63,14 @@ fn a_damaged_state_is_an_error_that_names_the_file_and_the_runbook() {
     ] {
         fs::write(d.path().join(format!("{name}.json")), body).unwrap();
         let e = store.read(&sid(name)).unwrap_err().to_string();
-        assert!(e.starts_with(&d.path().join(format!("{name}.json")).display().to_string()), "{e}");
-        assert!(e.ends_with("; see docs/runbook.md#broker-state-damaged"), "{e}");
+        assert!(
+            e.starts_with(&d.path().join(format!("{name}.json")).display().to_string()),
+            "{e}"
+        );
+        assert!(
+            e.ends_with("; see docs/runbook.md#broker-state-damaged"),
+            "{e}"
+        );
     }
     fs::create_dir(d.path().join("dir.json")).unwrap();
     assert!(store.read(&sid("dir")).is_err());
@@ -122,8 +128,20 @@ fn group_commit_keeps_every_record_in_one_unbroken_chain() {
         threads.push(thread::spawn(move || {
             for n in 0..50u64 {
                 l.record(vec![
-                    Draft::call(&sid("s"), CallId(t * 100 + n), "x", Event::Requested, json!({})),
-                    Draft::call(&sid("s"), CallId(t * 100 + n), "x", Event::Denied, json!({})),
+                    Draft::call(
+                        &sid("s"),
+                        CallId(t * 100 + n),
+                        "x",
+                        Event::Requested,
+                        json!({}),
+                    ),
+                    Draft::call(
+                        &sid("s"),
+                        CallId(t * 100 + n),
+                        "x",
+                        Event::Denied,
+                        json!({}),
+                    ),
                 ])
                 .unwrap();
             }
@@ -145,13 +163,19 @@ fn group_commit_keeps_every_record_in_one_unbroken_chain() {
     for pair in recs.chunks(2) {
         assert_eq!(pair[0]["call"], pair[1]["call"]);
     }
-    assert_eq!(ledger.audit().written_len(), fs::metadata(d.path().join("chain.jsonl")).unwrap().len());
+    assert_eq!(
+        ledger.audit().written_len(),
+        fs::metadata(d.path().join("chain.jsonl")).unwrap().len()
+    );
 }
 
 #[test]
 fn the_summary_names_keys_and_shapes_never_values() {
     let s = summary(&json!({"token": "sk-very-secret", "n": 3, "list": [1, 2], "o": {}}));
-    assert_eq!(s, "{list: array(2), n: number, o: object(0), token: string(14)}");
+    assert_eq!(
+        s,
+        "{list: array(2), n: number, o: object(0), token: string(14)}"
+    );
     assert!(!s.contains("sk-"));
     let long = json!({ "k".repeat(300): 1 });
     assert!(summary(&long).chars().count() <= 201);

@@ -40,7 +40,9 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
     );
     let want_uid;
     if is_root() {
-        let nobody = nix::unistd::User::from_name("nobody").unwrap().expect("a nobody user");
+        let nobody = nix::unistd::User::from_name("nobody")
+            .unwrap()
+            .expect("a nobody user");
         want_uid = nobody.uid.as_raw();
         // The test (root) is the peer on every socket; brokerd runs as nobody.
         let text = format!(
@@ -51,7 +53,10 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
         chown_tree(&h.home, want_uid, nobody.gid.as_raw());
     } else {
         want_uid = nix::unistd::geteuid().as_raw();
-        let text = format!("[paths]\nhome = {:?}\n\n{root}", h.home.display().to_string());
+        let text = format!(
+            "[paths]\nhome = {:?}\n\n{root}",
+            h.home.display().to_string()
+        );
         fs::write(&h.config, text).unwrap();
     }
     let b = Brokerd::start(&h);
@@ -72,14 +77,35 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
         }),
     );
     assert!(
-        matches!(&r.last().unwrap().msg, Message::ToolResponse(ToolResponse::Result { class: DataClass::Secret, .. })),
+        matches!(
+            &r.last().unwrap().msg,
+            Message::ToolResponse(ToolResponse::Result {
+                class: DataClass::Secret,
+                ..
+            })
+        ),
         "{r:?} {}",
         b.stderr()
     );
-    let r = request(&h.state_sock(), 2, Message::SessionState(bxcore::SessionState { session: SessionId::new("s").unwrap() }));
-    assert!(matches!(r[0].msg, Message::SessionStateReply(bxcore::SessionStateReply { class: DataClass::Secret, .. })));
+    let r = request(
+        &h.state_sock(),
+        2,
+        Message::SessionState(bxcore::SessionState {
+            session: SessionId::new("s").unwrap(),
+        }),
+    );
+    assert!(matches!(
+        r[0].msg,
+        Message::SessionStateReply(bxcore::SessionStateReply {
+            class: DataClass::Secret,
+            ..
+        })
+    ));
     let r = request(&h.admin_sock(), 3, Message::AuditVerify {});
-    assert!(matches!(&r[0].msg, Message::AuditReport(a) if a.ok), "{r:?}");
+    assert!(
+        matches!(&r[0].msg, Message::AuditReport(a) if a.ok),
+        "{r:?}"
+    );
     // A path the sandbox does not allow, even if the policy did: outside every root anyway.
     let r = request(
         &h.broker_sock(),
@@ -91,7 +117,10 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
             args: json!({"path": "/etc/shadow"}),
         }),
     );
-    assert!(matches!(&r.last().unwrap().msg, Message::ToolResponse(ToolResponse::Failed { .. })));
+    assert!(matches!(
+        &r.last().unwrap().msg,
+        Message::ToolResponse(ToolResponse::Failed { .. })
+    ));
 
     let pid = b.child.id();
     let mut threads = 0;
@@ -100,7 +129,10 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
         assert_eq!(status_field(&status, "Seccomp"), "2", "{status}");
         assert_eq!(status_field(&status, "NoNewPrivs"), "1", "{status}");
         let uids = status_field(&status, "Uid");
-        assert!(uids.split_whitespace().all(|u| u == want_uid.to_string()), "{uids}");
+        assert!(
+            uids.split_whitespace().all(|u| u == want_uid.to_string()),
+            "{uids}"
+        );
         if is_root() {
             for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
                 assert_eq!(status_field(&status, cap), "0000000000000000", "{cap}");
@@ -108,5 +140,8 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
         }
         threads += 1;
     }
-    assert!(threads >= 4, "the main thread and three accept threads: {threads}");
+    assert!(
+        threads >= 4,
+        "the main thread and three accept threads: {threads}"
+    );
 }

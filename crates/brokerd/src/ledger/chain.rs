@@ -18,7 +18,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use bxcore::{ApprovalId, Timestamp, canonical};
 use serde_json::{Value, json};
 
-use super::record::{Draft, Event, GENESIS, Record, hash_of};
+use super::record::{Draft, Event, GENESIS, Record};
 
 /// The runbook anchor of a chain that does not verify.
 pub const BROKEN_ANCHOR: &str = "audit-chain-broken";
@@ -88,50 +88,58 @@ pub fn scan(bytes: &[u8]) -> Scan {
     };
     let mut open: BTreeMap<String, OpenApproval> = BTreeMap::new();
     let mut episode: Option<Break> = None;
-    let mut start = 0usize;
-    while start < bytes.len() {
-        let Some(nl) = bytes[start..].iter().position(|&b| b == b'\n') else {
-            let cut = &bytes[start..];
-            s.torn = Some(Torn {
-                offset: start as u64,
-                len: cut.len() as u64,
-                sha256: canonical::sha256_hex(cut),
-            });
-            break;
-        };
-        let line = &bytes[start..start + nl];
-        start += nl + 1;
-        s.len = start as u64;
-        s.records += 1;
-        match check(line, &s.head, s.next_seq) {
-            Ok(rec) => {
-                if let Some(mut b) = episode.take() {
-                    b.resumes = s.head.clone();
-                    s.breaks.push(b);
-                }
-                s.next_seq = rec.seq + 1;
-                s.head = rec.hash.clone();
-                follow(&mut s, &mut open, rec);
-            }
-            Err((why, resync)) => {
-                if episode.is_none() {
-                    episode = Some(Break {
-                        at: s.next_seq,
-                        why,
-                        resumes: String::new(),
-                        accepted: false,
-                    });
-                }
-                match resync {
-                    Some((seq, hash)) => {
-                        s.next_seq = seq.saturating_add(1);
-                        s.head = hash;
+    // Split into whole lines and a torn tail.
+    let whole_len = match bytes.iter().rposition(|&b| b == b'\n') {
+        Some(i) => i + 1,
+        None => 0,
+    };
+    if whole_len < bytes.len() {
+        let cut = &bytes[whole_len..];
+        s.torn = Some(Torn {
+            offset: whole_len as u64,
+            len: cut.len() as u64,
+            sha256: canonical::sha256_hex(cut),
+        });
+    }
+    s.len = whole_len as u64;
+    let lines: Vec<&[u8]> = bytes[..whole_len].split(|&b| b == b'\n').collect();
+    // The last split after the final newline is empty.
+    let lines = &lines[..lines.len().saturating_sub(1)];
+    // Parsing and hashing each line is independent: done in blocks over the cores; following
+    // the links is sequential.
+    for block in lines.chunks(BLOCK) {
+        for (line, parsed) in block.iter().zip(parse_block(block)) {
+            s.records += 1;
+            match link(parsed, &s.head, s.next_seq) {
+                Ok(rec) => {
+                    if let Some(mut b) = episode.take() {
+                        b.resumes = s.head.clone();
+                        s.breaks.push(b);
                     }
-                    // A line that does not parse: the next one is judged against a hash no
-                    // record has, so it belongs to the same episode.
-                    None => {
-                        s.next_seq = s.next_seq.saturating_add(1);
-                        s.head = canonical::sha256_hex(line);
+                    s.next_seq = rec.seq + 1;
+                    s.head = rec.hash.clone();
+                    follow(&mut s, &mut open, rec);
+                }
+                Err((why, resync)) => {
+                    if episode.is_none() {
+                        episode = Some(Break {
+                            at: s.next_seq,
+                            why,
+                            resumes: String::new(),
+                            accepted: false,
+                        });
+                    }
+                    match resync {
+                        Some((seq, hash)) => {
+                            s.next_seq = seq.saturating_add(1);
+                            s.head = hash;
+                        }
+                        // A line that does not parse: the next one is judged against a hash no
+                        // record has, so it belongs to the same episode.
+                        None => {
+                            s.next_seq = s.next_seq.saturating_add(1);
+                            s.head = canonical::sha256_hex(line);
+                        }
                     }
                 }
             }
@@ -156,28 +164,48 @@ pub fn scan(bytes: &[u8]) -> Scan {
 
 type Resync = Option<(u64, String)>;
 
-/// One line against the chain so far: the record, or why it does not follow and where the
-/// chain resumes from it.
-fn check(line: &[u8], head: &str, want_seq: u64) -> Result<Record, (String, Resync)> {
-    let mut v: Value = serde_json::from_slice(line)
-        .map_err(|e| (format!("the line does not parse: {e}"), None))?;
-    let stored = match v.as_object_mut().and_then(|m| m.remove("hash")) {
-        Some(Value::String(h)) => h,
-        _ => return Err(("the record has no hash".to_string(), None)),
-    };
-    let prev = v
-        .get("prev")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let computed = hash_of(&prev, &v);
-    if let Value::Object(m) = &mut v {
-        m.insert("hash".into(), Value::String(stored.clone()));
+/// Lines parsed per block.
+const BLOCK: usize = 4096;
+
+/// A line parsed as a record, and whether its hash is its own.
+type Parsed = Result<(Record, bool), String>;
+
+fn parse_line(line: &[u8]) -> Parsed {
+    let rec: Record = serde_json::from_slice(line).map_err(|e| {
+        if serde_json::from_slice::<Value>(line).is_ok() {
+            format!("the line is not an audit record: {e}")
+        } else {
+            format!("the line does not parse: {e}")
+        }
+    })?;
+    let own = rec.computed_hash() == rec.hash;
+    Ok((rec, own))
+}
+
+fn parse_block(block: &[&[u8]]) -> Vec<Parsed> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 2 || block.len() < 64 {
+        return block.iter().map(|l| parse_line(l)).collect();
     }
-    let rec: Record = serde_json::from_value(v)
-        .map_err(|e| (format!("the line is not an audit record: {e}"), None))?;
-    let resync = Some((rec.seq, stored.clone()));
-    if computed != stored {
+    let per = block.len().div_ceil(cores);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = block
+            .chunks(per)
+            .map(|part| scope.spawn(move || part.iter().map(|l| parse_line(l)).collect::<Vec<_>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    })
+}
+
+/// One parsed line against the chain so far: the record, or why it does not follow and where
+/// the chain resumes from it.
+fn link(parsed: Parsed, head: &str, want_seq: u64) -> Result<Record, (String, Resync)> {
+    let (rec, own) = parsed.map_err(|why| (why, None))?;
+    let resync = Some((rec.seq, rec.hash.clone()));
+    if !own {
         return Err((
             format!(
                 "record {} does not match its hash (it was changed after it was written)",

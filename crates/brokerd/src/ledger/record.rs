@@ -24,6 +24,25 @@ pub enum Event {
     Started,
 }
 
+impl Event {
+    /// The wire name, e.g. `requested`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Requested => "requested",
+            Event::Allowed => "allowed",
+            Event::Denied => "denied",
+            Event::Pending => "pending",
+            Event::Approved => "approved",
+            Event::Expired => "expired",
+            Event::Result => "result",
+            Event::Failed => "failed",
+            Event::Recovered => "recovered",
+            Event::Accepted => "accepted",
+            Event::Started => "started",
+        }
+    }
+}
+
 /// One line of `chain.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,8 +122,53 @@ impl Record {
             event: draft.event,
             detail: draft.detail,
         };
-        r.hash = hash_of(prev, &r.value_without_hash());
+        r.hash = r.computed_hash();
         r
+    }
+
+    /// The hash this record should carry: sha256 of its `prev` and its canonical JSON without
+    /// `hash`. The same bytes as `hash_of(prev, &value_without_hash())`, built without a tree.
+    pub fn computed_hash(&self) -> String {
+        let body = self.canonical_without_hash();
+        let mut bytes = Vec::with_capacity(self.prev.len() + body.len());
+        bytes.extend_from_slice(self.prev.as_bytes());
+        bytes.extend_from_slice(body.as_bytes());
+        canonical::sha256_hex(&bytes)
+    }
+
+    /// Canonical JSON of the record without `hash`: its keys in byte order.
+    pub fn canonical_without_hash(&self) -> String {
+        fn string(out: &mut String, s: &str) {
+            out.push_str(&serde_json::to_string(s).unwrap_or_default());
+        }
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"call\":");
+        match self.call {
+            Some(c) => out.push_str(&c.0.to_string()),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"detail\":");
+        out.push_str(&canonical::to_string(&self.detail));
+        out.push_str(",\"event\":");
+        string(&mut out, self.event.as_str());
+        out.push_str(",\"prev\":");
+        string(&mut out, &self.prev);
+        out.push_str(",\"seq\":");
+        out.push_str(&self.seq.to_string());
+        out.push_str(",\"session\":");
+        match &self.session {
+            Some(s) => string(&mut out, s.as_str()),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"time\":");
+        out.push_str(&self.time.0.to_string());
+        out.push_str(",\"tool\":");
+        match &self.tool {
+            Some(t) => string(&mut out, t),
+            None => out.push_str("null"),
+        }
+        out.push('}');
+        out
     }
 
     /// The record as JSON without `hash`, as it is hashed.
