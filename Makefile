@@ -3,9 +3,9 @@
 
 CARGO ?= cargo
 
-.PHONY: gate fmt clippy test runbook
+.PHONY: gate fmt clippy test runbook nix-check
 
-gate: fmt clippy test runbook
+gate: fmt clippy test runbook nix-check
 	@echo "gate: ok"
 
 fmt:
@@ -20,3 +20,9 @@ test: clippy
 # Every runbook pointer in the source has its entry, and every entry is pointed at.
 runbook: test
 	$(CARGO) test -q -p bxcore --test runbook -- --nocapture the_runbook_and_the_source_agree
+
+# The Nix checks that run offline (nix.md): parse every .nix file, render every unit from
+# nixos-module/units.nix, systemd-analyze verify and security on each, the design's
+# hardening lines, and the check's own test; `skipped: <why>` for what cannot run here.
+nix-check: runbook
+	nixos-module/check-offline.sh

@@ -13,6 +13,7 @@ pub mod deadline;
 mod error;
 mod frame;
 mod ids;
+pub mod layout;
 mod message;
 pub mod runbook;
 

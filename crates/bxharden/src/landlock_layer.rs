@@ -7,12 +7,13 @@
 //! is an error, never skipped. Landlock is per thread: apply it before any thread exists.
 
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort,
-    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, RulesetStatus,
+    Scope,
 };
 
 /// The Landlock ABI whose access rights are handled: filesystem (with `ioctl` on devices, ABI
@@ -97,15 +98,11 @@ fn rule(path: &Path, read_write: bool) -> Result<PathBeneath<PathFd>, LandlockEr
     Ok(PathBeneath::new(fd, access))
 }
 
-/// Restrict the calling thread (and every thread and child it makes from now on): read-write
-/// beneath `read_write`, read (and execute) beneath `read_only`, TCP connect to `connect_tcp`
-/// only, no TCP bind, abstract Unix sockets and signals scoped to the domain. Sets
-/// `PR_SET_NO_NEW_PRIVS` too (Landlock needs it without `CAP_SYS_ADMIN`).
-pub fn restrict(
+fn ruleset(
     read_write: &[PathBuf],
     read_only: &[PathBuf],
     connect_tcp: &[u16],
-) -> Result<Enforced, LandlockError> {
+) -> Result<RulesetCreated, LandlockError> {
     let rules_err = |e: landlock::RulesetError| LandlockError::Ruleset(e.to_string());
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -128,7 +125,21 @@ pub fn restrict(
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
             .map_err(rules_err)?;
     }
-    let status = ruleset.restrict_self().map_err(rules_err)?;
+    Ok(ruleset)
+}
+
+/// Restrict the calling thread (and every thread and child it makes from now on): read-write
+/// beneath `read_write`, read (and execute) beneath `read_only`, TCP connect to `connect_tcp`
+/// only, no TCP bind, abstract Unix sockets and signals scoped to the domain. Sets
+/// `PR_SET_NO_NEW_PRIVS` too (Landlock needs it without `CAP_SYS_ADMIN`).
+pub fn restrict(
+    read_write: &[PathBuf],
+    read_only: &[PathBuf],
+    connect_tcp: &[u16],
+) -> Result<Enforced, LandlockError> {
+    let status = ruleset(read_write, read_only, connect_tcp)?
+        .restrict_self()
+        .map_err(|e| LandlockError::Ruleset(e.to_string()))?;
     let abi = match status.landlock {
         LandlockStatus::Available { effective_abi, .. } => effective_abi as i32,
         _ => 0,
@@ -138,6 +149,34 @@ pub fn restrict(
         RulesetStatus::PartiallyEnforced => Enforced::Partially(abi),
         RulesetStatus::NotEnforced => Enforced::Not,
     })
+}
+
+/// A ruleset built now, to be enforced later by a process that must not allocate (a child
+/// between `fork` and `execve`): its descriptor, and what it will enforce on this kernel.
+pub fn prepare(
+    read_write: &[PathBuf],
+    read_only: &[PathBuf],
+    connect_tcp: &[u16],
+) -> Result<(Option<OwnedFd>, Enforced), LandlockError> {
+    let fd: Option<OwnedFd> = ruleset(read_write, read_only, connect_tcp)?.into();
+    let kernel = kernel_abi();
+    let enforced = match (&fd, kernel) {
+        (None, _) | (_, 0) => Enforced::Not,
+        (Some(_), k) if k >= LANDLOCK_ABI_NUMBER => Enforced::Fully(LANDLOCK_ABI_NUMBER),
+        (Some(_), k) => Enforced::Partially(k),
+    };
+    Ok((fd, enforced))
+}
+
+/// `landlock_restrict_self(fd, 0)`: only the system call, safe between `fork` and `execve`.
+/// `PR_SET_NO_NEW_PRIVS` must be set first.
+pub fn restrict_with(fd: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: the descriptor is a Landlock ruleset owned by the caller; the flags are 0.
+    let r = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

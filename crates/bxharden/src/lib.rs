@@ -17,6 +17,7 @@
 //! Steps 1 to 4 run before any thread exists: credentials, capabilities and Landlock are per
 //! thread, and [`apply`] refuses to run beside another thread.
 
+pub mod child_sandbox;
 pub mod config;
 pub mod identity;
 pub mod landlock_layer;
@@ -24,6 +25,7 @@ pub mod log;
 pub mod notify;
 pub mod peers;
 pub mod privdrop;
+pub mod proc_status;
 pub mod profiles;
 pub mod sandbox;
 pub mod seccomp;
@@ -31,10 +33,12 @@ pub mod serve;
 pub mod socket;
 pub mod threads;
 
+pub use child_sandbox::ChildSandbox;
 pub use config::{PeerName, Peers, SandboxConfig};
 pub use identity::{Identity, Owner};
 pub use log::Daemon;
 pub use peers::{PeerPolicy, peer_uid};
 pub use profiles::{Arch, SeccompProfile};
 pub use sandbox::{Profile, Report, SandboxError, apply};
+pub use seccomp::Mismatch;
 pub use socket::{Activated, activated, listen, socket_for};

@@ -34,8 +34,11 @@ const ALL_SETS: [(CapSet, &str); 5] = [
     (CapSet::Permitted, "permitted"),
 ];
 
-/// Drop from root to `id` (its `drops` is true). The caller checked it is alone in the process.
+/// Drop from root to `id` (its `drops` is true). Refused from a thread other than the first or
+/// beside another thread: credentials and capabilities are per thread, and a thread left behind
+/// would keep root.
 pub fn drop_to(id: &Identity) -> Result<(), DropError> {
+    crate::threads::alone().map_err(|why| DropError::Step("drop privileges", why))?;
     let step =
         |what: &'static str| move |e: caps::errors::CapsError| DropError::Step(what, e.to_string());
     caps::clear(None, CapSet::Bounding).map_err(step("clear the bounding capability set"))?;
@@ -56,11 +59,30 @@ pub fn drop_to(id: &Identity) -> Result<(), DropError> {
 
 /// Clear the sets an unprivileged process may clear on its own (ambient, inheritable): used
 /// when no drop is due, so a child never inherits a capability.
+///
+/// Each set is cleared only when it holds something: under its systemd unit a daemon starts
+/// unprivileged with empty sets and `SystemCallFilter=~@privileged`, which kills a process that
+/// calls `capset`, even to clear what is already empty.
 pub fn clear_inheritable() -> Result<(), DropError> {
     let step =
         |what: &'static str| move |e: caps::errors::CapsError| DropError::Step(what, e.to_string());
-    caps::clear(None, CapSet::Ambient).map_err(step("clear the ambient capability set"))?;
-    caps::clear(None, CapSet::Inheritable).map_err(step("clear the inheritable capability set"))
+    for (set, read, clear) in [
+        (
+            CapSet::Ambient,
+            "read the ambient capability set",
+            "clear the ambient capability set",
+        ),
+        (
+            CapSet::Inheritable,
+            "read the inheritable capability set",
+            "clear the inheritable capability set",
+        ),
+    ] {
+        if !caps::read(None, set).map_err(step(read))?.is_empty() {
+            caps::clear(None, set).map_err(step(clear))?;
+        }
+    }
+    Ok(())
 }
 
 /// Every capability set empty, the uid and gid the target in all three slots, no supplementary

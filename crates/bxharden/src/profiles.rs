@@ -130,21 +130,23 @@ impl SeccompProfile {
         if self.inet() {
             s.extend(NET_CLIENT);
         }
-        match self {
-            SeccompProfile::Brokerd { run_tool } => {
-                s.extend(BROKERD);
-                if run_tool {
-                    s.extend(RUN_PARENT);
-                }
-            }
-            SeccompProfile::RunChild => {
-                s.extend(PROGRAM);
-                s.extend(match arch {
-                    Arch::X86_64 => PROGRAM_X86_64,
-                    Arch::Aarch64 => &[][..],
-                });
-            }
-            _ => {}
+        if matches!(self, SeccompProfile::Brokerd { .. }) {
+            s.extend(BROKERD);
+        }
+        // Filters stack: a program the run tool starts passes brokerd's list as well as its
+        // own, so brokerd's list with the run tool holds the child's whole list.
+        if matches!(
+            self,
+            SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+        ) {
+            s.extend(PROGRAM);
+            s.extend(match arch {
+                Arch::X86_64 => PROGRAM_X86_64,
+                Arch::Aarch64 => &[][..],
+            });
+        }
+        if self == (SeccompProfile::Brokerd { run_tool: true }) {
+            s.extend(RUN_PARENT);
         }
         s
     }
@@ -175,7 +177,6 @@ const SERVER: &[&str] = &[
     "statx",
     "getdents64",
     "fcntl",
-    "ioctl",
     "flock",
     "fsync",
     "fdatasync",

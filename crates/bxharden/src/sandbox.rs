@@ -21,7 +21,8 @@ pub const SANDBOX_ANCHOR: &str = "sandbox-unavailable";
 /// read-only files and directories, TCP ports it may connect to, and its seccomp list.
 ///
 /// Every profile starts with `/nix/store` read-only when it exists (on NixOS the binary's
-/// libraries and the CA files are links into it) and the directory of the running executable.
+/// libraries and the CA files are links into it), the directory of the running executable, and
+/// `/dev/null` read-write (what `Stdio::null()` opens; writing it changes nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     seccomp: SeccompProfile,
@@ -54,9 +55,13 @@ impl Profile {
         {
             read_only.push(dir);
         }
+        let mut read_write = Vec::new();
+        if Path::new("/dev/null").exists() {
+            read_write.push(PathBuf::from("/dev/null"));
+        }
         Profile {
             seccomp,
-            read_write: Vec::new(),
+            read_write,
             read_only,
             connect_tcp: Vec::new(),
         }
@@ -129,6 +134,13 @@ pub enum SandboxError {
         /// The running uid.
         running: u32,
     },
+    /// A `[sandbox] group` other than the running one, without root to switch.
+    NotRootGroup {
+        /// The configured gid.
+        wanted: u32,
+        /// The running gid.
+        running: u32,
+    },
     /// The privilege drop failed (always fatal: a half-dropped process must not run).
     Drop(DropError),
     /// `PR_SET_NO_NEW_PRIVS` failed.
@@ -147,11 +159,17 @@ impl fmt::Display for SandboxError {
             SandboxError::Lookup(e) => write!(f, "[sandbox]: {e}"),
             SandboxError::RootWithoutUser => write!(
                 f,
-                "started as root with no [sandbox] user to drop to (require = true)"
+                "started as root with no [sandbox] user (other than root) to drop to \
+                 (require = true)"
             ),
             SandboxError::NotRoot { wanted, running } => write!(
                 f,
                 "[sandbox] user is uid {wanted}, but this process runs as uid {running} without \
+                 the privilege to switch"
+            ),
+            SandboxError::NotRootGroup { wanted, running } => write!(
+                f,
+                "[sandbox] group is gid {wanted}, but this process runs as gid {running} without \
                  the privilege to switch"
             ),
             SandboxError::Drop(e) => write!(f, "privilege drop: {e}"),
@@ -251,6 +269,20 @@ pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxEr
             skipped(&format!(
                 "[sandbox] user is uid {}, not the running uid {euid}",
                 id.uid
+            ));
+        }
+        let egid = Gid::effective().as_raw();
+        if euid != 0 && id.gid != egid {
+            let e = SandboxError::NotRootGroup {
+                wanted: id.gid,
+                running: egid,
+            };
+            if cfg.require {
+                return Err(e);
+            }
+            skipped(&format!(
+                "[sandbox] group is gid {}, not the running gid {egid}",
+                id.gid
             ));
         }
         privdrop::clear_inheritable().map_err(SandboxError::Drop)?;

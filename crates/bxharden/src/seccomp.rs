@@ -84,6 +84,78 @@ fn target(arch: Arch) -> TargetArch {
     }
 }
 
+/// A system call allowed only when one argument has one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conditional {
+    /// The system call.
+    pub call: &'static str,
+    /// Which argument (from 0).
+    pub arg: u8,
+    /// The value it must have (its low 32 bits: every argument checked here is an `int` or an
+    /// `unsigned int` in the kernel, which ignores the upper half).
+    pub value: u64,
+    /// The value's name, for people.
+    pub label: &'static str,
+}
+
+const fn cond(call: &'static str, arg: u8, value: u64, label: &'static str) -> Conditional {
+    Conditional {
+        call,
+        arg,
+        value,
+        label,
+    }
+}
+
+/// The `ioctl` requests allowed: descriptor flags, non-blocking mode, bytes waiting, and the
+/// terminal queries `isatty` and programs make. Not `TIOCSTI` (typing into a terminal the daemon
+/// was started from), not any device's own requests.
+// The request type is `c_ulong` on glibc and `c_int` on musl: the casts are for the latter.
+#[allow(clippy::unnecessary_cast)]
+const IOCTLS: [(u64, &str); 7] = [
+    (libc::FIONBIO as u64, "FIONBIO"),
+    (libc::FIOCLEX as u64, "FIOCLEX"),
+    (libc::FIONCLEX as u64, "FIONCLEX"),
+    (libc::FIONREAD as u64, "FIONREAD"),
+    (libc::TCGETS as u64, "TCGETS"),
+    (libc::TIOCGWINSZ as u64, "TIOCGWINSZ"),
+    (libc::TIOCGPGRP as u64, "TIOCGPGRP"),
+];
+
+/// The system calls allowed only with given arguments: `socket` and `socketpair` by the
+/// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
+/// its threads), `ioctl` only with the requests of [`IOCTLS`]. A name on the profile's plain
+/// list is allowed whatever its arguments (`prctl` where programs are started).
+pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
+    let mut out = Vec::new();
+    for (family, name) in profile.socket_families() {
+        out.push(cond("socket", 0, family as u64, name));
+        out.push(cond("socketpair", 0, family as u64, name));
+    }
+    out.push(cond("prctl", 0, libc::PR_SET_NAME as u64, "PR_SET_NAME"));
+    out.push(cond("prctl", 0, libc::PR_GET_NAME as u64, "PR_GET_NAME"));
+    for (request, name) in IOCTLS {
+        out.push(cond("ioctl", 1, request, name));
+    }
+    out
+}
+
+/// A profile's list as people read it, one entry a line, sorted: a plain name, or a name with
+/// its condition (`clone(no CLONE_NEW*)`, `socket(AF_UNIX)`, `ioctl(FIONBIO)`). The pin test
+/// compares it with `tests/pinned/<profile>.<arch>.txt`.
+pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
+    let plain = profile.syscalls(arch);
+    let mut out: Vec<String> = plain.iter().map(|n| (*n).to_owned()).collect();
+    out.push("clone(no CLONE_NEW*)".to_owned());
+    for c in conditional(profile) {
+        if !plain.contains(c.call) {
+            out.push(format!("{}({})", c.call, c.label));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The rules of a profile as `seccompiler`'s JSON, which resolves the names for `arch` (so a
 /// name that does not exist there is an error on any build machine).
 pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> String {
@@ -95,12 +167,15 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
     rules.push(format!(
         "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}}]}}"
     ));
-    for (family, _) in profile.socket_families() {
-        for call in ["socket", "socketpair"] {
-            rules.push(format!(
-                "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{family}}}]}}"
-            ));
+    let plain = profile.syscalls(arch);
+    for c in conditional(profile) {
+        if plain.contains(c.call) {
+            continue; // allowed whatever its arguments
         }
+        rules.push(format!(
+            "{{\"syscall\":\"{}\",\"args\":[{{\"index\":{},\"type\":\"dword\",\"op\":\"eq\",\"val\":{}}}]}}",
+            c.call, c.arg, c.value
+        ));
     }
     let mismatch = match mismatch {
         Mismatch::KillProcess => "\"kill_process\"".to_owned(),
@@ -126,8 +201,11 @@ pub fn compile(
     let (Some(clone3), Some(main)) = (map.remove("clone3"), map.remove("main")) else {
         return Err(SeccompError::Compile("a filter is missing".to_owned()));
     };
-    // Every unconditional name, plus clone, socket and socketpair.
-    let syscall_count = profile.syscalls(arch).len() + 3;
+    // Every name on the list, with a condition or without.
+    let mut names = profile.syscalls(arch);
+    names.insert("clone");
+    names.extend(conditional(profile).into_iter().map(|c| c.call));
+    let syscall_count = names.len();
     Ok(Filters {
         clone3,
         main,
@@ -139,6 +217,33 @@ pub fn compile(
 struct SockFprog {
     len: libc::c_ushort,
     filter: *const seccompiler::sock_filter,
+}
+
+/// Install one compiled filter on the calling thread only, with no allocation: for a child
+/// between `fork` and `execve`. `PR_SET_NO_NEW_PRIVS` must be set first.
+pub fn install_here(program: &BpfProgram, log: bool) -> std::io::Result<()> {
+    let prog = SockFprog {
+        len: program.len() as libc::c_ushort,
+        filter: program.as_ptr(),
+    };
+    let flags: libc::c_ulong = if log {
+        libc::SECCOMP_FILTER_FLAG_LOG
+    } else {
+        0
+    };
+    // SAFETY: as in `install`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const SockFprog,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn install(program: &BpfProgram, log: bool) -> Result<(), SeccompError> {

@@ -146,12 +146,11 @@ fn prepare_dir(dir: &Path, owner: Option<Owner>) -> Result<(), ListenError> {
     if meta.mode() & 0o7777 != 0o700 {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(io_err(dir, "make the directory 0700"))?;
-        tracing::info!(
-            "{}: {}: the socket directory was {:04o}, made 0700",
-            crate::log::daemon().name,
+        crate::log::notice(&format!(
+            "{}: the socket directory was {:04o}, made 0700",
             dir.display(),
             meta.mode() & 0o7777
-        );
+        ));
     }
     if let Some(o) = owner {
         chown(dir, Some(Uid::from_raw(o.uid)), Some(Gid::from_raw(o.gid)))

@@ -1,0 +1,134 @@
+//! Where every socket lives under the box's home, who serves it and who is its one client.
+//!
+//! The daemons' default socket paths, `bxctl` and the NixOS module all follow this table; the
+//! module keeps the same facts as data in `nixos-module/layout.json`, and `tests/layout.rs`
+//! checks that the two agree, so a socket cannot move in one place and not the other.
+
+use std::path::{Path, PathBuf};
+
+/// One socket: `<home>/run/<dir>/<name>.sock`, handed over by systemd under the descriptor
+/// name `name`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketSpec {
+    /// The activation name (systemd's `FileDescriptorName`), and the file's stem.
+    pub name: &'static str,
+    /// The 0700 directory under `<home>/run`, named `<client>-<server>`.
+    pub dir: &'static str,
+    /// The daemon that serves it.
+    pub server: &'static str,
+    /// Its one client: a daemon, or `@owner` for the owner's login account.
+    pub client: &'static str,
+}
+
+impl SocketSpec {
+    /// The file name, e.g. `broker.sock`; `[peers]` tables name sockets this way.
+    pub fn file(&self) -> String {
+        format!("{}.sock", self.name)
+    }
+
+    /// The socket's default path under `home`.
+    pub fn path(&self, home: &Path) -> PathBuf {
+        home.join("run").join(self.dir).join(self.file())
+    }
+}
+
+/// The owner's login account, as a socket's client.
+pub const OWNER: &str = "@owner";
+
+pub const LOOP: SocketSpec = SocketSpec {
+    name: "loop",
+    dir: "channel-loop",
+    server: "loopd",
+    client: OWNER,
+};
+pub const BROKER: SocketSpec = SocketSpec {
+    name: "broker",
+    dir: "loop-broker",
+    server: "brokerd",
+    client: "loopd",
+};
+pub const INFER: SocketSpec = SocketSpec {
+    name: "infer",
+    dir: "loop-infer",
+    server: "inferproxy",
+    client: "loopd",
+};
+pub const MEMORY: SocketSpec = SocketSpec {
+    name: "memory",
+    dir: "loop-memory",
+    server: "memoryd",
+    client: "loopd",
+};
+pub const STATE: SocketSpec = SocketSpec {
+    name: "state",
+    dir: "memory-broker",
+    server: "brokerd",
+    client: "memoryd",
+};
+pub const ADMIN: SocketSpec = SocketSpec {
+    name: "admin",
+    dir: "owner-broker",
+    server: "brokerd",
+    client: OWNER,
+};
+pub const GATEWAY: SocketSpec = SocketSpec {
+    name: "gateway",
+    dir: "broker-gateway",
+    server: "gatewayd",
+    client: "brokerd",
+};
+
+/// Every socket of the box.
+pub const SOCKETS: [SocketSpec; 7] = [LOOP, BROKER, INFER, MEMORY, STATE, ADMIN, GATEWAY];
+
+/// A daemon's state directory under `home` and its user on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaemonSpec {
+    pub name: &'static str,
+    /// Under `<home>`, 0700, the daemon's own.
+    pub state_dir: &'static str,
+    /// The system user it runs as on the device.
+    pub user: &'static str,
+}
+
+impl DaemonSpec {
+    pub fn state_path(&self, home: &Path) -> PathBuf {
+        home.join(self.state_dir)
+    }
+}
+
+pub const DAEMONS: [DaemonSpec; 5] = [
+    DaemonSpec {
+        name: "loopd",
+        state_dir: "loop",
+        user: "bx-loop",
+    },
+    DaemonSpec {
+        name: "brokerd",
+        state_dir: "broker",
+        user: "bx-broker",
+    },
+    DaemonSpec {
+        name: "inferproxy",
+        state_dir: "infer",
+        user: "bx-infer",
+    },
+    DaemonSpec {
+        name: "memoryd",
+        state_dir: "memory",
+        user: "bx-memory",
+    },
+    DaemonSpec {
+        name: "gatewayd",
+        state_dir: "gateway",
+        user: "bx-gateway",
+    },
+];
+
+/// The daemon called `name`, if the box has one.
+pub fn daemon(name: &str) -> Option<&'static DaemonSpec> {
+    DAEMONS.iter().find(|d| d.name == name)
+}
+
+/// The device's home.
+pub const DEVICE_HOME: &str = "/var/lib/boxmaker";

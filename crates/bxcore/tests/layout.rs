@@ -1,0 +1,87 @@
+//! `bxcore::layout` and the NixOS module's `nixos-module/layout.json` say the same thing about
+//! every socket and daemon the module knows.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use bxcore::layout::{self, DAEMONS, OWNER, SOCKETS};
+use serde_json::Value;
+
+fn module_layout() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../nixos-module/layout.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// A client as the module names it: a user, or `@owner`.
+fn module_client(client: &str) -> String {
+    match layout::daemon(client) {
+        Some(d) => d.user.to_string(),
+        None => client.to_string(),
+    }
+}
+
+#[test]
+fn every_socket_of_the_module_is_in_the_table_with_the_same_dir_server_and_client() {
+    let l = module_layout();
+    let sockets = l["sockets"].as_object().unwrap();
+    assert!(!sockets.is_empty());
+    for (name, s) in sockets {
+        let spec = SOCKETS
+            .iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("layout.json's socket {name} is not in bxcore::layout"));
+        assert_eq!(s["dir"], spec.dir, "{name}: dir");
+        assert_eq!(s["server"], spec.server, "{name}: server");
+        assert_eq!(
+            s["client"].as_str().unwrap(),
+            module_client(spec.client),
+            "{name}: client"
+        );
+    }
+    assert_eq!(l["owner"], OWNER);
+}
+
+#[test]
+fn every_daemon_of_the_module_has_its_state_dir_user_and_sockets() {
+    let l = module_layout();
+    for (name, d) in l["daemons"].as_object().unwrap() {
+        let spec = layout::daemon(name).unwrap_or_else(|| panic!("{name} is not in DAEMONS"));
+        assert_eq!(d["state_dir"], spec.state_dir, "{name}");
+        assert_eq!(d["user"], spec.user, "{name}");
+        let serves: BTreeSet<&str> = d["serves"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let ours: BTreeSet<&str> = SOCKETS
+            .iter()
+            .filter(|s| s.server == name)
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(serves, ours, "{name}: the sockets it serves");
+    }
+    for spec in DAEMONS {
+        assert!(
+            l["users"].get(spec.user).is_some(),
+            "{} is not a user of the module",
+            spec.user
+        );
+    }
+}
+
+#[test]
+fn socket_paths_and_names() {
+    let home = Path::new("/var/lib/boxmaker");
+    assert_eq!(
+        layout::BROKER.path(home),
+        Path::new("/var/lib/boxmaker/run/loop-broker/broker.sock")
+    );
+    assert_eq!(layout::STATE.file(), "state.sock");
+    let dirs: BTreeSet<&str> = SOCKETS.iter().map(|s| s.dir).collect();
+    assert_eq!(
+        dirs.len(),
+        SOCKETS.len(),
+        "no two sockets share a directory"
+    );
+}

@@ -1,0 +1,145 @@
+//! The seccomp lists are pinned: each profile's list on each architecture is compared with its
+//! checked-in copy in `tests/pinned/<profile>.<arch>.txt`, so a change to a list shows in review
+//! as a change to that file. After changing a list on purpose, regenerate them with
+//! `BXH_PIN_UPDATE=1 cargo test -p bxharden --test pinned` and commit both.
+
+use std::path::PathBuf;
+
+use bxharden::seccomp::describe;
+use bxharden::{Arch, SeccompProfile};
+
+fn pinned(profile: SeccompProfile, arch: Arch) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/pinned")
+        .join(format!("{}.{}.txt", profile.name(), arch.name()))
+}
+
+#[test]
+fn every_seccomp_list_matches_its_pinned_copy() {
+    let update = std::env::var_os("BXH_PIN_UPDATE").is_some();
+    let mut changed = Vec::new();
+    for profile in SeccompProfile::ALL {
+        for arch in Arch::ALL {
+            let list = describe(profile, arch).join("\n") + "\n";
+            let path = pinned(profile, arch);
+            println!("{}:\n{list}", path.display());
+            let old = std::fs::read_to_string(&path).unwrap_or_default();
+            if old != list {
+                if update {
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    std::fs::write(&path, &list).unwrap();
+                } else {
+                    changed.push(path.display().to_string());
+                }
+            }
+        }
+    }
+    assert!(
+        changed.is_empty(),
+        "these lists differ from their pinned copies (review the change, then run with \
+         BXH_PIN_UPDATE=1 and commit): {changed:?}"
+    );
+}
+
+/// What no daemon may ever call, whatever its list says.
+const NEVER: [&str; 16] = [
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "bpf",
+    "keyctl",
+    "add_key",
+    "userfaultfd",
+    "perf_event_open",
+    "kexec_load",
+    "init_module",
+    "finit_module",
+    "unshare",
+    "setns",
+];
+
+#[test]
+fn no_list_has_a_forbidden_call() {
+    for profile in SeccompProfile::ALL {
+        for arch in Arch::ALL {
+            let list = profile.syscalls(arch);
+            for name in NEVER {
+                assert!(!list.contains(name), "{profile} on {}: {name}", arch.name());
+            }
+            let starts_programs = matches!(
+                profile,
+                SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+            );
+            for name in ["execve", "execveat", "kill"] {
+                assert_eq!(
+                    list.contains(name),
+                    starts_programs && name != "execveat",
+                    "{profile} on {}: {name}",
+                    arch.name()
+                );
+            }
+            // Only brokerd with the run tool installs a sandbox after its own (its child's).
+            let installs = profile == SeccompProfile::Brokerd { run_tool: true };
+            for name in [
+                "seccomp",
+                "landlock_create_ruleset",
+                "landlock_add_rule",
+                "landlock_restrict_self",
+            ] {
+                assert_eq!(list.contains(name), installs, "{profile}: {name}");
+            }
+            assert!(
+                list.contains("clone3"),
+                "{profile}: clone3 stays allowed in the main list"
+            );
+            assert!(
+                !list.contains("clone"),
+                "{profile}: clone only with its flag check"
+            );
+            assert!(!list.contains("socket"), "{profile}: socket only by family");
+        }
+    }
+}
+
+#[test]
+fn brokerds_list_with_the_run_tool_holds_the_childs() {
+    // Filters stack: what the child may call must pass brokerd's filter too.
+    for arch in Arch::ALL {
+        let child = SeccompProfile::RunChild.syscalls(arch);
+        let parent = SeccompProfile::Brokerd { run_tool: true }.syscalls(arch);
+        let missing: Vec<_> = child.difference(&parent).collect();
+        assert!(missing.is_empty(), "{}: {missing:?}", arch.name());
+        let child = describe(SeccompProfile::RunChild, arch);
+        let parent = describe(SeccompProfile::Brokerd { run_tool: true }, arch);
+        for c in &child {
+            let name = c.split('(').next().unwrap();
+            assert!(
+                parent.contains(c) || parent.iter().any(|p| p == name),
+                "{}: {c}",
+                arch.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn only_network_profiles_open_inet_sockets() {
+    for profile in SeccompProfile::ALL {
+        let d = describe(profile, Arch::X86_64);
+        assert_eq!(
+            d.contains(&"socket(AF_INET)".to_owned()),
+            profile.inet(),
+            "{profile}"
+        );
+        assert!(d.contains(&"socket(AF_UNIX)".to_owned()), "{profile}");
+    }
+    assert!(SeccompProfile::Gatewayd.inet());
+    assert!(SeccompProfile::Inferproxy.inet());
+    assert!(SeccompProfile::Memoryd { remote: true }.inet());
+    assert!(!SeccompProfile::Memoryd { remote: false }.inet());
+    assert!(!SeccompProfile::Loopd.inet());
+    assert!(!SeccompProfile::Brokerd { run_tool: true }.inet());
+}

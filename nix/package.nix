@@ -1,0 +1,49 @@
+# The whole workspace in one build: every daemon and bxctl, with `cargo test` in the
+# check phase (tests that need root, a Python peer or systemd-socket-activate print a
+# `skipped:` line there). The flake's per-daemon packages pick single binaries out of it,
+# so the dependencies compile once.
+{
+  lib,
+  rustPlatform,
+}:
+let
+  workspace = lib.importTOML ../Cargo.toml;
+in
+rustPlatform.buildRustPackage {
+  pname = "boxmaker";
+  inherit (workspace.workspace.package) version;
+
+  src = lib.fileset.toSource {
+    root = ../.;
+    fileset = lib.fileset.unions [
+      ../Cargo.toml
+      ../Cargo.lock
+      ../crates
+      # The runbook test reads docs/runbook.md and the module's files for pointers; the
+      # end-to-end tests live in tests/.
+      (lib.fileset.maybeMissing ../docs)
+      (lib.fileset.maybeMissing ../nixos-module)
+      (lib.fileset.maybeMissing ../tests)
+    ];
+  };
+
+  # No vendor hash to keep in step: the lock file pins every crate and its checksum.
+  cargoLock.lockFile = ../Cargo.lock;
+
+  # Every runbook pointer a daemon logs names docs/runbook.md: ship it beside them.
+  postInstall = ''
+    if [ -f docs/runbook.md ]; then
+      install -Dm0644 docs/runbook.md $out/share/doc/boxmaker/runbook.md
+    fi
+    if [ -f docs/install.md ]; then
+      install -Dm0644 docs/install.md $out/share/doc/boxmaker/install.md
+    fi
+  '';
+
+  meta = {
+    description = "A hardened, on-device personal AI agent: sandboxed daemons behind one broker";
+    license = lib.licenses.asl20;
+    platforms = lib.platforms.linux;
+    mainProgram = "bxctl";
+  };
+}

@@ -1,0 +1,387 @@
+#!/usr/bin/env bash
+# The Nix checks that run without a network or a current Nix (nix.md, "How it is checked"):
+#
+#   1. `nix-instantiate --parse` on every .nix file in the repository
+#   2. render every unit from units.nix with builtins only (offline.nix), in two variants,
+#      with ExecStart= pointed at placeholder programs that exist, then on each unit:
+#        - `systemd-analyze verify`: any output at all (an "Unknown key" included) fails
+#        - `systemd-analyze security --offline=true --threshold=15` on every service
+#        - the design's hardening lines, checked here against an independent list: every
+#          service has each of them and none of the forbidden keys; every socket is 0600
+#          in a 0700 directory that the tmpfiles rules make, owned by the socket's client
+#   3. the check's own test: broken copies of the units (a misspelled key, a removed
+#      hardening line, a forbidden key, a widened socket, a gutted sandbox) must each fail
+#      the step meant to catch them
+#   4. `nix flake metadata` / `nix flake show` with --offline where they can run
+#
+# What cannot run here prints `skipped: <why>`. Exit status 0 only if every step that ran
+# passed. Usage: nixos-module/check-offline.sh [--keep DIR]
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+if [[ "${1:-}" == "--keep" && -n "${2:-}" ]]; then
+  work="$2"
+  trap - EXIT
+  mkdir -p "$work"
+fi
+
+failures=0
+fail() {
+  echo "nix-check: FAILED: $*" >&2
+  failures=$((failures + 1))
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# --- the design's hardening set, written out independently of units.nix -----------------
+# Every .service line that must appear exactly as written.
+required_service_lines=(
+  "CapabilityBoundingSet="
+  "AmbientCapabilities="
+  "NoNewPrivileges=true"
+  "ProtectSystem=strict"
+  "PrivateTmp=true"
+  "PrivateDevices=true"
+  "ProtectProc=invisible"
+  "ProcSubset=pid"
+  "ProtectKernelTunables=true"
+  "ProtectKernelModules=true"
+  "ProtectKernelLogs=true"
+  "ProtectClock=true"
+  "ProtectHostname=true"
+  "ProtectControlGroups=true"
+  "RestrictNamespaces=true"
+  "RestrictRealtime=true"
+  "RestrictSUIDSGID=true"
+  "LockPersonality=true"
+  "MemoryDenyWriteExecute=true"
+  "RemoveIPC=true"
+  "PrivateIPC=true"
+  "SocketBindDeny=any"
+  "NoExecPaths=/"
+  "ExecPaths=/nix/store"
+  "DevicePolicy=closed"
+  "UMask=0077"
+  "SystemCallArchitectures=native"
+  "SystemCallFilter=@system-service landlock_create_ruleset landlock_add_rule landlock_restrict_self seccomp"
+  "SystemCallFilter=~@privileged @resources @setuid @keyring"
+)
+# Every .service must have a line matching each of these.
+required_service_patterns=(
+  '^ProtectHome=(true|read-only)$'
+  '^RestrictAddressFamilies=AF_UNIX( AF_INET AF_INET6)?$'
+  '^User=bx-[a-z]+$'
+  '^Group=bx-[a-z]+$'
+  '^ReadWritePaths=/'
+  '^SyslogIdentifier=[a-z]+$'
+  '^ExecStart=/'
+)
+# No unit may have a line matching any of these. PrivateUsers= breaks the peer checks
+# (SO_PEERCRED reports unmapped uids as 65534); DynamicUser= gives no stable uid.
+forbidden_patterns=(
+  '^PrivateUsers='
+  '^DynamicUser='
+  '^User=root$'
+  '^AmbientCapabilities=.+'
+  '^CapabilityBoundingSet=.+'
+)
+# Every .socket must have these lines.
+required_socket_lines=(
+  "SocketMode=0600"
+  "DirectoryMode=0700"
+)
+required_socket_patterns=(
+  '^ListenStream=/.*/run/[a-z-]+/[a-z]+\.sock$'
+  '^SocketUser=[a-z_][a-z0-9_-]*$'
+  '^FileDescriptorName=[a-z]+$'
+  '^Service=[a-z]+\.service$'
+)
+
+# --- 1. parse ---------------------------------------------------------------------------
+step_parse() {
+  local f n=0
+  while IFS= read -r -d '' f; do
+    n=$((n + 1))
+    if ! nix-instantiate --parse "$f" >/dev/null 2>"$work/parse.err"; then
+      fail "nix-instantiate --parse $f: $(cat "$work/parse.err")"
+    fi
+  done < <(find "$repo" \( -name target -o -name .git -o -name result -o -name 'result-*' \) -prune -o -name '*.nix' -type f -print0)
+  if [[ $n -eq 0 ]]; then
+    fail "no .nix file found under $repo"
+  fi
+  echo "nix-check: parsed $n .nix files"
+}
+
+# --- 2. render --------------------------------------------------------------------------
+# render VARIANT DIR: the unit files of VARIANT, placeholder programs and configs in DIR.
+render() {
+  local variant="$1" dir="$2" name d
+  mkdir -p "$dir/units" "$dir/bin" "$dir/etc"
+  for d in $(nix-instantiate --eval --strict --json -E "(import $here/units.nix).daemonNames" | jq -r '.[]'); do
+    printf '#!/bin/sh\nexit 0\n' >"$dir/bin/$d"
+    chmod 0755 "$dir/bin/$d"
+    : >"$dir/etc/$d.toml"
+  done
+  : >"$dir/etc/runbook.md"
+  nix-instantiate --eval --strict --json "$here/offline.nix" \
+    --argstr bindir "$dir/bin" --argstr confdir "$dir/etc" --argstr variant "$variant" \
+    >"$dir/units.json"
+  for name in $(jq -r 'keys[]' "$dir/units.json"); do
+    jq -r --arg n "$name" '.[$n]' "$dir/units.json" >"$dir/units/$name"
+  done
+  nix-instantiate --eval --strict --json -E "
+    (import $here/units.nix).directories {
+      home = \"/var/lib/boxmaker\"; ownerUser = \"boxowner\"; ownerGroup = \"users\";
+    }" | jq -r '.[] | "d \(.path) \(.mode) \(.user) \(.group) -"' >"$dir/tmpfiles.conf"
+}
+
+# --- the checks on one directory of units; each prints its failures and returns 1 -------
+check_verify() {
+  local dir="$1" out
+  # Run from inside the directory so Service=/Sockets= references resolve to the units
+  # rendered beside them. Any line of output is a warning: fail on it.
+  out="$(cd "$dir/units" && systemd-analyze verify ./*.service ./*.socket 2>&1)" || true
+  if [[ -n "$out" ]]; then
+    echo "systemd-analyze verify: $out"
+    return 1
+  fi
+}
+
+check_security() {
+  local dir="$1" f rc=0 out
+  for f in "$dir"/units/*.service; do
+    if ! out="$(systemd-analyze security --offline=true --threshold=15 "$f" 2>&1)"; then
+      echo "systemd-analyze security: $(basename "$f") is over the exposure target 1.5: $(tail -n 1 <<<"$out")"
+      rc=1
+    fi
+  done
+  return $rc
+}
+
+check_lines() {
+  local dir="$1" f line pat rc=0 path sockdir user
+  for f in "$dir"/units/*.service; do
+    for line in "${required_service_lines[@]}"; do
+      grep -qxF -- "$line" "$f" || {
+        echo "$(basename "$f"): missing hardening line '$line'"
+        rc=1
+      }
+    done
+    for pat in "${required_service_patterns[@]}"; do
+      grep -qE -- "$pat" "$f" || {
+        echo "$(basename "$f"): no line matching '$pat'"
+        rc=1
+      }
+    done
+    # No IP at all unless the unit may use AF_INET: then no network namespace either.
+    if ! grep -qE '^RestrictAddressFamilies=.*AF_INET' "$f"; then
+      for line in "PrivateNetwork=true" "IPAddressDeny=any"; do
+        grep -qxF -- "$line" "$f" || {
+          echo "$(basename "$f"): uses no IP but lacks '$line'"
+          rc=1
+        }
+      done
+    fi
+    # Everything it may write must be made by the tmpfiles rules or be a workspace root.
+    while IFS= read -r path; do
+      [[ "$path" == /var/lib/boxmaker/* ]] || continue
+      grep -qE "^d $path 0700 " "$dir/tmpfiles.conf" || {
+        echo "$(basename "$f"): ReadWritePaths=$path has no 0700 tmpfiles rule"
+        rc=1
+      }
+    done < <(sed -n 's/^ReadWritePaths=//p' "$f")
+  done
+  for f in "$dir"/units/*.service "$dir"/units/*.socket; do
+    for pat in "${forbidden_patterns[@]}"; do
+      if grep -qE -- "$pat" "$f"; then
+        echo "$(basename "$f"): forbidden line matching '$pat'"
+        rc=1
+      fi
+    done
+  done
+  for f in "$dir"/units/*.socket; do
+    for line in "${required_socket_lines[@]}"; do
+      grep -qxF -- "$line" "$f" || {
+        echo "$(basename "$f"): missing '$line'"
+        rc=1
+      }
+    done
+    for pat in "${required_socket_patterns[@]}"; do
+      grep -qE -- "$pat" "$f" || {
+        echo "$(basename "$f"): no line matching '$pat'"
+        rc=1
+      }
+    done
+    # Its directory exists before it starts, 0700, owned by the socket's client.
+    sockdir="$(dirname "$(sed -n 's/^ListenStream=//p' "$f")")"
+    user="$(sed -n 's/^SocketUser=//p' "$f")"
+    grep -qxE "d $sockdir 0700 $user [^ ]+ -" "$dir/tmpfiles.conf" || {
+      echo "$(basename "$f"): no tmpfiles rule 'd $sockdir 0700 $user'"
+      rc=1
+    }
+  done
+  return $rc
+}
+
+# check_all DIR: every check on DIR's units; prints what failed.
+check_all() {
+  local dir="$1" rc=0
+  check_verify "$dir" || rc=1
+  check_security "$dir" || rc=1
+  check_lines "$dir" || rc=1
+  return $rc
+}
+
+# --- 3. the check's own test ------------------------------------------------------------
+# expect_caught NAME CHECK EXPECT SED FILE: apply SED to FILE in a copy of the rendered
+# units; CHECK must now fail and say EXPECT.
+expect_caught() {
+  local name="$1" check="$2" expect="$3" script="$4" file="$5" copy out
+  copy="$work/broken-$name"
+  rm -rf "$copy"
+  cp -a "$work/full" "$copy"
+  sed -i -e "$script" "$copy/units/$file"
+  if cmp -s "$work/full/units/$file" "$copy/units/$file"; then
+    fail "self-test $name: the edit '$script' changed nothing in $file"
+    return
+  fi
+  if out="$("$check" "$copy" 2>&1)"; then
+    fail "self-test $name: $check passed a broken $file"
+  elif ! grep -qF -- "$expect" <<<"$out"; then
+    fail "self-test $name: $check failed without saying '$expect': $out"
+  else
+    echo "nix-check: self-test $name: caught by $check"
+  fi
+}
+
+self_test() {
+  expect_caught misspelled-key check_verify "Unknown key" 's/^RestartSec=/RestartSecs=/' brokerd.service
+  expect_caught misspelled-socket-key check_verify "Unknown key" 's/^SocketMode=/SocketMod=/' boxmaker-broker.socket
+  expect_caught removed-hardening-line check_lines "missing hardening line 'NoNewPrivileges=true'" '/^NoNewPrivileges=/d' loopd.service
+  expect_caught removed-syscall-deny check_lines "missing hardening line 'SystemCallFilter=~@privileged" '/^SystemCallFilter=~/d' inferproxy.service
+  expect_caught private-users check_lines "forbidden line matching '^PrivateUsers='" 's/^\[Service\]$/[Service]\nPrivateUsers=true/' brokerd.service
+  expect_caught network-without-namespace check_lines "lacks 'PrivateNetwork=true'" '/^PrivateNetwork=/d' loopd.service
+  expect_caught wide-socket check_lines "missing 'SocketMode=0600'" 's/^SocketMode=0600$/SocketMode=0666/' boxmaker-admin.socket
+  expect_caught gutted-sandbox check_security "over the exposure target" \
+    '/^\(SystemCallFilter\|RestrictNamespaces\|ProtectSystem\|ProtectHome\|PrivateDevices\|CapabilityBoundingSet\|RestrictAddressFamilies\|PrivateNetwork\|IPAddressDeny\)=/d' loopd.service
+}
+
+# --- 4. the flake, offline ----------------------------------------------------------------
+step_flake() {
+  local src="$work/flake" out
+  local nixflags=(--extra-experimental-features 'nix-command flakes' --offline)
+  if ! have nix; then
+    echo "skipped: nix flake metadata/show: no nix command"
+    return
+  fi
+  if ! have git || ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+    echo "skipped: nix flake metadata/show: $repo is not a git checkout (the flake's files are the tracked ones)"
+    return
+  fi
+  # The tracked and unignored files only: a path flake of the whole tree would copy target/.
+  mkdir -p "$src"
+  (cd "$repo" && git ls-files -z --cached --others --exclude-standard | xargs -0 -I{} cp --parents {} "$src/")
+  # The lock pins what flake.nix asks for, fully: offline, a mismatch would only show as a
+  # download that cannot happen, so compare them here.
+  local url want
+  url="$(nix-instantiate --eval --strict --json -E "(import $repo/flake.nix).inputs.nixpkgs.url" | jq -r .)"
+  want="$(jq -r '.nodes.nixpkgs.original | "\(.type):\(.owner)/\(.repo)/\(.ref)"' "$repo/flake.lock")"
+  if [[ "$url" != "$want" ]]; then
+    fail "flake.nix asks for nixpkgs $url but flake.lock pins $want"
+  fi
+  jq -e '.nodes.nixpkgs.locked
+      | (.rev | test("^[0-9a-f]{40}$")) and (.narHash | test("^sha256-[A-Za-z0-9+/]{43}=$"))
+        and (.lastModified | type == "number") and .type == "github"' "$repo/flake.lock" >/dev/null ||
+    fail "flake.lock: the nixpkgs node is not a full github pin (rev, narHash, lastModified)"
+  # The lock must match flake.nix as it is: a lock that needs rewriting is an error.
+  if out="$(nix "${nixflags[@]}" flake metadata --no-update-lock-file "path:$src" 2>&1)"; then
+    local rev
+    rev="$(jq -r '.nodes.nixpkgs.locked.rev' "$repo/flake.lock")"
+    if grep -qF "github:NixOS/nixpkgs/$rev" <<<"$out"; then
+      echo "nix-check: nix flake metadata: ok (nixpkgs at $rev)"
+    else
+      fail "nix flake metadata does not show the locked nixpkgs revision $rev: $out"
+    fi
+  elif offline_error "$out" >/dev/null; then
+    echo "skipped: nix flake metadata --offline: $(offline_error "$out")"
+  else
+    fail "nix flake metadata: $out"
+  fi
+  if out="$(nix "${nixflags[@]}" flake show --no-update-lock-file "path:$src" 2>&1)"; then
+    echo "nix-check: nix flake show: ok"
+  elif offline_error "$out" >/dev/null; then
+    echo "skipped: nix flake show --offline (it needs the nixpkgs source, which is not in this store): $(offline_error "$out")"
+  else
+    fail "nix flake show: $out"
+  fi
+}
+
+# offline_error OUTPUT: prints the line saying a download was needed, if that is the error.
+offline_error() {
+  grep -m1 -E "unable to download|Couldn't resolve host|cannot fetch|in offline mode" <<<"$1"
+}
+
+# --- run ----------------------------------------------------------------------------------
+if ! have nix-instantiate; then
+  echo "skipped: nix checks: nix-instantiate not installed (apt-get install nix-bin)"
+  exit 0
+fi
+if ! have jq; then
+  fail "jq is needed to write the rendered units (apt-get install jq)"
+  exit 1
+fi
+
+step_parse
+
+# The layout itself: names that refer to each other must agree.
+problems="$(nix-instantiate --eval --strict --json -E "(import $here/units.nix).problems" | jq -r '.[]')"
+if [[ -n "$problems" ]]; then
+  fail "nixos-module/layout.json:"$'\n'"$problems"
+else
+  echo "nix-check: layout.json: consistent"
+fi
+# ... and that check can fail: a socket whose server does not serve it, a shared directory.
+broken="$(nix-instantiate --eval --strict --json -E "
+  let u = import $here/units.nix; l = builtins.fromJSON (builtins.readFile $here/layout.json);
+  in u.problemsOf (l // { sockets = l.sockets // {
+    infer = l.sockets.infer // { server = \"brokerd\"; dir = \"loop-broker\"; }; }; })" | jq -r '.[]')"
+# shellcheck disable=SC2016 # the backticks are literal, as units.nix writes them
+if grep -q 'infer: its server `brokerd` is not a daemon that serves it' <<<"$broken" &&
+  grep -q 'directory `loop-broker` is shared' <<<"$broken"; then
+  echo "nix-check: self-test broken-layout: caught"
+else
+  fail "self-test broken-layout: a wrong server and a shared directory were not both caught: $broken"
+fi
+
+render default "$work/default"
+render full "$work/full"
+echo "nix-check: rendered $(find "$work/full/units" -type f | wc -l) units in two variants"
+
+if have systemd-analyze; then
+  for variant in default full; do
+    if out="$(check_all "$work/$variant" 2>&1)"; then
+      echo "nix-check: $variant units: verify, security (exposure <= 1.5) and hardening lines ok"
+    else
+      fail "$variant units:"$'\n'"$out"
+    fi
+  done
+  self_test
+else
+  echo "skipped: systemd-analyze verify/security: systemd-analyze not installed"
+  if out="$(check_lines "$work/full" 2>&1)"; then
+    echo "nix-check: hardening lines ok"
+  else
+    fail "hardening lines:"$'\n'"$out"
+  fi
+fi
+
+step_flake
+
+if [[ $failures -ne 0 ]]; then
+  echo "nix-check: $failures failure(s)" >&2
+  exit 1
+fi
+echo "nix-check: ok"

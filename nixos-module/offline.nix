@@ -1,0 +1,66 @@
+# Renders every unit of units.nix to unit-file text with builtins only, for the offline
+# check (check-offline.sh): no nixpkgs needed, so it runs on Debian's Nix 2.8 in CI.
+#
+# The text follows NixOS's own rendering of serviceConfig / socketConfig / unitConfig
+# (systemd-lib's attrsToSection): keys sorted, a list gives one line per item, booleans
+# are "true"/"false". What NixOS adds on top (Environment=PATH, X-Restart-Triggers)
+# carries no hardening.
+#
+#   nix-instantiate --eval --strict --json offline.nix --argstr bindir D --argstr confdir C \
+#     --argstr variant default|full
+#
+# `default` is the module with only `enable` and `owner` set; `full` adds an API key
+# credential and broker workspace roots, one of them writable and under /home.
+{
+  bindir,
+  confdir,
+  variant ? "default",
+}:
+let
+  units = import ./units.nix;
+  home = "/var/lib/boxmaker";
+
+  full = variant == "full";
+
+  value =
+    v:
+    if builtins.isBool v then
+      (if v then "true" else "false")
+    else
+      toString v;
+
+  section =
+    name: keys:
+    let
+      lines = builtins.concatLists (
+        map (
+          k:
+          let
+            v = keys.${k};
+          in
+          map (x: "${k}=${value x}\n") (if builtins.isList v then v else [ v ])
+        ) (builtins.attrNames keys)
+      );
+    in
+    if lines == [ ] then "" else "[${name}]\n" + builtins.concatStringsSep "" lines + "\n";
+
+  text =
+    unit:
+    section "Unit" (unit.Unit or { })
+    + section "Service" (unit.Service or { })
+    + section "Socket" (unit.Socket or { })
+    + section "Install" (unit.Install or { });
+
+  rendered = units.render {
+    inherit home;
+    runbook = "${confdir}/runbook.md";
+    ownerUser = "boxowner";
+    ownerGroup = "users";
+    exe = daemon: "${bindir}/${daemon}";
+    configFile = daemon: "${confdir}/${daemon}.toml";
+    credentials = if full then { inferproxy = [ "api_key:/run/keys/boxmaker-api-key" ]; } else { };
+    extraReadWritePaths = if full then { brokerd = [ "/home/boxowner/projects" ]; } else { };
+    readOnlyHome = if full then { brokerd = true; } else { };
+  };
+in
+builtins.mapAttrs (_: text) rendered

@@ -1,0 +1,376 @@
+# The box's users, directories, sockets and systemd units as plain data.
+#
+# Builtins only (no nixpkgs, no lib): the NixOS module (default.nix) and the offline
+# check (check-offline.sh, through offline.nix) both import this file, so the keys the
+# gate verifies and scores are the keys the device runs. A daemon is added by one entry in
+# `daemons` and one per socket it serves in `sockets`.
+let
+  # The hardening every boxmaker unit carries (nix.md, hardening.md). Never `PrivateUsers=`:
+  # in a private user namespace SO_PEERCRED reports other users as 65534 and every peer
+  # check would refuse. Never `DynamicUser=`: peer checks need stable uids.
+  hardening = {
+    CapabilityBoundingSet = "";
+    AmbientCapabilities = "";
+    NoNewPrivileges = true;
+    ProtectSystem = "strict";
+    ProtectHome = true;
+    PrivateTmp = true;
+    PrivateDevices = true;
+    PrivateMounts = true;
+    ProtectProc = "invisible";
+    ProcSubset = "pid";
+    ProtectKernelTunables = true;
+    ProtectKernelModules = true;
+    ProtectKernelLogs = true;
+    ProtectClock = true;
+    ProtectHostname = true;
+    ProtectControlGroups = true;
+    RestrictNamespaces = true;
+    RestrictRealtime = true;
+    RestrictSUIDSGID = true;
+    LockPersonality = true;
+    MemoryDenyWriteExecute = true;
+    RemoveIPC = true;
+    KeyringMode = "private";
+    PrivateIPC = true;
+    # No IP socket may bind (hardening.md: TCP bind is refused to all); AF_UNIX is unaffected.
+    SocketBindDeny = "any";
+    # Nothing written at run time can be executed: only the store is executable, and the
+    # directories a daemon's tools work in (sandboxKeys adds them to ExecPaths=).
+    NoExecPaths = "/";
+    DevicePolicy = "closed";
+    UMask = "0077";
+    SystemCallArchitectures = "native";
+    # systemd before 257 leaves the Landlock and seccomp calls out of @system-service; the
+    # daemons install their own inner sandbox with them and would die of SIGSYS without.
+    SystemCallFilter = [
+      "@system-service landlock_create_ruleset landlock_add_rule landlock_restrict_self seccomp"
+      "~@privileged @resources @setuid @keyring"
+    ];
+  };
+
+  # Keys no boxmaker unit may carry; the offline check fails when one appears.
+  forbidden = [
+    "PrivateUsers"
+    "DynamicUser"
+  ];
+
+  # Who is who: the system users, the sockets (directory under <home>/run, client, server)
+  # and the daemons (user, state directory under <home>, the sockets it serves in the order
+  # it binds them and those it connects to, whether it may use IP). Plain JSON, so the
+  # daemons' tests can read the very same file: one source of truth for socket names, paths
+  # and users.
+  #
+  #   - A socket's FileDescriptorName is its key, and its file name is "<key>.sock".
+  #   - The client "@owner" is the owner's login account (services.boxmaker.owner).
+  #   - Every user gets its own group of the same name. bx-gateway and bx-memory exist
+  #     before their daemons do: bx-memory is already the client of brokerd's state.sock.
+  #   - gatewayd and memoryd come with their daemons: one entry each in "daemons", and the
+  #     sockets "gateway" (broker-gateway, client bx-broker) and "memory" (loop-memory,
+  #     client bx-loop) in "sockets".
+  layout = builtins.fromJSON (builtins.readFile ./layout.json);
+
+  # What is wrong with a layout, as sentences; the module asserts and the offline check
+  # fails on any. Every name a socket or daemon refers to must exist, every socket has one
+  # server that lists it, and no two sockets share a directory.
+  problemsOf =
+    l:
+    let
+      socketNames = builtins.attrNames l.sockets;
+      daemonNames = builtins.attrNames l.daemons;
+      isName = re: n: builtins.match re n != null;
+      userKnown = u: u == l.owner || l.users ? ${u};
+      dirs = map (s: l.sockets.${s}.dir) socketNames;
+      perSocket = builtins.concatMap (
+        s:
+        let
+          sock = l.sockets.${s};
+        in
+        (if isName "[a-z]+" s then [ ] else [ "socket name `${s}` is not lowercase letters" ])
+        ++ (if isName "[a-z]+-[a-z]+" sock.dir then [ ] else [ "socket ${s}: directory `${sock.dir}` is not <client>-<server>" ])
+        ++ (if userKnown sock.client then [ ] else [ "socket ${s}: client `${sock.client}` is not a known user" ])
+        ++ (
+          if l.daemons ? ${sock.server} && builtins.elem s l.daemons.${sock.server}.serves then
+            [ ]
+          else
+            [ "socket ${s}: its server `${sock.server}` is not a daemon that serves it" ]
+        )
+        ++ (
+          if builtins.length (builtins.filter (d: d == sock.dir) dirs) == 1 then
+            [ ]
+          else
+            [ "socket ${s}: directory `${sock.dir}` is shared" ]
+        )
+      ) socketNames;
+      perDaemon = builtins.concatMap (
+        d:
+        let
+          dm = l.daemons.${d};
+        in
+        (if l.users ? ${dm.user} then [ ] else [ "daemon ${d}: user `${dm.user}` is not in users" ])
+        ++ map (s: "daemon ${d}: serves the unknown socket `${s}`") (
+          builtins.filter (s: !(l.sockets ? ${s}) || l.sockets.${s}.server != d) dm.serves
+        )
+        ++ map (s: "daemon ${d}: uses the unknown socket `${s}`") (builtins.filter (s: !(l.sockets ? ${s})) dm.uses)
+      ) daemonNames;
+    in
+    perSocket ++ perDaemon;
+
+  problems = problemsOf layout;
+
+  inherit (layout)
+    users
+    owner
+    sockets
+    daemons
+    ;
+
+  daemonNames = builtins.attrNames daemons;
+  socketNames = builtins.attrNames sockets;
+
+  socketUnit = name: "boxmaker-${name}.socket";
+  socketDir = home: name: "${home}/run/${sockets.${name}.dir}";
+  socketPath = home: name: "${socketDir home name}/${name}.sock";
+  stateDir = home: daemon: "${home}/${daemons.${daemon}.state_dir}";
+
+  # The user and group a socket belongs to, with "@owner" resolved.
+  clientOf =
+    { ownerUser, ownerGroup }:
+    name:
+    let
+      c = sockets.${name}.client;
+    in
+    if c == owner then
+      {
+        user = ownerUser;
+        group = ownerGroup;
+      }
+    else
+      {
+        user = c;
+        group = c;
+      };
+
+  # The directories of daemons.md: path, mode, user, group. systemd-tmpfiles makes them
+  # (and tightens them when they exist) before any socket unit starts, so a socket unit's
+  # DirectoryMode= never makes one owned by root.
+  directories =
+    {
+      home,
+      ownerUser,
+      ownerGroup,
+    }:
+    [
+      {
+        path = home;
+        mode = "0711";
+        user = "root";
+        group = "root";
+      }
+      {
+        path = "${home}/run";
+        mode = "0711";
+        user = "root";
+        group = "root";
+      }
+    ]
+    ++ builtins.concatMap (
+      d:
+      map
+        (path: {
+          inherit path;
+          mode = "0700";
+          user = daemons.${d}.user;
+          group = daemons.${d}.user;
+        })
+        ([ (stateDir home d) ] ++ map (x: "${stateDir home d}/${x}") (daemons.${d}.exec_dirs or [ ]))
+    ) daemonNames
+    ++ map (
+      s:
+      let
+        c = clientOf { inherit ownerUser ownerGroup; } s;
+      in
+      {
+        path = socketDir home s;
+        mode = "0700";
+        inherit (c) user group;
+      }
+    ) socketNames;
+
+  # What a daemon's unit may write: its own state directory and the directories of the
+  # sockets it is the client of (the same set its Landlock ruleset allows).
+  readWritePaths = home: daemon: [ (stateDir home daemon) ] ++ map (socketDir home) daemons.${daemon}.uses;
+
+  # The network part of the hardening: no IP at all unless the daemon needs it.
+  networkKeys =
+    daemon:
+    if daemons.${daemon}.network then
+      {
+        RestrictAddressFamilies = "AF_UNIX AF_INET AF_INET6";
+      }
+    else
+      {
+        RestrictAddressFamilies = "AF_UNIX";
+        IPAddressDeny = "any";
+        PrivateNetwork = true;
+      };
+
+  # The [Service] keys a daemon's process runs under, shared by its serve unit and (for
+  # loopd) the selftest unit.
+  sandboxKeys =
+    {
+      home,
+      daemon,
+      extraReadWritePaths ? [ ],
+      readOnlyHome ? false,
+      credentials ? [ ],
+    }:
+    hardening
+    // networkKeys daemon
+    // {
+      User = daemons.${daemon}.user;
+      Group = daemons.${daemon}.user;
+      ReadWritePaths = readWritePaths home daemon ++ extraReadWritePaths;
+      # The store, plus where the daemon's tools build and run things: its exec_dirs (made
+      # by tmpfiles with its state directory) and the writable workspace roots.
+      ExecPaths =
+        [ "/nix/store" ]
+        ++ map (d: "${stateDir home daemon}/${d}") (daemons.${daemon}.exec_dirs or [ ])
+        ++ extraReadWritePaths;
+      SyslogIdentifier = daemon;
+    }
+    // (if readOnlyHome then { ProtectHome = "read-only"; } else { })
+    // (if credentials == [ ] then { } else { LoadCredential = credentials; });
+
+  # Every unit of the box as { Unit, Service | Socket, Install } sections of systemd keys.
+  # Values: strings, integers, booleans ("true"/"false"), or lists (one line per item),
+  # as NixOS's serviceConfig takes them.
+  #   exe daemon        -> the daemon's executable
+  #   configFile daemon -> its generated TOML configuration
+  #   runbook           -> the installed docs/runbook.md every refusal line points at
+  #   credentials, extraReadWritePaths, readOnlyHome: per daemon, from the module's options
+  render =
+    {
+      home,
+      runbook,
+      ownerUser,
+      ownerGroup,
+      exe,
+      configFile,
+      credentials ? { },
+      extraReadWritePaths ? { },
+      readOnlyHome ? { },
+    }:
+    let
+      sandbox =
+        daemon:
+        sandboxKeys {
+          inherit home daemon;
+          credentials = credentials.${daemon} or [ ];
+          extraReadWritePaths = extraReadWritePaths.${daemon} or [ ];
+          readOnlyHome = readOnlyHome.${daemon} or false;
+        };
+
+      usedSocketUnits = daemon: map socketUnit daemons.${daemon}.uses;
+      servedSocketUnits = daemon: map socketUnit daemons.${daemon}.serves;
+
+      serviceUnit = daemon: {
+        name = "${daemon}.service";
+        value = {
+          Unit = {
+            Description = daemons.${daemon}.description;
+            Documentation = "file:${runbook}";
+            Requires = servedSocketUnits daemon;
+            After = servedSocketUnits daemon ++ usedSocketUnits daemon;
+            Wants = usedSocketUnits daemon;
+            StartLimitIntervalSec = 300;
+            StartLimitBurst = 5;
+          };
+          Service = sandbox daemon // {
+            Type = "simple";
+            ExecStart = "${exe daemon} serve --config ${configFile daemon}";
+            Sockets = servedSocketUnits daemon;
+            Restart = "on-failure";
+            RestartSec = 5;
+          };
+          Install = {
+            WantedBy = [ "multi-user.target" ];
+          };
+        };
+      };
+
+      socketUnitOf =
+        name:
+        let
+          s = sockets.${name};
+          c = clientOf { inherit ownerUser ownerGroup; } name;
+        in
+        {
+          name = socketUnit name;
+          value = {
+            Unit = {
+              Description = "boxmaker ${name}.sock (${c.user} to ${s.server})";
+              After = [
+                "systemd-tmpfiles-setup.service"
+                "systemd-tmpfiles-resetup.service"
+              ];
+            };
+            Socket = {
+              ListenStream = socketPath home name;
+              SocketUser = c.user;
+              SocketGroup = c.group;
+              SocketMode = "0600";
+              DirectoryMode = "0700";
+              FileDescriptorName = name;
+              Service = "${s.server}.service";
+              RemoveOnStop = true;
+            };
+            Install = {
+              WantedBy = [ "sockets.target" ];
+            };
+          };
+        };
+
+      # `loopd selftest` as bx-loop: check the config, ping every socket loopd uses. No
+      # model request. `bxctl selftest` starts it on the device.
+      selftestUnit = {
+        name = "boxmaker-selftest.service";
+        value = {
+          Unit = {
+            Description = "boxmaker selftest (loopd selftest)";
+            Documentation = "file:${runbook}";
+            Wants = usedSocketUnits "loopd";
+            After = usedSocketUnits "loopd";
+          };
+          Service = sandbox "loopd" // {
+            Type = "oneshot";
+            ExecStart = "${exe "loopd"} selftest --config ${configFile "loopd"}";
+          };
+          Install = { };
+        };
+      };
+    in
+    builtins.listToAttrs (map serviceUnit daemonNames ++ map socketUnitOf socketNames ++ [ selftestUnit ]);
+in
+{
+  inherit
+    hardening
+    forbidden
+    problemsOf
+    problems
+    users
+    owner
+    sockets
+    daemons
+    daemonNames
+    socketNames
+    socketUnit
+    socketDir
+    socketPath
+    stateDir
+    clientOf
+    directories
+    readWritePaths
+    render
+    ;
+}
