@@ -265,9 +265,8 @@ const SERVER_AARCH64: &[&str] = &[];
 const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
 
 /// brokerd, measured over its whole test suite under `KillProcess`: the workspace tools open
-/// every path with `openat2(RESOLVE_BENEATH)`, and the serving threads are named (`prctl
-/// PR_SET_NAME`, which std's `thread::Builder::name` calls).
-const BROKERD: &[&str] = &["openat2", "prctl"];
+/// every path with `openat2(RESOLVE_BENEATH)`.
+const BROKERD: &[&str] = &["openat2"];
 
 /// brokerd with the `run` tool: start the child, which installs its own Landlock and seccomp
 /// before `execve`, then wait for it and kill its process group at the end.
