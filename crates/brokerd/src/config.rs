@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use bxcore::layout;
 use bxharden::{Peers, SandboxConfig};
 use serde::Deserialize;
 use toolkit::{Registry, Root, Roots, Tightening};
@@ -147,9 +148,9 @@ impl Config {
         Registry::new(&self.tools)
     }
 
-    fn or_default(&self, set: &Path, default: &str) -> PathBuf {
+    fn or_default(&self, set: &Path, spec: layout::SocketSpec) -> PathBuf {
         if set.as_os_str().is_empty() {
-            self.paths.home.join(default)
+            spec.path(&self.paths.home)
         } else {
             set.to_path_buf()
         }
@@ -157,17 +158,17 @@ impl Config {
 
     /// `broker.sock`, where loopd sends tool calls.
     pub fn broker_socket(&self) -> PathBuf {
-        self.or_default(&self.sockets.broker, "run/loop-broker/broker.sock")
+        self.or_default(&self.sockets.broker, layout::BROKER)
     }
 
     /// `admin.sock`, where the owner lists and decides approvals.
     pub fn admin_socket(&self) -> PathBuf {
-        self.or_default(&self.sockets.admin, "run/owner-broker/admin.sock")
+        self.or_default(&self.sockets.admin, layout::ADMIN)
     }
 
     /// `state.sock`, where `memoryd` asks for a session's state.
     pub fn state_socket(&self) -> PathBuf {
-        self.or_default(&self.sockets.state, "run/memory-broker/state.sock")
+        self.or_default(&self.sockets.state, layout::STATE)
     }
 
     /// `<home>/broker`: brokerd's own directory.

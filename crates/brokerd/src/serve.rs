@@ -9,6 +9,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bxcore::layout;
 use bxharden::identity::LookupError;
 use bxharden::peers::PeerError;
 use bxharden::sandbox::SandboxError;
@@ -122,9 +123,9 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
     let mut bind = |name: &str, path: PathBuf| {
         bxharden::socket_for(&mut activated, name, &path, owner).map_err(ServeError::Listen)
     };
-    let state = bind("state", cfg.state_socket())?;
-    let tools = bind("broker", cfg.broker_socket())?;
-    let admin = bind("admin", cfg.admin_socket())?;
+    let state = bind(layout::STATE.name, cfg.state_socket())?;
+    let tools = bind(layout::BROKER.name, cfg.broker_socket())?;
+    let admin = bind(layout::ADMIN.name, cfg.admin_socket())?;
 
     let mut profile = Profile::new(SeccompProfile::Brokerd { run_tool: false })
         .read_write(cfg.broker_dir())

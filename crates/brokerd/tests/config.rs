@@ -172,3 +172,19 @@ fn check_fails_on_a_missing_root() {
     assert_eq!(code, 1);
     assert!(out.contains("MISSING"), "{out}");
 }
+
+#[test]
+fn the_socket_names_are_the_layouts() {
+    use bxcore::layout;
+    assert_eq!(brokerd::broker::SOCKET, layout::BROKER.file());
+    assert_eq!(brokerd::admin::SOCKET, layout::ADMIN.file());
+    assert_eq!(brokerd::state_socket::SOCKET, layout::STATE.file());
+    assert_eq!(
+        brokerd::config::SOCKET_NAMES,
+        [
+            layout::BROKER.file(),
+            layout::ADMIN.file(),
+            layout::STATE.file()
+        ]
+    );
+}

@@ -96,5 +96,5 @@ impl Cli {
 
 /// `<home>/run/owner-broker/admin.sock`.
 pub fn admin_socket(home: &Path) -> PathBuf {
-    home.join("run/owner-broker/admin.sock")
+    bxcore::layout::ADMIN.path(home)
 }

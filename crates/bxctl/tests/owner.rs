@@ -274,3 +274,47 @@ fn a_box_that_is_not_running_is_a_clear_failure() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is brokerd running"), "{err}");
 }
+
+#[test]
+fn boxmaker_home_is_the_default_home() {
+    let b = start("");
+    let out = Command::new(env!("CARGO_BIN_EXE_bxctl"))
+        .env("BOXMAKER_HOME", &b.home)
+        .args(["--json", "approvals"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out.stdout).unwrap(),
+        json!({"pending": []})
+    );
+}
+
+#[test]
+fn approvals_watch_prints_again_when_the_list_changes() {
+    use std::io::{BufRead, BufReader};
+    let b = start("");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bxctl"))
+        .arg("--home")
+        .arg(&b.home)
+        .args(["--json", "approvals", "--watch"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    let first: Value = serde_json::from_str(&rx.recv_timeout(WAIT).unwrap()).unwrap();
+    assert_eq!(first, json!({"pending": []}));
+    let (_s, id) = pending_call(&b, "w", "watched");
+    let second: Value = serde_json::from_str(&rx.recv_timeout(WAIT).unwrap()).unwrap();
+    assert_eq!(second["pending"][0]["approval"], id);
+    let _ = child.kill();
+    let _ = child.wait();
+}
