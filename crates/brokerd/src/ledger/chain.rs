@@ -178,8 +178,26 @@ fn parse_line(line: &[u8]) -> Parsed {
             format!("the line does not parse: {e}")
         }
     })?;
-    let own = rec.computed_hash() == rec.hash;
+    // A line brokerd wrote is canonical already: without its `"hash":"...",` it is exactly the
+    // bytes that were hashed. Anything else is judged by recomputing the canonical form.
+    let own = hashes_as_written(line, &rec) || rec.computed_hash() == rec.hash;
     Ok((rec, own))
+}
+
+fn hashes_as_written(line: &[u8], rec: &Record) -> bool {
+    const KEY: &[u8] = b"\"hash\":\"";
+    let Some(at) = line.windows(KEY.len()).position(|w| w == KEY) else {
+        return false;
+    };
+    let end = at + KEY.len() + 64 + 2; // the hash, its closing quote and the comma after it
+    if end > line.len() || &line[end - 2..end] != b"\"," {
+        return false;
+    }
+    let mut bytes = Vec::with_capacity(rec.prev.len() + line.len());
+    bytes.extend_from_slice(rec.prev.as_bytes());
+    bytes.extend_from_slice(&line[..at]);
+    bytes.extend_from_slice(&line[end..]);
+    canonical::sha256_hex(&bytes) == rec.hash
 }
 
 fn parse_block(block: &[&[u8]]) -> Vec<Parsed> {
