@@ -130,6 +130,13 @@ impl Config {
                 cfg.approvals.ttl_ms
             )));
         }
+        if let Some(gw) = &cfg.gateway.socket {
+            if !gw.is_absolute() {
+                return Err(invalid(format!(
+                    "[gateway] socket = {gw:?} is not an absolute path"
+                )));
+            }
+        }
         cfg.roots().map_err(|e| invalid(e.to_string()))?;
         cfg.registry().map_err(|e| invalid(e.to_string()))?;
         cfg.peers

@@ -117,6 +117,10 @@ fn what_is_refused() {
             "loop.sock",
         ),
         (
+            "[paths]\nhome = \"/h\"\n[gateway]\nsocket = \"gw.sock\"\n",
+            "[gateway] socket",
+        ),
+        (
             "[paths]\nhome = \"/h\"\n[[workspace.roots]]\npath = \"/a\"\nclass = \"topsecret\"\n",
             "unknown variant",
         ),

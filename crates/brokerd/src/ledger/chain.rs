@@ -79,8 +79,18 @@ impl Scan {
     }
 }
 
+/// How a scan may use the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// Parse and hash on the calling thread only: at start, before the sandbox, when no other
+    /// thread may exist (one that has just been joined can still be listed for a moment).
+    One,
+    /// Parse and hash over the cores (`audit verify`, while serving).
+    Cores,
+}
+
 /// Scan `bytes`, the whole chain file. Never fails: what is wrong is in the result.
-pub fn scan(bytes: &[u8]) -> Scan {
+pub fn scan(bytes: &[u8], threads: Threads) -> Scan {
     let mut s = Scan {
         next_seq: 1,
         head: GENESIS.to_string(),
@@ -108,7 +118,7 @@ pub fn scan(bytes: &[u8]) -> Scan {
     // Parsing and hashing each line is independent: done in blocks over the cores; following
     // the links is sequential.
     for block in lines.chunks(BLOCK) {
-        for (line, parsed) in block.iter().zip(parse_block(block)) {
+        for (line, parsed) in block.iter().zip(parse_block(block, threads)) {
             s.records += 1;
             match link(parsed, &s.head, s.next_seq) {
                 Ok(rec) => {
@@ -200,8 +210,11 @@ fn hashes_as_written(line: &[u8], rec: &Record) -> bool {
     canonical::sha256_hex(&bytes) == rec.hash
 }
 
-fn parse_block(block: &[&[u8]]) -> Vec<Parsed> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+fn parse_block(block: &[&[u8]], threads: Threads) -> Vec<Parsed> {
+    let cores = match threads {
+        Threads::One => 1,
+        Threads::Cores => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     if cores < 2 || block.len() < 64 {
         return block.iter().map(|l| parse_line(l)).collect();
     }
@@ -390,7 +403,7 @@ pub fn open(path: &Path, on_break: OnBreak) -> Result<(Audit, Opened), ChainErro
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
         .map_err(|e| io_err("cannot read it", e))?;
-    let s = scan(&bytes);
+    let s = scan(&bytes, Threads::One);
     let mut accept: Option<Break> = None;
     if let Some(b) = s.first_unaccepted() {
         match on_break {
@@ -612,7 +625,7 @@ pub struct Report {
 
 /// Verify `bytes` as a whole chain, for `audit verify` (nothing is changed).
 pub fn report(bytes: &[u8]) -> Report {
-    let s = scan(bytes);
+    let s = scan(bytes, Threads::Cores);
     let mut notes = Vec::new();
     let accepted = s.breaks.iter().filter(|b| b.accepted).count();
     if accepted > 0 {

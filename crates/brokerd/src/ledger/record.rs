@@ -180,10 +180,16 @@ impl Record {
         v
     }
 
-    /// The line written for it: canonical JSON and a newline.
+    /// The line written for it: canonical JSON and a newline. `hash` sorts between `event` and
+    /// `prev`, so it goes in just before `"prev"`.
     pub fn line(&self) -> String {
-        let v = serde_json::to_value(self).unwrap_or(Value::Null);
-        let mut s = canonical::to_string(&v);
+        let body = self.canonical_without_hash();
+        let at = body.find(",\"prev\":").unwrap_or(body.len() - 1);
+        let mut s = String::with_capacity(body.len() + 80);
+        s.push_str(&body[..at]);
+        s.push_str(",\"hash\":");
+        s.push_str(&serde_json::to_string(&self.hash).unwrap_or_default());
+        s.push_str(&body[at..]);
         s.push('\n');
         s
     }
