@@ -130,6 +130,18 @@ fn broker_load(sock: &Path, path: &str, callers: usize, per: usize) -> (Vec<Dura
     (all, n / secs)
 }
 
+/// The CPU time a process has used (user + system), from `/proc/<pid>/stat`.
+fn cpu(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf with a constant name.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
+}
+
 fn write_chain(path: &Path, n: u64) {
     let mut out = std::io::BufWriter::new(File::create(path).unwrap());
     let mut prev = GENESIS.to_string();
@@ -190,7 +202,7 @@ fn main() {
         ),
     )
     .unwrap();
-    let _b = Guard(
+    let b = Guard(
         Command::new(env!("CARGO_BIN_EXE_brokerd"))
             .args(["serve", "--config"])
             .arg(&cfg)
@@ -206,8 +218,14 @@ fn main() {
     }
     let path = home.join("notes/a.txt").display().to_string();
     broker_load(&sock, &path, 1, 20);
+    let pid = b.0.id();
+    let c0 = cpu(pid);
     let (lat1, rate1) = broker_load(&sock, &path, 1, per1);
+    let c1 = cpu(pid);
     let (lat16, rate16) = broker_load(&sock, &path, 16, per16);
+    let c16 = cpu(pid);
+    let cpu1 = (c1 - c0) / per1 as u32;
+    let cpu16 = (c16 - c1) / (16 * per16) as u32;
     let p50_1 = p50(lat1);
     let p50_16 = p50(lat16);
 
@@ -237,6 +255,11 @@ fn main() {
         us(p50_16)
     );
     println!("| broker, 16 callers | {rate16:.0} calls/s |");
+    println!(
+        "| brokerd CPU per call, 1 / 16 callers | {:.0} µs / {:.0} µs |",
+        us(cpu1),
+        us(cpu16)
+    );
     println!(
         "| audit verify, {records} records | {:.2} s, {verify_rate:.0} records/s |",
         verify.as_secs_f64()
