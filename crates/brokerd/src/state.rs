@@ -4,8 +4,9 @@
 //! the broker refuse, never forget a taint.
 
 use std::fmt;
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use bxcore::SessionId;
@@ -83,7 +84,13 @@ impl StateStore {
         };
         let tmp = self.dir.join(format!(".{}.json.tmp", session.as_str()));
         let body = serde_json::to_vec(state).map_err(|e| fail("encode", io::Error::other(e)))?;
-        let mut f = File::create(&tmp).map_err(|e| fail("create", e))?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(|e| fail("create", e))?;
         f.write_all(&body).map_err(|e| fail("write", e))?;
         f.sync_all().map_err(|e| fail("fsync", e))?;
         drop(f);

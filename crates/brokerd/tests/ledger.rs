@@ -188,3 +188,17 @@ fn an_empty_chain_verifies_with_the_zero_head() {
     assert_eq!(r.records, 0);
     assert_eq!(r.head, "0".repeat(64));
 }
+
+#[test]
+fn a_state_file_is_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = TempDir::new().unwrap();
+    let store = StateStore::new(d.path());
+    store.write(&sid("s"), &SessionState::default()).unwrap();
+    let mode = fs::metadata(d.path().join("s.json"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+}

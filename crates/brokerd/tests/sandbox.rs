@@ -145,3 +145,29 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
         "the main thread and three accept threads: {threads}"
     );
 }
+
+#[test]
+fn as_root_with_no_user_it_refuses_to_start_while_the_sandbox_is_required() {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let h = Home::new("");
+    fs::write(
+        &h.config,
+        format!("[paths]\nhome = {:?}\n", h.home.display().to_string()),
+    )
+    .unwrap();
+    let mut b = Brokerd::spawn(&h);
+    assert_eq!(b.wait_exit(), 1);
+    let log = b.stderr();
+    assert!(
+        log.contains("see docs/runbook.md#sandbox-unavailable"),
+        "{log}"
+    );
+    assert!(ping(&h.broker_sock()).is_none(), "it serves nothing: {log}");
+    assert!(
+        records(&h).iter().all(|r| r["event"] != "started"),
+        "it never started"
+    );
+}

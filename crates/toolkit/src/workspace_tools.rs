@@ -79,12 +79,10 @@ impl Tool for WorkspaceList {
         let shown = arg_str(args, "path")?;
         let at = env.roots.locate(shown)?;
         let fd = at.open(shown, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty())?;
-        let dir = nix::dir::Dir::from_fd(fd.as_raw_fd())
+        // `Dir` takes the descriptor over, and closes it on failure too.
+        let mut dir = nix::dir::Dir::from(fd)
             .map_err(|e| ToolError::Failed(format!("{shown}: {}", e.desc())))?;
-        // `Dir` owns and closes the descriptor now.
-        std::mem::forget(fd);
         let mut names = Vec::new();
-        let mut dir = dir;
         for entry in dir.iter() {
             let entry = entry.map_err(|e| ToolError::Failed(format!("{shown}: {}", e.desc())))?;
             let name = entry.file_name().to_string_lossy().into_owned();
