@@ -206,7 +206,8 @@ fn every_other_kind_is_forbidden_and_logged() {
 #[test]
 fn a_malformed_frame_is_answered_with_an_error() {
     let h = Home::new("");
-    let _b = Brokerd::start(&h);
+    let b = Brokerd::start(&h);
+    let log = b.stderr();
     let cases: [(&[u8], ErrorCode); 5] = [
         (b"not json", ErrorCode::BadMessage),
         (
@@ -233,6 +234,7 @@ fn a_malformed_frame_is_answered_with_an_error() {
         }
     }
     assert!(!h.home.join("etc.json").exists());
+    assert_eq!(b.stderr(), log, "a malformed frame is answered, not logged");
 }
 
 #[test]
