@@ -265,3 +265,14 @@ fn a_second_brokerd_on_the_same_home_refuses() {
     // The first still serves.
     assert!(ping(&h.broker_sock()).is_some());
 }
+
+#[test]
+fn check_reports_a_broken_chain_and_exits_1() {
+    let h = filled();
+    let mut l = lines(&h);
+    l.remove(1);
+    write_lines(&h, &l);
+    let (code, out, _) = run(&["check", "--config", &config(&h)]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("the audit chain is broken at 2"), "{out}");
+}
