@@ -202,3 +202,45 @@ fn a_state_file_is_0600() {
         & 0o777;
     assert_eq!(mode, 0o600);
 }
+
+#[test]
+fn every_single_byte_change_is_a_break_or_a_torn_tail() {
+    use brokerd::ledger::record::{GENESIS, Record};
+    use bxcore::Timestamp;
+    let mut prev = GENESIS.to_string();
+    let mut text = String::new();
+    for seq in 1..=6u64 {
+        let d = Draft::call(
+            &sid("s-1"),
+            CallId(seq),
+            "workspace_read",
+            if seq % 2 == 1 {
+                Event::Requested
+            } else {
+                Event::Denied
+            },
+            json!({"args_digest": "ab".repeat(32), "reason": "the owner denied it", "n": seq}),
+        );
+        let r = Record::seal(d, seq, &prev, Timestamp(1_764_489_600_000 + seq));
+        text.push_str(&r.line());
+        prev = r.hash;
+    }
+    let clean = chain::report(text.as_bytes());
+    assert!(clean.ok && clean.records == 6);
+    let bytes = text.into_bytes();
+    for i in 0..bytes.len() {
+        let mut b = bytes.clone();
+        b[i] ^= 0x01;
+        let r = chain::report(&b);
+        if i == bytes.len() - 1 {
+            // The last newline changed: the last record is a torn tail, cut and recorded at start.
+            assert!(
+                r.ok && r.records == 5 && r.detail.contains("torn tail"),
+                "{}",
+                r.detail
+            );
+        } else {
+            assert!(!r.ok, "a change at byte {i} went unnoticed");
+        }
+    }
+}
