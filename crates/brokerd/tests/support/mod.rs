@@ -148,6 +148,14 @@ impl Brokerd {
             matches!(r.last().map(|e| &e.msg), Some(Message::Approvals(_))),
             "{r:?}"
         );
+        // Every test that starts brokerd runs it under its seccomp list with `KillProcess` as
+        // the default action (even with `require = false`): a system call missing from the list
+        // kills the daemon and fails the test.
+        let log = self.stderr();
+        assert!(
+            log.contains("seccomp brokerd (") && log.contains("otherwise kill)"),
+            "{log}"
+        );
     }
 
     pub fn stderr(&self) -> String {
