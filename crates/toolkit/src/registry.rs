@@ -153,7 +153,7 @@ impl Entry {
             .validator
             .iter_errors(args)
             .map(|e| {
-                let at = e.instance_path.to_string();
+                let at = e.instance_path().to_string();
                 if at.is_empty() {
                     format!("the arguments: {e}")
                 } else {
