@@ -1,0 +1,277 @@
+//! The broker's benchmarks (quality.md), each with the floor it is compared with, measured in
+//! the same run:
+//!
+//! - broker round trip: one allowed call of a trivial tool (`workspace_read` of a small file)
+//!   through broker.sock, audited and fsync'd, with 1 and 16 concurrent callers, against a raw
+//!   Unix-socket round trip (connect, one frame each way) and one append + fdatasync;
+//! - audit verify over 1 000 000 records.
+//!
+//! Run: `cargo bench -p brokerd` (or `cargo bench -p brokerd -- --quick`).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use brokerd::ledger::chain;
+use brokerd::ledger::record::{Draft, Event, GENESIS, Record};
+use bxcore::deadline::Deadline;
+use bxcore::{
+    CallId, Envelope, Message, SessionId, Timestamp, ToolRequest, ToolResponse, read_frame,
+    write_frame,
+};
+use serde_json::json;
+
+struct Guard(Child);
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn p50(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Connect, send one frame, read one frame.
+fn round_trip(sock: &Path, msg: Message) -> Message {
+    let mut s = UnixStream::connect(sock).unwrap();
+    write_frame(&mut s, &Envelope::new(1, true, msg)).unwrap();
+    let mut d = Deadline::within(&s, Duration::from_secs(30)).unwrap();
+    loop {
+        let e = read_frame(&mut d).unwrap();
+        if e.last {
+            return e.msg;
+        }
+    }
+}
+
+/// The floor: a server that answers one frame per connection, a thread per connection.
+fn raw_server(dir: &Path) -> PathBuf {
+    let sock = dir.join("raw.sock");
+    let l = UnixListener::bind(&sock).unwrap();
+    thread::spawn(move || {
+        for s in l.incoming() {
+            let mut s = s.unwrap();
+            thread::spawn(move || {
+                let e = read_frame(&mut s).unwrap();
+                write_frame(&mut s, &Envelope::new(e.id, true, Message::ToolsList {})).unwrap();
+            });
+        }
+    });
+    sock
+}
+
+fn fsync_p50(dir: &Path, n: usize) -> Duration {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("fsync.bin"))
+        .unwrap();
+    let line = [b'x'; 300];
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f.write_all(&line).unwrap();
+        f.sync_data().unwrap();
+        v.push(t.elapsed());
+    }
+    p50(v)
+}
+
+fn call(n: u64, path: &str) -> Message {
+    Message::ToolRequest(ToolRequest {
+        session: SessionId::new("bench").unwrap(),
+        call: CallId(n),
+        tool: "workspace_read".into(),
+        args: json!({ "path": path }),
+    })
+}
+
+/// `callers` threads each making `per` calls: (per-call latencies, calls per second overall).
+fn broker_load(sock: &Path, path: &str, callers: usize, per: usize) -> (Vec<Duration>, f64) {
+    let start = Arc::new(Barrier::new(callers + 1));
+    let mut hs = Vec::new();
+    for c in 0..callers {
+        let (sock, path, start) = (sock.to_path_buf(), path.to_string(), start.clone());
+        hs.push(thread::spawn(move || {
+            start.wait();
+            let mut v = Vec::with_capacity(per);
+            for i in 0..per {
+                let t = Instant::now();
+                let m = round_trip(&sock, call((c * per + i) as u64, &path));
+                assert!(
+                    matches!(m, Message::ToolResponse(ToolResponse::Result { .. })),
+                    "{m:?}"
+                );
+                v.push(t.elapsed());
+            }
+            v
+        }));
+    }
+    start.wait();
+    let t = Instant::now();
+    let mut all = Vec::new();
+    for h in hs {
+        all.extend(h.join().unwrap());
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let n = all.len() as f64;
+    (all, n / secs)
+}
+
+/// The CPU time a process has used (user + system), from `/proc/<pid>/stat`.
+fn cpu(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf with a constant name.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_micros(ticks * 1_000_000 / hz)
+}
+
+fn write_chain(path: &Path, n: u64) {
+    let mut out = std::io::BufWriter::new(File::create(path).unwrap());
+    let mut prev = GENESIS.to_string();
+    let session = SessionId::new("bench").unwrap();
+    for seq in 1..=n {
+        let d = Draft::call(
+            &session,
+            CallId(seq),
+            "workspace_read",
+            if seq % 2 == 1 {
+                Event::Requested
+            } else {
+                Event::Allowed
+            },
+            json!({"args_digest": "5f".repeat(32), "args_summary": "{path: string(23)}"}),
+        );
+        let r = Record::seal(d, seq, &prev, Timestamp(1_764_489_600_000 + seq));
+        out.write_all(r.line().as_bytes()).unwrap();
+        prev = r.hash;
+    }
+    out.flush().unwrap();
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (rt_n, sync_n, per1, per16, records) = if quick {
+        (300, 100, 200, 30, 100_000u64)
+    } else {
+        (2000, 500, 1000, 150, 1_000_000u64)
+    };
+    let tmp = tempfile::TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let home = tmp.path().canonicalize().unwrap();
+
+    // Floors.
+    let raw = raw_server(&home);
+    for _ in 0..50 {
+        round_trip(&raw, Message::ToolsList {});
+    }
+    let raw_rt = p50((0..rt_n)
+        .map(|_| {
+            let t = Instant::now();
+            round_trip(&raw, Message::ToolsList {});
+            t.elapsed()
+        })
+        .collect());
+    let fsync = fsync_p50(&home, sync_n);
+
+    // brokerd on this home, with one private root holding a small file.
+    fs::create_dir(home.join("notes")).unwrap();
+    fs::write(home.join("notes/a.txt"), "hello").unwrap();
+    let cfg = home.join("brokerd.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[paths]\nhome = {:?}\n[sandbox]\nrequire = false\n[[workspace.roots]]\npath = {:?}\nclass = \"private\"\n",
+            home.display().to_string(),
+            home.join("notes").display().to_string()
+        ),
+    )
+    .unwrap();
+    let b = Guard(
+        Command::new(env!("CARGO_BIN_EXE_brokerd"))
+            .args(["serve", "--config"])
+            .arg(&cfg)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let sock = home.join("run/loop-broker/broker.sock");
+    let until = Instant::now() + Duration::from_secs(10);
+    while UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < until, "brokerd did not start");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let path = home.join("notes/a.txt").display().to_string();
+    broker_load(&sock, &path, 1, 20);
+    let pid = b.0.id();
+    let c0 = cpu(pid);
+    let (lat1, rate1) = broker_load(&sock, &path, 1, per1);
+    let c1 = cpu(pid);
+    let (lat16, rate16) = broker_load(&sock, &path, 16, per16);
+    let c16 = cpu(pid);
+    let cpu1 = (c1 - c0) / per1 as u32;
+    let cpu16 = (c16 - c1) / (16 * per16) as u32;
+    let p50_1 = p50(lat1);
+    let p50_16 = p50(lat16);
+
+    // Audit verify.
+    let chain_path = home.join("big-chain.jsonl");
+    write_chain(&chain_path, records);
+    let bytes = fs::read(&chain_path).unwrap();
+    let t = Instant::now();
+    let r = chain::report(&bytes);
+    let verify = t.elapsed();
+    assert!(r.ok && r.records == records, "{}", r.detail);
+    let verify_rate = records as f64 / verify.as_secs_f64();
+
+    let floor = raw_rt + fsync;
+    println!("| measure | value |");
+    println!("| --- | --- |");
+    println!("| raw Unix-socket round trip, p50 | {:.1} µs |", us(raw_rt));
+    println!("| one append + fdatasync, p50 | {:.1} µs |", us(fsync));
+    println!(
+        "| floor: raw round trip + one fsync | {:.1} µs |",
+        us(floor)
+    );
+    println!("| broker round trip, 1 caller, p50 | {:.1} µs |", us(p50_1));
+    println!("| broker, 1 caller | {rate1:.0} calls/s |");
+    println!(
+        "| broker round trip, 16 callers, p50 | {:.1} µs |",
+        us(p50_16)
+    );
+    println!("| broker, 16 callers | {rate16:.0} calls/s |");
+    println!(
+        "| brokerd CPU per call, 1 / 16 callers | {:.0} µs / {:.0} µs |",
+        us(cpu1),
+        us(cpu16)
+    );
+    println!(
+        "| audit verify, {records} records | {:.2} s, {verify_rate:.0} records/s |",
+        verify.as_secs_f64()
+    );
+    println!();
+    println!(
+        "ratio p50(1 caller) / floor = {:.2} (target <= 2)",
+        p50_1.as_secs_f64() / floor.as_secs_f64()
+    );
+    println!(
+        "ratio calls/s 16 callers / 1 caller = {:.2} (target >= 5)",
+        rate16 / rate1
+    );
+    println!("audit verify = {verify_rate:.0} records/s (target >= 300000)");
+}

@@ -1,0 +1,240 @@
+//! One audit record, its hash, and the redacted summary arguments are recorded as.
+
+use bxcore::{CallId, SessionId, Timestamp, canonical};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The `prev` of the first record: 64 zeros.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What a record says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Event {
+    Requested,
+    Allowed,
+    Denied,
+    Pending,
+    Approved,
+    Expired,
+    Result,
+    Failed,
+    Recovered,
+    Accepted,
+    Started,
+}
+
+impl Event {
+    /// The wire name, e.g. `requested`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Requested => "requested",
+            Event::Allowed => "allowed",
+            Event::Denied => "denied",
+            Event::Pending => "pending",
+            Event::Approved => "approved",
+            Event::Expired => "expired",
+            Event::Result => "result",
+            Event::Failed => "failed",
+            Event::Recovered => "recovered",
+            Event::Accepted => "accepted",
+            Event::Started => "started",
+        }
+    }
+}
+
+/// One line of `chain.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Record {
+    pub seq: u64,
+    pub time: Timestamp,
+    pub prev: String,
+    pub hash: String,
+    pub session: Option<SessionId>,
+    pub call: Option<CallId>,
+    pub tool: Option<String>,
+    pub event: Event,
+    pub detail: Value,
+}
+
+/// A record before the chain gives it its place (`seq`, `prev`, `hash`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    pub session: Option<SessionId>,
+    pub call: Option<CallId>,
+    pub tool: Option<String>,
+    pub event: Event,
+    pub detail: Value,
+}
+
+impl Draft {
+    /// A record about one call.
+    pub fn call(
+        session: &SessionId,
+        call: CallId,
+        tool: &str,
+        event: Event,
+        detail: Value,
+    ) -> Draft {
+        Draft {
+            session: Some(session.clone()),
+            call: Some(call),
+            tool: Some(tool.to_string()),
+            event,
+            detail,
+        }
+    }
+
+    /// A record about the broker itself (start, recovery, acceptance).
+    pub fn broker(event: Event, detail: Value) -> Draft {
+        Draft {
+            session: None,
+            call: None,
+            tool: None,
+            event,
+            detail,
+        }
+    }
+}
+
+/// The hash of a record given as a JSON object without its `hash` key: sha256 of `prev`'s 64
+/// characters followed by the canonical JSON of the object.
+pub fn hash_of(prev: &str, without_hash: &Value) -> String {
+    let body = canonical::to_string(without_hash);
+    let mut bytes = Vec::with_capacity(prev.len() + body.len());
+    bytes.extend_from_slice(prev.as_bytes());
+    bytes.extend_from_slice(body.as_bytes());
+    canonical::sha256_hex(&bytes)
+}
+
+impl Record {
+    /// Seal `draft` as record `seq` after `prev`.
+    pub fn seal(draft: Draft, seq: u64, prev: &str, time: Timestamp) -> Record {
+        let mut r = Record {
+            seq,
+            time,
+            prev: prev.to_string(),
+            hash: String::new(),
+            session: draft.session,
+            call: draft.call,
+            tool: draft.tool,
+            event: draft.event,
+            detail: draft.detail,
+        };
+        r.hash = r.computed_hash();
+        r
+    }
+
+    /// The hash this record should carry: sha256 of its `prev` and its canonical JSON without
+    /// `hash`. The same bytes as `hash_of(prev, &value_without_hash())`, built without a tree.
+    pub fn computed_hash(&self) -> String {
+        let body = self.canonical_without_hash();
+        let mut bytes = Vec::with_capacity(self.prev.len() + body.len());
+        bytes.extend_from_slice(self.prev.as_bytes());
+        bytes.extend_from_slice(body.as_bytes());
+        canonical::sha256_hex(&bytes)
+    }
+
+    /// Canonical JSON of the record without `hash`: its keys in byte order.
+    pub fn canonical_without_hash(&self) -> String {
+        fn string(out: &mut String, s: &str) {
+            out.push_str(&serde_json::to_string(s).unwrap_or_default());
+        }
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"call\":");
+        match self.call {
+            Some(c) => out.push_str(&c.0.to_string()),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"detail\":");
+        out.push_str(&canonical::to_string(&self.detail));
+        out.push_str(",\"event\":");
+        string(&mut out, self.event.as_str());
+        out.push_str(",\"prev\":");
+        string(&mut out, &self.prev);
+        out.push_str(",\"seq\":");
+        out.push_str(&self.seq.to_string());
+        out.push_str(",\"session\":");
+        match &self.session {
+            Some(s) => string(&mut out, s.as_str()),
+            None => out.push_str("null"),
+        }
+        out.push_str(",\"time\":");
+        out.push_str(&self.time.0.to_string());
+        out.push_str(",\"tool\":");
+        match &self.tool {
+            Some(t) => string(&mut out, t),
+            None => out.push_str("null"),
+        }
+        out.push('}');
+        out
+    }
+
+    /// The record as JSON without `hash`, as it is hashed.
+    pub fn value_without_hash(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.remove("hash");
+        }
+        v
+    }
+
+    /// The line written for it: canonical JSON and a newline. `hash` sorts between `event` and
+    /// `prev`, so it goes in just before `"prev"`.
+    pub fn line(&self) -> String {
+        let body = self.canonical_without_hash();
+        let at = body.find(",\"prev\":").unwrap_or(body.len() - 1);
+        let mut s = String::with_capacity(body.len() + 80);
+        s.push_str(&body[..at]);
+        s.push_str(",\"hash\":");
+        s.push_str(&serde_json::to_string(&self.hash).unwrap_or_default());
+        s.push_str(&body[at..]);
+        s.push('\n');
+        s
+    }
+}
+
+/// The most characters of a redacted summary.
+const SUMMARY_MAX: usize = 200;
+
+/// What is recorded about a call's arguments: their digest, and a summary that names each key
+/// and the shape of its value, never the value (arguments may carry secrets).
+pub fn args_detail(args: &Value) -> Value {
+    let mut detail = Map::new();
+    detail.insert("args_digest".into(), Value::String(canonical::digest(args)));
+    detail.insert("args_summary".into(), Value::String(summary(args)));
+    Value::Object(detail)
+}
+
+/// `{path: string(23), content: string(1024)}`: keys and shapes only.
+pub fn summary(args: &Value) -> String {
+    let shape = |v: &Value| match v {
+        Value::Null => "null".to_string(),
+        Value::Bool(_) => "bool".to_string(),
+        Value::Number(_) => "number".to_string(),
+        Value::String(s) => format!("string({})", s.chars().count()),
+        Value::Array(a) => format!("array({})", a.len()),
+        Value::Object(o) => format!("object({})", o.len()),
+    };
+    let mut s = match args {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .into_iter()
+                .map(|k| {
+                    let k_short: String = k.chars().take(32).collect();
+                    format!("{k_short}: {}", shape(&m[k]))
+                })
+                .collect();
+            format!("{{{}}}", parts.join(", "))
+        }
+        other => shape(other),
+    };
+    if s.chars().count() > SUMMARY_MAX {
+        s = s.chars().take(SUMMARY_MAX).collect();
+        s.push('…');
+    }
+    s
+}

@@ -1,0 +1,215 @@
+//! The decision in process: the steps' order when more than one applies, and the approvals
+//! table's race between the owner and the clock.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use brokerd::approvals::{Approvals, DecideError, Verdict};
+use brokerd::policy::{AskRule, Decision, SessionState, decide};
+use bxcore::{Approval, ApprovalId, CallId, DataClass, SessionId, Timestamp};
+use serde_json::json;
+use toolkit::{ApprovalRule, Env, Registry, Root, Roots, Tightening};
+
+fn state(taint: DataClass, untrusted: bool) -> SessionState {
+    SessionState { taint, untrusted }
+}
+
+fn env(dir: &std::path::Path) -> Env {
+    Env {
+        roots: Roots::new(vec![Root {
+            path: dir.to_path_buf(),
+            class: DataClass::Private,
+            writable: true,
+            untrusted: false,
+        }])
+        .unwrap(),
+        gateway: None,
+    }
+}
+
+fn tightened(tool: &str, approval: ApprovalRule) -> Registry {
+    Registry::new(&BTreeMap::from([(
+        tool.to_string(),
+        Tightening {
+            approval: Some(approval),
+            ..Default::default()
+        },
+    )]))
+    .unwrap()
+}
+
+#[test]
+fn an_unknown_tool_is_denied_before_its_arguments_are_looked_at() {
+    let reg = Registry::new(&BTreeMap::new()).unwrap();
+    let d = decide(
+        &reg,
+        &Env::default(),
+        "nope",
+        &json!(7),
+        SessionState::default(),
+    );
+    assert!(matches!(d, Decision::Denied(r) if r == "no such tool: \"nope\""));
+}
+
+#[test]
+fn bad_arguments_fail_before_the_flow_rules() {
+    let reg = Registry::new(&BTreeMap::new()).unwrap();
+    let d = decide(
+        &reg,
+        &Env::default(),
+        "web_fetch",
+        &json!({"url": 1}),
+        state(DataClass::Secret, true),
+    );
+    assert!(matches!(d, Decision::Failed(m) if m.contains("web_fetch's schema")));
+}
+
+#[test]
+fn the_flow_rule_wins_over_approval_rules() {
+    let reg = tightened("web_fetch", ApprovalRule::Always);
+    let d = decide(
+        &reg,
+        &Env::default(),
+        "web_fetch",
+        &json!({"url": "https://example.org/"}),
+        state(DataClass::Secret, true),
+    );
+    assert!(matches!(d, Decision::Denied(r) if r.contains("no approval can allow this")));
+}
+
+#[test]
+fn write_down_is_denied_and_a_write_at_the_same_class_is_not() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let reg = Registry::new(&BTreeMap::new()).unwrap();
+    let args = json!({"path": dir.path().join("x").display().to_string(), "content": "c"});
+    let secret = decide(
+        &reg,
+        &env(dir.path()),
+        "workspace_write",
+        &args,
+        state(DataClass::Secret, false),
+    );
+    assert!(
+        matches!(secret, Decision::Denied(r) if r.contains("would write into a private place"))
+    );
+    let private = decide(
+        &reg,
+        &env(dir.path()),
+        "workspace_write",
+        &args,
+        SessionState::default(),
+    );
+    assert!(matches!(private, Decision::Allow { .. }));
+}
+
+#[test]
+fn untrusted_effect_asks_before_the_tools_own_rule() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let reg = tightened("workspace_write", ApprovalRule::Always);
+    let args = json!({"path": dir.path().join("x").display().to_string(), "content": "c"});
+    match decide(
+        &reg,
+        &env(dir.path()),
+        "workspace_write",
+        &args,
+        state(DataClass::Private, true),
+    ) {
+        Decision::Ask { rule, reason, .. } => {
+            assert_eq!(rule, AskRule::UntrustedEffect);
+            assert!(reason.contains("changes the box"), "{reason}");
+        }
+        d => panic!("{d:?}"),
+    }
+    match decide(
+        &reg,
+        &env(dir.path()),
+        "workspace_write",
+        &args,
+        SessionState::default(),
+    ) {
+        Decision::Ask { rule, .. } => assert_eq!(rule, AskRule::Always),
+        d => panic!("{d:?}"),
+    }
+}
+
+#[test]
+fn approval_untrusted_asks_only_while_the_session_is_untrusted() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let reg = tightened("workspace_read", ApprovalRule::Untrusted);
+    let args = json!({"path": dir.path().join("x").display().to_string()});
+    match decide(
+        &reg,
+        &env(dir.path()),
+        "workspace_read",
+        &args,
+        state(DataClass::Private, true),
+    ) {
+        Decision::Ask { rule, .. } => assert_eq!(rule, AskRule::WhileUntrusted),
+        d => panic!("{d:?}"),
+    }
+    let trusted = decide(
+        &reg,
+        &env(dir.path()),
+        "workspace_read",
+        &args,
+        SessionState::default(),
+    );
+    assert!(matches!(trusted, Decision::Allow { .. }));
+}
+
+#[test]
+fn an_untrusted_session_may_still_read() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let reg = Registry::new(&BTreeMap::new()).unwrap();
+    let args = json!({"path": dir.path().join("x").display().to_string()});
+    let d = decide(
+        &reg,
+        &env(dir.path()),
+        "workspace_read",
+        &args,
+        state(DataClass::Secret, true),
+    );
+    assert!(matches!(d, Decision::Allow { .. }));
+}
+
+fn approval(ttl_ms: u64) -> Approval {
+    let now = Timestamp::now();
+    Approval {
+        approval: ApprovalId::random(),
+        session: SessionId::new("s").unwrap(),
+        call: CallId(1),
+        tool: "t".into(),
+        args: json!({}),
+        digest: bxcore::canonical::digest(&json!({})),
+        taint: DataClass::Private,
+        untrusted: true,
+        rule: "untrusted-effect".into(),
+        reason: "r".into(),
+        requested: now,
+        expires: now.plus_millis(ttl_ms),
+    }
+}
+
+#[test]
+fn a_decision_reaches_its_waiter_once() {
+    let table = Approvals::default();
+    let a = approval(60_000);
+    let id = a.approval.clone();
+    let w = table.open(a, Duration::from_secs(60));
+    assert_eq!(table.list().len(), 1);
+    table.decide(&id, true).unwrap();
+    assert_eq!(table.wait(w), Verdict::Approved);
+    assert_eq!(table.decide(&id, true), Err(DecideError::NotPending(id)));
+    assert!(table.list().is_empty());
+}
+
+#[test]
+fn the_clock_wins_when_nobody_decides_and_a_late_decision_is_refused() {
+    let table = Approvals::default();
+    let a = approval(1);
+    let id = a.approval.clone();
+    let w = table.open(a, Duration::from_millis(1));
+    assert_eq!(table.wait(w), Verdict::Expired);
+    assert!(table.decide(&id, true).is_err());
+    assert!(table.list().is_empty());
+}
