@@ -1,0 +1,217 @@
+//! loopd against the real inferproxy (its `script` provider) and the real brokerd: a turn with a
+//! core tool call, a turn whose tool call brokerd decides and runs, and `loopd selftest` finding
+//! both.
+//!
+//! They are other packages: their binaries are beside loopd's when the workspace was built
+//! (`cargo test --workspace`, as the gate runs). Built alone (`cargo test -p loopd`), these tests
+//! say `skipped` and pass.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bxcore::{CallId, Message, Outcome, TurnEvent};
+use support::daemon::{Layout, Loopd, config, run};
+use support::{last_msg, turn, wait_until};
+
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn sibling(name: &str) -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_BIN_EXE_loopd")).with_file_name(name);
+    p.is_file().then_some(p)
+}
+
+const SCRIPT: &str = r#"
+[[step]]
+text = "Let me look at the clock."
+tool_calls = [{ tool = "time_now", args = {} }]
+
+[[step]]
+after = "tool"
+text = "The clock says {last_tool}"
+"#;
+
+fn start_inferproxy(bin: &Path, home: &Path, layout: &Layout, script: &str) -> Guard {
+    std::fs::write(home.join("script.toml"), script).unwrap();
+    let cfg = format!(
+        "[paths]\nhome = {home:?}\n[provider]\nkind = \"script\"\nscript = {script:?}\n\
+         [slots.main]\nmodel = \"scripted\"\nmax_tokens = 100\ncontext_tokens = 10000\n\
+         [sandbox]\nrequire = false\n",
+        home = home.display().to_string(),
+        script = home.join("script.toml").display().to_string(),
+    );
+    std::fs::write(home.join("inferproxy.toml"), cfg).unwrap();
+    let log = std::fs::File::create(home.join("inferproxy.log")).unwrap();
+    let child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(home.join("inferproxy.toml"))
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    let socket = layout.infer.clone();
+    wait_until("inferproxy to answer ping", || {
+        bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
+    });
+    guard
+}
+
+#[test]
+fn a_turn_with_the_real_inferproxy_and_its_script_provider() {
+    let Some(bin) = sibling("inferproxy") else {
+        println!("skipped: the inferproxy binary is not built (run the workspace's tests)");
+        return;
+    };
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _proxy = start_inferproxy(&bin, home.path(), &layout, SCRIPT);
+    let d = Loopd::start(home.path(), &config(home.path(), ""));
+    let frames = turn(&d.socket, 1, "e2e", false, "what time is it?");
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{:?}\n{}",
+        last_msg(&frames),
+        std::fs::read_to_string(home.path().join("inferproxy.log")).unwrap_or_default()
+    );
+    let events: Vec<TurnEvent> = frames
+        .iter()
+        .filter_map(|f| match &f.msg {
+            Message::TurnEvent { event } => Some(event.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(events.iter().any(
+        |e| matches!(e, TurnEvent::ToolCall { call: CallId(1), tool, .. } if tool == "time_now")
+    ));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        TurnEvent::ToolResult {
+            call: CallId(1),
+            outcome: Outcome::Result,
+            ..
+        }
+    )));
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::AssistantText { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(text.starts_with("Let me look at the clock."), "{text}");
+    assert!(text.contains("The clock says {\"unix_ms\":"), "{text}");
+
+    let (code, out) = run(home.path(), &config(home.path(), ""), "selftest");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("selftest: inferproxy"), "{out}");
+}
+
+fn start_brokerd(bin: &Path, home: &Path, layout: &Layout) -> Guard {
+    let cfg = format!(
+        "[paths]\nhome = {home:?}\n[sandbox]\nrequire = false\n\n\
+         [[workspace.roots]]\npath = {notes:?}\nclass = \"private\"\n",
+        home = home.display().to_string(),
+        notes = home.join("notes").display().to_string(),
+    );
+    std::fs::write(home.join("brokerd.toml"), cfg).unwrap();
+    let log = std::fs::File::create(home.join("brokerd.log")).unwrap();
+    let child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(home.join("brokerd.toml"))
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    let socket = layout.broker.clone();
+    wait_until("brokerd to answer ping", || {
+        bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
+    });
+    guard
+}
+
+#[test]
+fn a_tool_call_decided_and_run_by_the_real_brokerd() {
+    let (Some(proxy_bin), Some(broker_bin)) = (sibling("inferproxy"), sibling("brokerd")) else {
+        println!(
+            "skipped: the inferproxy or brokerd binary is not built (run the workspace's tests)"
+        );
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let home_path = home.path().canonicalize().unwrap();
+    std::fs::create_dir_all(home_path.join("notes")).unwrap();
+    std::fs::write(home_path.join("notes/a.txt"), "buy milk").unwrap();
+    let layout = Layout::new(&home_path);
+    let script = format!(
+        "[[step]]\ntext = \"Reading.\"\n\
+         tool_calls = [{{ tool = \"workspace_read\", args = {{ path = {:?} }} }}]\n\n\
+         [[step]]\nafter = \"tool\"\ntext = \"It says: {{last_tool}}\"\n",
+        home_path.join("notes/a.txt").display().to_string()
+    );
+    let _proxy = start_inferproxy(&proxy_bin, &home_path, &layout, &script);
+    let _broker = start_brokerd(&broker_bin, &home_path, &layout);
+    let extra = format!(
+        "[broker]\nsocket = {:?}\n",
+        layout.broker.display().to_string()
+    );
+    let cfg = config(&home_path, &extra);
+    let d = Loopd::start(&home_path, &cfg);
+    let frames = turn(&d.socket, 1, "e2e", false, "what is in a.txt?");
+    let logs = || {
+        format!(
+            "{}\n{}",
+            std::fs::read_to_string(home_path.join("brokerd.log")).unwrap_or_default(),
+            d.log_text()
+        )
+    };
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{:?}\n{}",
+        last_msg(&frames),
+        logs()
+    );
+    let events: Vec<TurnEvent> = frames
+        .iter()
+        .filter_map(|f| match &f.msg {
+            Message::TurnEvent { event } => Some(event.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            TurnEvent::ToolResult { call: CallId(1), outcome: Outcome::Result, text } if text.contains("buy milk")
+        )),
+        "{events:?}\n{}",
+        logs()
+    );
+    let text: String = events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::AssistantText { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(text.contains("It says:"), "{text}");
+    assert!(text.contains("buy milk"), "{text}");
+
+    let (code, out) = run(&home_path, &cfg, "selftest");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("selftest: brokerd"), "{out}");
+    assert!(out.contains("brokerd offers"), "{out}");
+}
