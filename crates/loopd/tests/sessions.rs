@@ -330,3 +330,49 @@ fn two_connections_racing_to_create_and_open_one_session_leave_one_whole_log() {
         assert_eq!(s.turns(), done, "round {round}");
     }
 }
+
+#[test]
+fn any_one_damaged_byte_is_refused_or_cut_or_read_as_written_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = new_session(dir.path(), "orig");
+    tool_turn(&mut s, 1);
+    drop(s);
+    let good = std::fs::read(dir.path().join("orig.jsonl")).unwrap();
+    let path = dir.path().join("x.jsonl");
+    for i in 0..good.len() {
+        for b in [b'\n', b'{', 0u8, 0xff, b'"'] {
+            if good[i] == b {
+                continue;
+            }
+            let mut bad = good.clone();
+            bad[i] = b;
+            // The session id in the start record is "orig": rename the log so only the damage
+            // under test can be wrong.
+            let bad = String::from_utf8_lossy(&bad).replace("\"orig\"", "\"x\"");
+            std::fs::write(&path, bad.as_bytes()).unwrap();
+            let cut = std::cell::Cell::new(false);
+            match Session::open(dir.path(), &sid("x"), &|_| cut.set(true)) {
+                Err(SessionError::Torn { .. }) => {
+                    assert_eq!(
+                        std::fs::read(&path).unwrap(),
+                        bad.as_bytes(),
+                        "byte {i}: a refused log is left as it was"
+                    );
+                }
+                Err(other) => panic!("byte {i} = {b}: {other}"),
+                Ok(opened) => {
+                    // Opened: either the damage still parses as the same kinds of records (a
+                    // changed letter inside a text), or only a torn tail was cut.
+                    let now = std::fs::read(&path).unwrap();
+                    if cut.get() {
+                        assert!(bad.as_bytes().starts_with(&now), "byte {i}");
+                        assert!(now.ends_with(b"\n"));
+                    } else {
+                        assert_eq!(now, bad.as_bytes(), "byte {i}");
+                    }
+                    assert!(opened.records() >= 1);
+                }
+            }
+        }
+    }
+}
