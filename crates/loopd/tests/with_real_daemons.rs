@@ -119,11 +119,14 @@ fn a_turn_with_the_real_inferproxy_and_its_script_provider() {
 }
 
 fn start_brokerd(bin: &Path, home: &Path, layout: &Layout) -> Guard {
+    std::fs::create_dir_all(home.join("inbox")).unwrap();
     let cfg = format!(
         "[paths]\nhome = {home:?}\n[sandbox]\nrequire = false\n\n\
-         [[workspace.roots]]\npath = {notes:?}\nclass = \"private\"\n",
+         [[workspace.roots]]\npath = {notes:?}\nclass = \"private\"\nwritable = true\n\n\
+         [[workspace.roots]]\npath = {inbox:?}\nclass = \"private\"\nuntrusted = true\n",
         home = home.display().to_string(),
         notes = home.join("notes").display().to_string(),
+        inbox = home.join("inbox").display().to_string(),
     );
     std::fs::write(home.join("brokerd.toml"), cfg).unwrap();
     let log = std::fs::File::create(home.join("brokerd.log")).unwrap();
@@ -214,4 +217,104 @@ fn a_tool_call_decided_and_run_by_the_real_brokerd() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("selftest: brokerd"), "{out}");
     assert!(out.contains("brokerd offers"), "{out}");
+}
+
+#[test]
+fn an_approval_asked_by_the_real_brokerd_reaches_the_channel_and_the_turn_waits_for_it() {
+    use bxcore::deadline::Deadline;
+    use bxcore::{ApprovalDecision, Envelope, Turn, read_frame, write_frame};
+    let (Some(proxy_bin), Some(broker_bin)) = (sibling("inferproxy"), sibling("brokerd")) else {
+        println!(
+            "skipped: the inferproxy or brokerd binary is not built (run the workspace's tests)"
+        );
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().canonicalize().unwrap();
+    std::fs::create_dir_all(h.join("notes")).unwrap();
+    std::fs::create_dir_all(h.join("inbox")).unwrap();
+    std::fs::write(h.join("inbox/mail.txt"), "a stranger's mail").unwrap();
+    let layout = Layout::new(&h);
+    // Reading the untrusted inbox makes the session untrusted; its write then waits for the owner.
+    let script = format!(
+        "[[step]]\ntext = \"\"\ntool_calls = [{{ tool = \"workspace_read\", args = {{ path = {read:?} }} }}]\n\n\
+         [[step]]\nafter = \"tool\"\ntext = \"\"\n\
+         tool_calls = [{{ tool = \"workspace_write\", args = {{ path = {write:?}, content = \"noted\" }} }}]\n\n\
+         [[step]]\nafter = \"tool\"\ntext = \"Done: {{last_tool}}\"\n",
+        read = h.join("inbox/mail.txt").display().to_string(),
+        write = h.join("notes/n.txt").display().to_string(),
+    );
+    let _proxy = start_inferproxy(&proxy_bin, &h, &layout, &script);
+    let _broker = start_brokerd(&broker_bin, &h, &layout);
+    let cfg = config(
+        &h,
+        &format!(
+            "[broker]\nsocket = {:?}\n",
+            layout.broker.display().to_string()
+        ),
+    );
+    let d = Loopd::start(&h, &cfg);
+    let mut c = std::os::unix::net::UnixStream::connect(&d.socket).unwrap();
+    write_frame(
+        &mut c,
+        &Envelope::new(
+            3,
+            true,
+            Message::Turn(Turn {
+                session: support::sid("ask"),
+                resume: false,
+                text: "file my mail".to_string(),
+            }),
+        ),
+    )
+    .unwrap();
+    let until = std::time::Instant::now() + support::WAIT;
+    let approval = loop {
+        let env = read_frame(&mut Deadline::new(&c, until)).unwrap();
+        assert!(!env.last, "{:?}", env.msg);
+        if let Message::TurnEvent {
+            event: TurnEvent::ToolPending { call, approval, .. },
+        } = env.msg
+        {
+            assert_eq!(call, CallId(2));
+            break approval;
+        }
+    };
+    assert!(
+        !h.join("notes/n.txt").exists(),
+        "nothing written before the owner says so"
+    );
+    let admin = h.join("run/owner-broker/admin.sock");
+    let ack = bxcore::client::call(
+        &admin,
+        support::WAIT,
+        1,
+        Message::ApprovalDecision(ApprovalDecision {
+            approval,
+            allow: true,
+        }),
+        |_| {},
+    )
+    .unwrap();
+    assert!(matches!(ack, Message::ApprovalAck(_)), "{ack:?}");
+    let rest = support::read_all(&c);
+    assert!(
+        matches!(last_msg(&rest), Message::TurnDone(_)),
+        "{:?}",
+        last_msg(&rest)
+    );
+    assert!(rest.iter().any(|f| matches!(
+        &f.msg,
+        Message::TurnEvent {
+            event: TurnEvent::ToolResult {
+                call: CallId(2),
+                outcome: Outcome::Result,
+                ..
+            }
+        }
+    )));
+    assert_eq!(
+        std::fs::read_to_string(h.join("notes/n.txt")).unwrap(),
+        "noted"
+    );
 }
