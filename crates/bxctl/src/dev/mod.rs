@@ -115,7 +115,7 @@ impl fmt::Display for DevError {
             } => {
                 write!(
                     f,
-                    "{daemon} {status} while the dev box was starting; its last log lines ({}):",
+                    "{daemon} ended ({status}) while the dev box was starting; its last log lines ({}):",
                     log.display()
                 )?;
                 for line in tail {
