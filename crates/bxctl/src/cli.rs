@@ -1,25 +1,34 @@
-//! The command line: each subcommand parsed here and run by its module.
+//! The command line: global options first, so every subcommand shares them; each subcommand is
+//! run by its module.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
 use crate::dev::{self, ModelChoice, Provider, UpOptions};
 use crate::target::Target;
-use crate::{demo, selftest, status};
+use crate::{Outcome, approvals, audit, demo, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
 pub struct Cli {
-    /// The box's home (default: $BOXMAKER_HOME, else /var/lib/boxmaker).
+    /// The box's home [default: $BOXMAKER_HOME, else /var/lib/boxmaker; for `dev`: else
+    /// ~/.local/state/boxmaker-dev].
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
-    /// Print JSON for scripts instead of lines for a person.
+    /// brokerd's admin socket [default: <home>/run/owner-broker/admin.sock].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub admin: Option<PathBuf>,
+    /// Machine-readable output: one JSON document (or one per line for streams).
     #[arg(long, global = true)]
     pub json: bool,
+    /// How long to wait for an answer from brokerd, in seconds.
+    #[arg(long, global = true, default_value_t = 10, value_name = "SECONDS")]
+    pub timeout: u64,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -28,6 +37,27 @@ pub struct Cli {
 pub enum Command {
     /// Send a message to a session and show the turn as it happens.
     Chat(ChatArgs),
+    /// Show the tool calls waiting for your approval.
+    Approvals {
+        /// Keep watching, printing the list again whenever it changes.
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Approve a pending call: it runs, exactly as shown.
+    Approve {
+        /// The approval's id (16 hex digits, from `bxctl approvals`).
+        id: String,
+    },
+    /// Deny a pending call: it is answered "the owner denied it".
+    Deny {
+        /// The approval's id.
+        id: String,
+    },
+    /// The audit chain.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
     /// Which sockets answer, each daemon's sandbox, the audit chain, pending approvals.
     Status,
     /// Ping every socket you may reach, then loopd's own selftest.
@@ -39,9 +69,24 @@ pub enum Command {
     Dev(DevCommand),
 }
 
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Ask brokerd to verify the whole chain: records, head hash; exit 1 on a break.
+    Verify,
+    /// Print the last records of the chain.
+    Tail {
+        /// How many records.
+        #[arg(short = 'n', default_value_t = 20)]
+        n: usize,
+        /// The chain file [default: <home>/broker/audit/chain.jsonl].
+        #[arg(long, value_name = "PATH")]
+        chain: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Args)]
 pub struct ChatArgs {
-    /// The session (default: `main`, resumed when it exists).
+    /// The session [default: `main`, resumed when it exists].
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
     /// Start a new session.
@@ -62,7 +107,7 @@ pub enum DevCommand {
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// As root: the unprivileged user the daemons run as (created when missing; default bx-dev).
+    /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
     /// The model provider.
@@ -82,22 +127,41 @@ pub struct UpArgs {
     pub api_key_file: Option<PathBuf>,
 }
 
-/// The dev box's home when `--home` is not given: `$BOXMAKER_HOME`, else
-/// `$XDG_STATE_HOME/boxmaker-dev`, else `~/.local/state/boxmaker-dev`.
-fn dev_home(home: Option<PathBuf>) -> PathBuf {
-    home.or_else(|| std::env::var_os(crate::target::HOME_ENV).map(PathBuf::from))
-        .or_else(|| {
-            std::env::var_os("XDG_STATE_HOME").map(|d| PathBuf::from(d).join("boxmaker-dev"))
-        })
-        .or_else(|| {
-            std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".local/state/boxmaker-dev"))
-        })
-        .unwrap_or_else(|| PathBuf::from("boxmaker-dev"))
+/// What the approval and audit commands need to know.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub home: PathBuf,
+    pub admin: PathBuf,
+    pub json: bool,
+    pub timeout: Duration,
+}
+
+impl Cli {
+    pub fn context(&self) -> Context {
+        let target = Target::resolve(self.home.as_deref());
+        let admin = self
+            .admin
+            .clone()
+            .unwrap_or_else(|| target.socket(&bxcore::layout::ADMIN));
+        Context {
+            home: target.home().to_path_buf(),
+            admin,
+            json: self.json,
+            timeout: Duration::from_secs(self.timeout.max(1)),
+        }
+    }
+}
+
+fn exit(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Done => ExitCode::SUCCESS,
+        Outcome::Failed => ExitCode::FAILURE,
+    }
 }
 
 fn failed(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("{e}");
-    ExitCode::from(1)
+    ExitCode::FAILURE
 }
 
 fn usage(why: &str) -> ExitCode {
@@ -107,10 +171,11 @@ fn usage(why: &str) -> ExitCode {
 
 /// Run one parsed command.
 pub fn run(cli: Cli) -> ExitCode {
+    let ctx = cli.context();
+    let target = Target::resolve(Some(&ctx.home));
     let mut out = io::stdout();
     match cli.command {
         Command::Chat(args) => {
-            let target = Target::resolve(cli.home.as_deref());
             let opts = ChatOptions {
                 session: args.session,
                 new: args.new,
@@ -122,8 +187,16 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
+        Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),
+        Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
+        Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
+        Command::Audit {
+            command: AuditCommand::Verify,
+        } => exit(audit::verify(&ctx)),
+        Command::Audit {
+            command: AuditCommand::Tail { n, chain },
+        } => exit(audit::tail(&ctx, n, chain.as_deref())),
         Command::Status => {
-            let target = Target::resolve(cli.home.as_deref());
             let s = status::gather(&target);
             if cli.json {
                 let _ = writeln!(out, "{}", serde_json::to_string(&s).unwrap_or_default());
@@ -132,13 +205,10 @@ pub fn run(cli: Cli) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::Selftest => {
-            let target = Target::resolve(cli.home.as_deref());
-            match selftest::run(&target, &mut out) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => failed(e),
-            }
-        }
+        Command::Selftest => match selftest::run(&target, &mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => failed(e),
+        },
         Command::Demo => match demo::run(&mut out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failed(e),
@@ -161,7 +231,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 Provider::Script => None,
             });
             let opts = UpOptions {
-                home: dev_home(cli.home),
+                home: Target::for_dev(cli.home.as_deref()).home().to_path_buf(),
                 user: args.user,
                 model: ModelChoice {
                     provider: args.provider,
@@ -176,9 +246,11 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
-        Command::Dev(DevCommand::Down) => match dev::down(&dev_home(cli.home), &mut out) {
-            Ok(_) => ExitCode::SUCCESS,
-            Err(e) => failed(e),
-        },
+        Command::Dev(DevCommand::Down) => {
+            match dev::down(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => failed(e),
+            }
+        }
     }
 }

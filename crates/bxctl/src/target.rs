@@ -1,5 +1,6 @@
 //! Which box a command talks to: `--home DIR`, else `$BOXMAKER_HOME`, else the device's
-//! `/var/lib/boxmaker`; its sockets are where `bxcore::layout` puts them under that home.
+//! `/var/lib/boxmaker` when it exists, else the dev box's default home when that exists; its
+//! sockets are where `bxcore::layout` puts them under that home.
 
 use std::path::{Path, PathBuf};
 
@@ -14,14 +15,42 @@ pub struct Target {
     home: PathBuf,
 }
 
+/// The dev box's home when none is named: `$XDG_STATE_HOME/boxmaker-dev`, else
+/// `~/.local/state/boxmaker-dev`.
+pub fn dev_default() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
+        .map(|d| PathBuf::from(d).join("boxmaker-dev"))
+        .or_else(|| {
+            std::env::var_os("HOME").map(|d| PathBuf::from(d).join(".local/state/boxmaker-dev"))
+        })
+        .unwrap_or_else(|| PathBuf::from("boxmaker-dev"))
+}
+
+fn named(home: Option<&Path>) -> Option<PathBuf> {
+    home.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(HOME_ENV).map(PathBuf::from))
+}
+
 impl Target {
-    /// `--home`, else `$BOXMAKER_HOME`, else the device's home.
+    /// The box the owner means: `--home`, `$BOXMAKER_HOME`, the device's home, or the dev box.
     pub fn resolve(home: Option<&Path>) -> Target {
-        let home = home
-            .map(Path::to_path_buf)
-            .or_else(|| std::env::var_os(HOME_ENV).map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(layout::DEVICE_HOME));
+        let home = named(home).unwrap_or_else(|| {
+            let device = PathBuf::from(layout::DEVICE_HOME);
+            let dev = dev_default();
+            if !device.exists() && dev.join("dev/box.toml").exists() {
+                dev
+            } else {
+                device
+            }
+        });
         Target { home }
+    }
+
+    /// The home `bxctl dev` works on: `--home`, `$BOXMAKER_HOME`, else the dev box's default.
+    pub fn for_dev(home: Option<&Path>) -> Target {
+        Target {
+            home: named(home).unwrap_or_else(dev_default),
+        }
     }
 
     pub fn home(&self) -> &Path {

@@ -130,6 +130,9 @@ impl SeccompProfile {
         if self.inet() {
             s.extend(NET_CLIENT);
         }
+        if let SeccompProfile::Brokerd { .. } = self {
+            s.extend(BROKERD);
+        }
         // Filters stack: a program the run tool starts passes brokerd's list as well as its
         // own, so brokerd's list with the run tool holds the child's whole list.
         if matches!(
@@ -260,6 +263,11 @@ const SERVER_AARCH64: &[&str] = &[];
 
 /// A TCP client resolving names: DNS over UDP too.
 const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
+
+/// brokerd, measured over its whole test suite under `KillProcess`: the workspace tools open
+/// every path with `openat2(RESOLVE_BENEATH)`. (Its serving threads are named with `prctl
+/// PR_SET_NAME`, which every profile allows by argument: see `crate::seccomp`.)
+const BROKERD: &[&str] = &["openat2"];
 
 /// brokerd with the `run` tool: start the child, which installs its own Landlock and seccomp
 /// before `execve`, then wait for it and kill its process group at the end.

@@ -1,0 +1,197 @@
+//! `brokerd.toml`: where brokerd keeps its files and sockets, who may connect, the workspace
+//! roots, how the owner tightens tools, and the sandbox. Unknown keys are refused everywhere.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use bxharden::{Peers, SandboxConfig};
+use serde::Deserialize;
+use toolkit::{Registry, Root, Roots, Tightening};
+
+/// The default time the owner has to decide an approval: 10 minutes.
+pub const DEFAULT_TTL_MS: u64 = 600_000;
+/// The longest approval time accepted: a day.
+pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The socket file names `[peers]` keys by.
+pub const SOCKET_NAMES: [&str; 3] = ["broker.sock", "admin.sock", "state.sock"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paths {
+    pub home: PathBuf,
+}
+
+/// The sockets `brokerd` serves. An empty path means "the default under `home`".
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sockets {
+    /// Tool calls from loopd.
+    pub broker: PathBuf,
+    /// The owner's approvals and audit questions.
+    pub admin: PathBuf,
+    /// `memoryd`'s session-state questions.
+    pub state: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsConfig {
+    /// How long a pending approval waits for the owner, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        ApprovalsConfig {
+            ttl_ms: DEFAULT_TTL_MS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkspaceConfig {
+    pub roots: Vec<Root>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// `gateway.sock`; absent: no gateway, and `web_fetch` fails when run.
+    pub socket: Option<PathBuf>,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub paths: Paths,
+    #[serde(default)]
+    pub sockets: Sockets,
+    #[serde(default)]
+    pub peers: Peers,
+    #[serde(default)]
+    pub approvals: ApprovalsConfig,
+    #[serde(default)]
+    pub workspace: WorkspaceConfig,
+    #[serde(default)]
+    pub tools: BTreeMap<String, Tightening>,
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug)]
+pub enum ConfigError {
+    Read(PathBuf, std::io::Error),
+    Parse(PathBuf, String),
+    Invalid(PathBuf, String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read(p, e) => write!(f, "{}: cannot be read: {e}", p.display()),
+            ConfigError::Parse(p, e) => write!(f, "{}: {e}", p.display()),
+            ConfigError::Invalid(p, e) => write!(f, "{}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Read and check `path`: TOML, no unknown key, the home absolute, the roots usable, the
+    /// tightenings tightenings, the approval time within a day, `[peers]` naming known sockets.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_path_buf(), e))?;
+        Config::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = toml::from_str(text)
+            .map_err(|e| ConfigError::Parse(path.to_path_buf(), e.to_string()))?;
+        let invalid = |why: String| ConfigError::Invalid(path.to_path_buf(), why);
+        if !cfg.paths.home.is_absolute() {
+            return Err(invalid(format!(
+                "[paths] home = {:?} is not an absolute path",
+                cfg.paths.home
+            )));
+        }
+        if cfg.approvals.ttl_ms == 0 || cfg.approvals.ttl_ms > MAX_TTL_MS {
+            return Err(invalid(format!(
+                "[approvals] ttl_ms = {} is not between 1 and {MAX_TTL_MS} (a day)",
+                cfg.approvals.ttl_ms
+            )));
+        }
+        cfg.roots().map_err(|e| invalid(e.to_string()))?;
+        cfg.registry().map_err(|e| invalid(e.to_string()))?;
+        cfg.peers
+            .check_sockets(&SOCKET_NAMES)
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(cfg)
+    }
+
+    /// The workspace roots, checked.
+    pub fn roots(&self) -> Result<Roots, toolkit::RootsError> {
+        Roots::new(self.workspace.roots.clone())
+    }
+
+    /// The tools, tightened.
+    pub fn registry(&self) -> Result<Registry, toolkit::TighteningError> {
+        Registry::new(&self.tools)
+    }
+
+    fn or_default(&self, set: &Path, default: &str) -> PathBuf {
+        if set.as_os_str().is_empty() {
+            self.paths.home.join(default)
+        } else {
+            set.to_path_buf()
+        }
+    }
+
+    /// `broker.sock`, where loopd sends tool calls.
+    pub fn broker_socket(&self) -> PathBuf {
+        self.or_default(&self.sockets.broker, "run/loop-broker/broker.sock")
+    }
+
+    /// `admin.sock`, where the owner lists and decides approvals.
+    pub fn admin_socket(&self) -> PathBuf {
+        self.or_default(&self.sockets.admin, "run/owner-broker/admin.sock")
+    }
+
+    /// `state.sock`, where `memoryd` asks for a session's state.
+    pub fn state_socket(&self) -> PathBuf {
+        self.or_default(&self.sockets.state, "run/memory-broker/state.sock")
+    }
+
+    /// `<home>/broker`: brokerd's own directory.
+    pub fn broker_dir(&self) -> PathBuf {
+        self.paths.home.join("broker")
+    }
+
+    /// `<home>/broker/sessions`: the state files.
+    pub fn state_dir(&self) -> PathBuf {
+        self.broker_dir().join("sessions")
+    }
+
+    /// `<home>/broker/audit`.
+    pub fn audit_dir(&self) -> PathBuf {
+        self.broker_dir().join("audit")
+    }
+
+    /// `<home>/broker/audit/chain.jsonl`.
+    pub fn chain_path(&self) -> PathBuf {
+        self.audit_dir().join("chain.jsonl")
+    }
+
+    /// `<home>/broker/audit/lock`.
+    pub fn lock_path(&self) -> PathBuf {
+        self.audit_dir().join("lock")
+    }
+}

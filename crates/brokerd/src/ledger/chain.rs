@@ -1,0 +1,603 @@
+//! The audit chain, `<home>/broker/audit/chain.jsonl`: verified from the first record, a torn
+//! tail cut off and recorded, and records appended with group commit.
+//!
+//! Each record's hash covers the previous record's hash, so a record changed, removed, inserted
+//! or moved breaks the chain where it happened. A break is reported as one episode: from the
+//! first record that does not follow, through the records that follow it only among themselves,
+//! to the first that chains on again. The owner accepts one episode at a time, by its place and
+//! the hash the chain resumes from, with an `accepted` record appended at the end.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+use bxcore::{ApprovalId, Timestamp, canonical};
+use serde_json::{Value, json};
+
+use super::record::{Draft, Event, GENESIS, Record, hash_of};
+
+/// The runbook anchor of a chain that does not verify.
+pub const BROKEN_ANCHOR: &str = "audit-chain-broken";
+/// The runbook anchor of a record that could not be written.
+pub const WRITE_ANCHOR: &str = "audit-write-failed";
+
+/// One break: where the chain stops following, why, and the hash it resumes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Break {
+    /// The `seq` the chain expected where it broke.
+    pub at: u64,
+    pub why: String,
+    /// The hash the records after the break chain from: what an `accepted` record names.
+    pub resumes: String,
+    /// An `accepted` record covers it.
+    pub accepted: bool,
+}
+
+/// A last line without its newline: a write a crash cut short.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Torn {
+    /// Where the line starts, in bytes.
+    pub offset: u64,
+    pub len: u64,
+    /// sha256 of the cut bytes, so the record says what was cut without repeating it.
+    pub sha256: String,
+}
+
+/// A pending approval the chain opened and never closed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenApproval {
+    pub approval: ApprovalId,
+    pub draft: Draft,
+}
+
+/// What a scan of the chain found.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// Whole records (lines) read.
+    pub records: u64,
+    /// The seq the next record takes.
+    pub next_seq: u64,
+    /// The last record's hash, or `GENESIS`.
+    pub head: String,
+    /// The length of the whole lines, in bytes.
+    pub len: u64,
+    pub torn: Option<Torn>,
+    pub breaks: Vec<Break>,
+    pub open: Vec<OpenApproval>,
+    /// The `accepted` records met: `(at, accepts)`.
+    pub accepted: Vec<(u64, String)>,
+}
+
+impl Scan {
+    /// The first break no `accepted` record covers.
+    pub fn first_unaccepted(&self) -> Option<&Break> {
+        self.breaks.iter().find(|b| !b.accepted)
+    }
+}
+
+/// Scan `bytes`, the whole chain file. Never fails: what is wrong is in the result.
+pub fn scan(bytes: &[u8]) -> Scan {
+    let mut s = Scan {
+        next_seq: 1,
+        head: GENESIS.to_string(),
+        ..Scan::default()
+    };
+    let mut open: BTreeMap<String, OpenApproval> = BTreeMap::new();
+    let mut episode: Option<Break> = None;
+    let mut start = 0usize;
+    while start < bytes.len() {
+        let Some(nl) = bytes[start..].iter().position(|&b| b == b'\n') else {
+            let cut = &bytes[start..];
+            s.torn = Some(Torn {
+                offset: start as u64,
+                len: cut.len() as u64,
+                sha256: canonical::sha256_hex(cut),
+            });
+            break;
+        };
+        let line = &bytes[start..start + nl];
+        start += nl + 1;
+        s.len = start as u64;
+        s.records += 1;
+        match check(line, &s.head, s.next_seq) {
+            Ok(rec) => {
+                if let Some(mut b) = episode.take() {
+                    b.resumes = s.head.clone();
+                    s.breaks.push(b);
+                }
+                s.next_seq = rec.seq + 1;
+                s.head = rec.hash.clone();
+                follow(&mut s, &mut open, rec);
+            }
+            Err((why, resync)) => {
+                if episode.is_none() {
+                    episode = Some(Break {
+                        at: s.next_seq,
+                        why,
+                        resumes: String::new(),
+                        accepted: false,
+                    });
+                }
+                match resync {
+                    Some((seq, hash)) => {
+                        s.next_seq = seq.saturating_add(1);
+                        s.head = hash;
+                    }
+                    // A line that does not parse: the next one is judged against a hash no
+                    // record has, so it belongs to the same episode.
+                    None => {
+                        s.next_seq = s.next_seq.saturating_add(1);
+                        s.head = canonical::sha256_hex(line);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(mut b) = episode.take() {
+        b.resumes = s.head.clone();
+        s.breaks.push(b);
+    }
+    for (at, accepts) in &s.accepted {
+        if let Some(b) = s
+            .breaks
+            .iter_mut()
+            .find(|b| !b.accepted && b.at == *at && b.resumes == *accepts)
+        {
+            b.accepted = true;
+        }
+    }
+    s.open = open.into_values().collect();
+    s
+}
+
+type Resync = Option<(u64, String)>;
+
+/// One line against the chain so far: the record, or why it does not follow and where the
+/// chain resumes from it.
+fn check(line: &[u8], head: &str, want_seq: u64) -> Result<Record, (String, Resync)> {
+    let mut v: Value = serde_json::from_slice(line)
+        .map_err(|e| (format!("the line does not parse: {e}"), None))?;
+    let stored = match v.as_object_mut().and_then(|m| m.remove("hash")) {
+        Some(Value::String(h)) => h,
+        _ => return Err(("the record has no hash".to_string(), None)),
+    };
+    let prev = v
+        .get("prev")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let computed = hash_of(&prev, &v);
+    if let Value::Object(m) = &mut v {
+        m.insert("hash".into(), Value::String(stored.clone()));
+    }
+    let rec: Record = serde_json::from_value(v)
+        .map_err(|e| (format!("the line is not an audit record: {e}"), None))?;
+    let resync = Some((rec.seq, stored.clone()));
+    if computed != stored {
+        return Err((
+            format!(
+                "record {} does not match its hash (it was changed after it was written)",
+                rec.seq
+            ),
+            resync,
+        ));
+    }
+    if rec.seq != want_seq {
+        return Err((
+            format!(
+                "record {} is where record {want_seq} should be (a record is missing, added or moved)",
+                rec.seq
+            ),
+            resync,
+        ));
+    }
+    if rec.prev != head {
+        return Err((
+            format!(
+                "record {} does not follow the record before it (its prev is not that record's hash)",
+                rec.seq
+            ),
+            resync,
+        ));
+    }
+    Ok(rec)
+}
+
+fn follow(s: &mut Scan, open: &mut BTreeMap<String, OpenApproval>, rec: Record) {
+    let approval = rec
+        .detail
+        .get("approval")
+        .and_then(Value::as_str)
+        .and_then(|a| ApprovalId::new(a).ok());
+    match (rec.event, approval) {
+        (Event::Pending, Some(id)) => {
+            open.insert(
+                id.as_str().to_string(),
+                OpenApproval {
+                    approval: id,
+                    draft: Draft {
+                        session: rec.session,
+                        call: rec.call,
+                        tool: rec.tool,
+                        event: Event::Expired,
+                        detail: Value::Null,
+                    },
+                },
+            );
+        }
+        (Event::Approved | Event::Expired | Event::Denied, Some(id)) => {
+            open.remove(id.as_str());
+        }
+        (Event::Accepted, _) => {
+            let at = rec.detail.get("at").and_then(Value::as_u64);
+            let accepts = rec.detail.get("accepts").and_then(Value::as_str);
+            if let (Some(at), Some(accepts)) = (at, accepts) {
+                s.accepted.push((at, accepts.to_string()));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Why the chain cannot be used.
+#[derive(Debug)]
+pub enum ChainError {
+    /// The file cannot be read, created, cut or written.
+    Io(PathBuf, String),
+    /// A break no `accepted` record covers.
+    Broken { at: u64, why: String },
+    /// `accept --at` names a place where the chain is not broken.
+    NotThere { asked: u64, first: Option<u64> },
+}
+
+impl fmt::Display for ChainError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChainError::Io(path, why) => write!(
+                f,
+                "the audit chain {} cannot be used: {why}; see docs/runbook.md#{WRITE_ANCHOR}",
+                path.display()
+            ),
+            ChainError::Broken { at, why } => write!(
+                f,
+                "the audit chain is broken at {at}: {why}; see docs/runbook.md#{BROKEN_ANCHOR}"
+            ),
+            ChainError::NotThere { asked, first } => match first {
+                Some(first) => write!(
+                    f,
+                    "the audit chain is not broken at {asked}; its first break is at {first}: \
+                     run `brokerd audit verify` and accept what it shows; see \
+                     docs/runbook.md#{BROKEN_ANCHOR}"
+                ),
+                None => write!(
+                    f,
+                    "the audit chain is not broken (at {asked} or anywhere): there is nothing to accept"
+                ),
+            },
+        }
+    }
+}
+
+impl std::error::Error for ChainError {}
+
+/// Read the whole chain file; a missing file is an empty chain.
+pub fn read_file(path: &Path) -> Result<Vec<u8>, ChainError> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(b),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(ChainError::Io(
+            path.to_path_buf(),
+            format!("cannot read it: {e}"),
+        )),
+    }
+}
+
+/// Read `len` bytes of the chain file: the part a running broker has written whole.
+pub fn read_prefix(path: &Path, len: u64) -> Result<Vec<u8>, ChainError> {
+    let mut f = File::open(path)
+        .map_err(|e| ChainError::Io(path.to_path_buf(), format!("cannot read it: {e}")))?;
+    let mut out = Vec::new();
+    (&mut f)
+        .take(len)
+        .read_to_end(&mut out)
+        .map_err(|e| ChainError::Io(path.to_path_buf(), format!("cannot read it: {e}")))?;
+    Ok(out)
+}
+
+/// What opening the chain for writing did, for the startup notice.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub torn: Option<Torn>,
+    /// Breaks covered by `accepted` records.
+    pub accepted: Vec<Break>,
+    /// Approvals pending when the broker last stopped: now recorded as expired.
+    pub expired: usize,
+    pub records: u64,
+}
+
+/// How `open` treats a break.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBreak {
+    /// Refuse: `ChainError::Broken`.
+    Refuse,
+    /// Accept the first uncovered break, which must be at this seq (`brokerd audit accept`).
+    AcceptAt(u64),
+}
+
+/// Open the chain for appending: verify it, cut a torn tail (and record it), refuse a break (or
+/// accept the one named), and record that approvals left pending are expired. The caller holds
+/// the audit lock.
+pub fn open(path: &Path, on_break: OnBreak) -> Result<(Audit, Opened), ChainError> {
+    let io_err =
+        |what: &str, e: io::Error| ChainError::Io(path.to_path_buf(), format!("{what}: {e}"));
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| io_err("cannot open it", e))?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|e| io_err("cannot read it", e))?;
+    let s = scan(&bytes);
+    let mut accept: Option<Break> = None;
+    if let Some(b) = s.first_unaccepted() {
+        match on_break {
+            OnBreak::AcceptAt(at) if at == b.at => accept = Some(b.clone()),
+            OnBreak::AcceptAt(asked) => {
+                return Err(ChainError::NotThere {
+                    asked,
+                    first: Some(b.at),
+                });
+            }
+            OnBreak::Refuse => {
+                return Err(ChainError::Broken {
+                    at: b.at,
+                    why: b.why.clone(),
+                });
+            }
+        }
+        // One break is accepted at a time: the owner looks at each, and the next start names
+        // the next.
+    } else if let OnBreak::AcceptAt(asked) = on_break {
+        return Err(ChainError::NotThere { asked, first: None });
+    }
+    if let Some(t) = &s.torn {
+        file.set_len(t.offset)
+            .map_err(|e| io_err("cannot cut off its torn tail", e))?;
+        file.sync_all().map_err(|e| io_err("cannot fsync it", e))?;
+        file.seek(SeekFrom::End(0))
+            .map_err(|e| io_err("cannot seek", e))?;
+    }
+    let sync_file = file.try_clone().map_err(|e| io_err("cannot clone it", e))?;
+    let audit = Audit {
+        path: path.to_path_buf(),
+        inner: Mutex::new(Inner {
+            file,
+            next_seq: s.next_seq,
+            head: s.head.clone(),
+            len: s.len,
+            written: s.next_seq.saturating_sub(1),
+            synced: s.next_seq.saturating_sub(1),
+            syncing: false,
+            failed: None,
+        }),
+        synced_cv: Condvar::new(),
+        sync_file,
+    };
+    let mut drafts = Vec::new();
+    if let Some(t) = &s.torn {
+        drafts.push(Draft::broker(
+            Event::Recovered,
+            json!({
+                "why": "a torn tail is recovered: the last line had no newline (a write cut short by a crash) and was cut off",
+                "offset": t.offset,
+                "cut_bytes": t.len,
+                "cut_sha256": t.sha256,
+            }),
+        ));
+    }
+    if let Some(b) = &accept {
+        drafts.push(Draft::broker(
+            Event::Accepted,
+            json!({"at": b.at, "why": b.why, "accepts": b.resumes}),
+        ));
+    }
+    for o in &s.open {
+        let mut d = o.draft.clone();
+        d.detail = json!({"approval": o.approval, "why": "expired at restart"});
+        drafts.push(d);
+    }
+    if !drafts.is_empty() {
+        audit
+            .commit(drafts)
+            .map_err(|e| ChainError::Io(path.to_path_buf(), e.to_string()))?;
+    }
+    let mut accepted: Vec<Break> = s.breaks.iter().filter(|b| b.accepted).cloned().collect();
+    accepted.extend(accept);
+    Ok((
+        audit,
+        Opened {
+            torn: s.torn,
+            accepted,
+            expired: s.open.len(),
+            records: s.records,
+        },
+    ))
+}
+
+/// A record could not be made durable. The chain refuses every later append: a record that may
+/// be half on disk must not be followed by more.
+#[derive(Debug, Clone)]
+pub struct AuditError(pub String);
+
+impl fmt::Display for AuditError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the audit chain cannot be written: {}; see docs/runbook.md#{WRITE_ANCHOR}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for AuditError {}
+
+#[derive(Debug)]
+struct Inner {
+    file: File,
+    next_seq: u64,
+    head: String,
+    /// Bytes of whole records written.
+    len: u64,
+    /// The last seq written (not yet necessarily durable).
+    written: u64,
+    /// The last seq known durable.
+    synced: u64,
+    /// A thread is in `fdatasync` for everyone.
+    syncing: bool,
+    failed: Option<String>,
+}
+
+/// The open chain: appends with group commit. A thread appends its records (one `write`) and
+/// then waits until a `fdatasync` that started after its write has finished; one thread syncs for
+/// all that wait, so concurrent calls share fsyncs and none skips one.
+#[derive(Debug)]
+pub struct Audit {
+    path: PathBuf,
+    inner: Mutex<Inner>,
+    synced_cv: Condvar,
+    sync_file: File,
+}
+
+impl Audit {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append `drafts` in one write; the seq of the last. Not durable until `sync`.
+    pub fn append(&self, drafts: Vec<Draft>) -> Result<u64, AuditError> {
+        let mut g = self.lock();
+        if let Some(why) = &g.failed {
+            return Err(AuditError(why.clone()));
+        }
+        let now = Timestamp::now();
+        let mut buf = String::new();
+        let mut seq = g.next_seq;
+        let mut head = g.head.clone();
+        for d in drafts {
+            let r = Record::seal(d, seq, &head, now);
+            buf.push_str(&r.line());
+            head = r.hash;
+            seq += 1;
+        }
+        if let Err(e) = g.file.write_all(buf.as_bytes()) {
+            let why = format!("a write to {} failed: {e}", self.path.display());
+            g.failed = Some(why.clone());
+            return Err(AuditError(why));
+        }
+        g.next_seq = seq;
+        g.head = head;
+        g.len += buf.len() as u64;
+        g.written = seq - 1;
+        Ok(seq - 1)
+    }
+
+    /// Wait until record `seq` is durable, syncing for every waiter when no sync is running.
+    pub fn sync(&self, seq: u64) -> Result<(), AuditError> {
+        let mut g = self.lock();
+        loop {
+            if let Some(why) = &g.failed {
+                return Err(AuditError(why.clone()));
+            }
+            if g.synced >= seq {
+                return Ok(());
+            }
+            if g.syncing {
+                g = self.synced_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            g.syncing = true;
+            let target = g.written;
+            drop(g);
+            let r = self.sync_file.sync_data();
+            g = self.lock();
+            g.syncing = false;
+            match r {
+                Ok(()) => g.synced = g.synced.max(target),
+                Err(e) => {
+                    g.failed = Some(format!("fdatasync of {} failed: {e}", self.path.display()))
+                }
+            }
+            self.synced_cv.notify_all();
+        }
+    }
+
+    /// Append and wait until durable.
+    pub fn commit(&self, drafts: Vec<Draft>) -> Result<u64, AuditError> {
+        let seq = self.append(drafts)?;
+        self.sync(seq)?;
+        Ok(seq)
+    }
+
+    /// The length of the whole records written so far: what a verify may read while appends go on.
+    pub fn written_len(&self) -> u64 {
+        self.lock().len
+    }
+}
+
+/// The report `audit verify` gives: the records, the head, and the first unaccepted break.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub records: u64,
+    pub head: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Verify `bytes` as a whole chain, for `audit verify` (nothing is changed).
+pub fn report(bytes: &[u8]) -> Report {
+    let s = scan(bytes);
+    let mut notes = Vec::new();
+    let accepted = s.breaks.iter().filter(|b| b.accepted).count();
+    if accepted > 0 {
+        notes.push(format!("{accepted} accepted break(s)"));
+    }
+    if let Some(t) = &s.torn {
+        notes.push(format!(
+            "a torn tail of {} bytes at offset {} (cut off and recorded at the next start)",
+            t.len, t.offset
+        ));
+    }
+    match s.first_unaccepted() {
+        Some(b) => Report {
+            records: s.records,
+            head: s.head.clone(),
+            ok: false,
+            detail: ChainError::Broken {
+                at: b.at,
+                why: b.why.clone(),
+            }
+            .to_string(),
+        },
+        None => Report {
+            records: s.records,
+            head: s.head.clone(),
+            ok: true,
+            detail: if notes.is_empty() {
+                "the chain verifies".to_string()
+            } else {
+                format!("the chain verifies; {}", notes.join("; "))
+            },
+        },
+    }
+}

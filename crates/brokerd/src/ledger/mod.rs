@@ -1,0 +1,128 @@
+//! The ledger: the one place that reads and raises session state and appends to the audit chain,
+//! behind one lock, so two calls of one session never race past each other and a raise is never
+//! lost to a concurrent one.
+
+pub mod chain;
+pub mod lock;
+pub mod record;
+
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+use bxcore::{CallId, SessionId};
+use serde_json::Value;
+use toolkit::Plan;
+
+use crate::policy::SessionState;
+use crate::state::{StateError, StateStore};
+use chain::{Audit, AuditError};
+use record::{Draft, Event};
+
+/// Why the ledger could not do a step: the state store's error or the chain's.
+#[derive(Debug)]
+pub enum LedgerError {
+    State(StateError),
+    Audit(AuditError),
+}
+
+impl fmt::Display for LedgerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LedgerError::State(e) => write!(f, "{e}"),
+            LedgerError::Audit(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for LedgerError {}
+
+impl LedgerError {
+    /// The runbook anchor its text ends with.
+    pub fn anchor(&self) -> &'static str {
+        match self {
+            LedgerError::State(_) => crate::state::STATE_ANCHOR,
+            LedgerError::Audit(_) => chain::WRITE_ANCHOR,
+        }
+    }
+}
+
+/// The state store and the chain behind one lock.
+#[derive(Debug)]
+pub struct Ledger {
+    lock: Mutex<()>,
+    store: StateStore,
+    audit: Audit,
+}
+
+impl Ledger {
+    pub fn new(store: StateStore, audit: Audit) -> Ledger {
+        Ledger {
+            lock: Mutex::new(()),
+            store,
+            audit,
+        }
+    }
+
+    fn guard(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn audit(&self) -> &Audit {
+        &self.audit
+    }
+
+    /// The session's state, read under the lock.
+    pub fn state(&self, session: &SessionId) -> Result<SessionState, StateError> {
+        let _g = self.guard();
+        self.store.read(session)
+    }
+
+    /// Append `drafts` and wait until they are durable: before the step they record.
+    pub fn record(&self, drafts: Vec<Draft>) -> Result<(), LedgerError> {
+        self.audit
+            .commit(drafts)
+            .map(|_| ())
+            .map_err(LedgerError::Audit)
+    }
+
+    /// After a tool returned: raise the session's state by what the result carried (written
+    /// atomically when it changes), append the `result` record, and wait until both are durable.
+    /// Only then may the answer be sent.
+    pub fn raise(
+        &self,
+        session: &SessionId,
+        call: CallId,
+        tool: &str,
+        plan: &Plan,
+        mut detail: Value,
+    ) -> Result<SessionState, LedgerError> {
+        let (seq, raised) = {
+            let _g = self.guard();
+            let before = self.store.read(session).map_err(LedgerError::State)?;
+            let raised = before.raised(plan);
+            if raised != before {
+                self.store
+                    .write(session, &raised)
+                    .map_err(LedgerError::State)?;
+            }
+            if let Value::Object(m) = &mut detail {
+                m.insert("taint".into(), Value::String(raised.taint.to_string()));
+                m.insert("untrusted".into(), Value::Bool(raised.untrusted));
+                m.insert("raised".into(), Value::Bool(raised != before));
+            }
+            let seq = self
+                .audit
+                .append(vec![Draft::call(
+                    session,
+                    call,
+                    tool,
+                    Event::Result,
+                    detail,
+                )])
+                .map_err(LedgerError::Audit)?;
+            (seq, raised)
+        };
+        self.audit.sync(seq).map_err(LedgerError::Audit)?;
+        Ok(raised)
+    }
+}

@@ -1,0 +1,207 @@
+//! `brokerd`: the broker role. `serve` takes the audit lock, binds its three sockets, and serves;
+//! `check` says what it would serve; `audit verify` and `audit accept` look after the chain.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use brokerd::config::Config;
+use brokerd::ledger::chain::{self, OnBreak};
+use brokerd::ledger::lock::AuditLock;
+use brokerd::serve::{self, CONFIG_ANCHOR};
+use bxharden::Daemon;
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "brokerd", version, about = "The box's tool broker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve broker.sock, admin.sock and state.sock.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Load and check the configuration and the files it names, print what would be served.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// The audit chain.
+    Audit {
+        #[command(subcommand)]
+        command: AuditCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Verify the whole chain: the number of records and the head hash; exit 1 on a break.
+    Verify {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Accept the break at SEQ, after looking at it, so that brokerd starts again.
+    Accept {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        at: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    bxharden::log::init(Daemon {
+        name: "brokerd",
+        version: env!("CARGO_PKG_VERSION"),
+    });
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            let cfg = match load(&config) {
+                Some(c) => c,
+                None => return ExitCode::FAILURE,
+            };
+            match serve::start(cfg, &config) {
+                Ok(started) => started.run(),
+                Err(e) => {
+                    bxharden::log::error(e.anchor(), &e);
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Check { config } => check(&config),
+        Command::Audit {
+            command: AuditCommand::Verify { config },
+        } => verify(&config),
+        Command::Audit {
+            command: AuditCommand::Accept { config, at },
+        } => accept(&config, at),
+    }
+}
+
+fn load(path: &std::path::Path) -> Option<Config> {
+    match Config::load(path) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            bxharden::runbook!(CONFIG_ANCHOR, "{e}");
+            None
+        }
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    let Some(cfg) = load(path) else {
+        return ExitCode::FAILURE;
+    };
+    let mut ok = true;
+    println!("brokerd: configuration {} is valid", path.display());
+    println!("  tools on     {}", cfg.broker_socket().display());
+    println!("  approvals on {}", cfg.admin_socket().display());
+    println!("  state on     {}", cfg.state_socket().display());
+    println!("  state files  {}", cfg.state_dir().display());
+    println!("  audit chain  {}", cfg.chain_path().display());
+    println!("  approvals wait {} ms", cfg.approvals.ttl_ms);
+    if let Ok(reg) = cfg.registry() {
+        let names: Vec<String> = reg.defs().into_iter().map(|d| d.name).collect();
+        println!("  tools offered: {}", names.join(", "));
+    }
+    for root in &cfg.workspace.roots {
+        let there = root.path.is_dir();
+        println!(
+            "  root {} ({}, {}{}){}",
+            root.path.display(),
+            root.class,
+            if root.writable {
+                "writable"
+            } else {
+                "read-only"
+            },
+            if root.untrusted { ", untrusted" } else { "" },
+            if there { "" } else { ": MISSING" }
+        );
+        if !there {
+            ok = false;
+            bxharden::runbook!(
+                CONFIG_ANCHOR,
+                "the workspace root {} is not a directory",
+                root.path.display()
+            );
+        }
+    }
+    match &cfg.gateway.socket {
+        Some(s) => println!("  web_fetch through {}", s.display()),
+        None => println!("  web_fetch: no gateway is configured"),
+    }
+    match chain::read_file(&cfg.chain_path()) {
+        Ok(bytes) => {
+            let r = chain::report(&bytes);
+            println!("  audit chain: {} records, {}", r.records, r.detail);
+            if !r.ok {
+                ok = false;
+            }
+        }
+        Err(e) => {
+            ok = false;
+            println!("  audit chain: {e}");
+        }
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn verify(path: &std::path::Path) -> ExitCode {
+    let Some(cfg) = load(path) else {
+        return ExitCode::FAILURE;
+    };
+    let bytes = match chain::read_file(&cfg.chain_path()) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("brokerd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = chain::report(&bytes);
+    println!("records: {}", r.records);
+    println!("head: {}", r.head);
+    println!("{}", r.detail);
+    if r.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn accept(path: &std::path::Path, at: u64) -> ExitCode {
+    let Some(cfg) = load(path) else {
+        return ExitCode::FAILURE;
+    };
+    let _lock = match AuditLock::take(&cfg.lock_path()) {
+        Ok(l) => l,
+        Err(e) => {
+            bxharden::log::error(brokerd::ledger::lock::RUNNING_ANCHOR, &e);
+            return ExitCode::FAILURE;
+        }
+    };
+    match chain::open(&cfg.chain_path(), OnBreak::AcceptAt(at)) {
+        Ok((_, opened)) => {
+            for b in opened.accepted.iter().filter(|b| b.at == at) {
+                println!(
+                    "accepted the break at {}: {} (the chain resumes from {})",
+                    b.at, b.why, b.resumes
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("brokerd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

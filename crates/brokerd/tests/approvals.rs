@@ -1,0 +1,219 @@
+//! The owner's approvals on a real brokerd: granted, denied, expired, decided too late, unknown,
+//! two at once, and what a restart does to those still pending.
+
+mod support;
+
+use std::fs;
+use std::os::unix::net::UnixStream;
+use std::thread;
+
+use bxcore::deadline::Deadline;
+use bxcore::{
+    Approval, ApprovalDecision, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Message,
+    SessionId, ToolRequest, ToolResponse, read_frame, write_frame,
+};
+use serde_json::json;
+use support::*;
+
+fn home(extra: &str) -> Home {
+    let h = Home::new("");
+    h.dir("notes");
+    h.write_config(&format!(
+        "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n{extra}",
+        h.home.join("notes").display().to_string()
+    ));
+    h
+}
+
+/// A call that will wait for the owner (its session is untrusted): the open connection and the
+/// pending frame's approval id.
+fn pending_write(h: &Home, session: &str, id: u64, file: &str) -> (UnixStream, ApprovalId) {
+    fs::write(
+        h.state_file(session),
+        r#"{"taint":"private","untrusted":true}"#,
+    )
+    .unwrap();
+    let mut s = UnixStream::connect(h.broker_sock()).unwrap();
+    write_frame(
+        &mut s,
+        &Envelope::new(
+            id,
+            true,
+            Message::ToolRequest(ToolRequest {
+                session: SessionId::new(session).unwrap(),
+                call: CallId(id),
+                tool: "workspace_write".into(),
+                args: json!({"path": h.home.join("notes").join(file).display().to_string(), "content": "approved text"}),
+            }),
+        ),
+    )
+    .unwrap();
+    let mut d = Deadline::within(&s, WAIT).unwrap();
+    let first = read_frame(&mut d).unwrap();
+    assert_eq!(first.id, id);
+    assert!(!first.last);
+    match first.msg {
+        Message::ToolResponse(ToolResponse::PendingApproval { approval, .. }) => (s, approval),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn decide(h: &Home, id: &ApprovalId, allow: bool) -> Message {
+    let r = request(
+        &h.admin_sock(),
+        5,
+        Message::ApprovalDecision(ApprovalDecision {
+            approval: id.clone(),
+            allow,
+        }),
+    );
+    r[0].msg.clone()
+}
+
+fn pending(h: &Home) -> Vec<Approval> {
+    match &request(&h.admin_sock(), 1, Message::ApprovalsList {})[0].msg {
+        Message::Approvals(a) => a.pending.clone(),
+        o => panic!("{o:?}"),
+    }
+}
+
+fn final_of(s: &UnixStream) -> ToolResponse {
+    let r = read_all(s);
+    assert!(r.last().unwrap().last);
+    match &r.last().unwrap().msg {
+        Message::ToolResponse(t) => t.clone(),
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn the_owner_sees_what_the_owner_approves() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    let (_s, id) = pending_write(&h, "s", 4, "a.txt");
+    let list = pending(&h);
+    assert_eq!(list.len(), 1);
+    let a = &list[0];
+    assert_eq!(a.approval, id);
+    assert_eq!(a.session.as_str(), "s");
+    assert_eq!(a.call, CallId(4));
+    assert_eq!(a.tool, "workspace_write");
+    assert_eq!(a.args["content"], "approved text");
+    assert_eq!(a.digest, bxcore::canonical::digest(&a.args));
+    assert_eq!(a.taint, DataClass::Private);
+    assert!(a.untrusted);
+    assert_eq!(a.rule, "untrusted-effect");
+    assert_eq!(a.expires.0 - a.requested.0, 600_000);
+}
+
+#[test]
+fn an_approved_call_runs_and_is_recorded() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    let (s, id) = pending_write(&h, "s", 1, "a.txt");
+    assert_eq!(
+        decide(&h, &id, true),
+        Message::ApprovalAck(bxcore::ApprovalAck {
+            approval: id.clone()
+        })
+    );
+    assert!(matches!(final_of(&s), ToolResponse::Result { .. }));
+    assert_eq!(
+        fs::read_to_string(h.home.join("notes/a.txt")).unwrap(),
+        "approved text"
+    );
+    assert_eq!(
+        events(&h, "s", 1),
+        ["requested", "pending", "approved", "result"]
+    );
+    assert!(pending(&h).is_empty());
+    // Used once.
+    assert!(matches!(decide(&h, &id, true), Message::Error(e) if e.code == ErrorCode::Forbidden));
+}
+
+#[test]
+fn a_denied_call_does_not_run() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    let (s, id) = pending_write(&h, "s", 1, "a.txt");
+    assert!(matches!(decide(&h, &id, false), Message::ApprovalAck(_)));
+    assert_eq!(
+        final_of(&s),
+        ToolResponse::Denied {
+            reason: "the owner denied it".into()
+        }
+    );
+    assert!(!h.home.join("notes/a.txt").exists());
+    assert_eq!(events(&h, "s", 1), ["requested", "pending", "denied"]);
+}
+
+#[test]
+fn an_approval_that_expires_is_denied_and_a_late_decision_is_forbidden() {
+    let h = home("[approvals]\nttl_ms = 300\n");
+    let _b = Brokerd::start(&h);
+    let (s, id) = pending_write(&h, "s", 1, "a.txt");
+    assert_eq!(
+        final_of(&s),
+        ToolResponse::Denied {
+            reason: "the approval expired".into()
+        }
+    );
+    match decide(&h, &id, true) {
+        Message::Error(e) => assert_eq!(e.code, ErrorCode::Forbidden),
+        o => panic!("{o:?}"),
+    }
+    assert!(!h.home.join("notes/a.txt").exists());
+    assert_eq!(events(&h, "s", 1), ["requested", "pending", "expired"]);
+}
+
+#[test]
+fn a_decision_for_an_unknown_id_is_forbidden() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    match decide(&h, &ApprovalId::new("0123456789abcdef").unwrap(), true) {
+        Message::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Forbidden);
+            assert_eq!(e.detail, "no such pending approval: 0123456789abcdef");
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn two_sessions_wait_at_once_and_each_decision_reaches_its_own_call() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    let (s1, id1) = pending_write(&h, "one", 1, "one.txt");
+    let (s2, id2) = pending_write(&h, "two", 1, "two.txt");
+    assert_ne!(id1, id2);
+    assert_eq!(pending(&h).len(), 2);
+    let t2 = thread::spawn(move || final_of(&s2));
+    assert!(matches!(decide(&h, &id2, false), Message::ApprovalAck(_)));
+    assert!(matches!(t2.join().unwrap(), ToolResponse::Denied { .. }));
+    assert_eq!(pending(&h).len(), 1);
+    assert!(matches!(decide(&h, &id1, true), Message::ApprovalAck(_)));
+    assert!(matches!(final_of(&s1), ToolResponse::Result { .. }));
+    assert!(h.home.join("notes/one.txt").exists());
+    assert!(!h.home.join("notes/two.txt").exists());
+}
+
+#[test]
+fn a_restart_denies_what_was_pending_and_records_it() {
+    let h = home("");
+    let mut b = Brokerd::start(&h);
+    let (_s, id) = pending_write(&h, "s", 1, "a.txt");
+    b.kill();
+    let b2 = Brokerd::start(&h);
+    assert!(pending(&h).is_empty());
+    assert!(matches!(decide(&h, &id, true), Message::Error(e) if e.code == ErrorCode::Forbidden));
+    let expired = records(&h)
+        .into_iter()
+        .find(|r| r["event"] == "expired")
+        .expect("an expired record");
+    assert_eq!(expired["detail"]["approval"], id.as_str());
+    assert_eq!(expired["detail"]["why"], "expired at restart");
+    assert_eq!(expired["session"], "s");
+    assert_eq!(expired["call"], 1);
+    b2.wait_log("recorded as expired at restart");
+    assert!(!h.home.join("notes/a.txt").exists());
+}

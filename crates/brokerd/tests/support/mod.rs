@@ -1,0 +1,277 @@
+//! Real brokerd processes on temporary homes, and a client that reads through a deadline.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bxcore::deadline::Deadline;
+use bxcore::{Envelope, Message, read_frame, write_frame};
+use tempfile::TempDir;
+
+/// Every wait in these tests.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// A temporary home with a brokerd.toml.
+pub struct Home {
+    pub dir: TempDir,
+    pub home: PathBuf,
+    pub config: PathBuf,
+}
+
+impl Home {
+    /// A home whose config is the sandbox-free test config plus `extra` TOML.
+    pub fn new(extra: &str) -> Home {
+        let dir = TempDir::new().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let config = home.join("brokerd.toml");
+        let h = Home { dir, home, config };
+        h.write_config(extra);
+        h
+    }
+
+    pub fn write_config(&self, extra: &str) {
+        let text = format!(
+            "[paths]\nhome = {:?}\n\n[sandbox]\nrequire = false\n\n{extra}\n",
+            self.home.display().to_string()
+        );
+        fs::write(&self.config, text).unwrap();
+    }
+
+    pub fn broker_sock(&self) -> PathBuf {
+        self.home.join("run/loop-broker/broker.sock")
+    }
+    pub fn admin_sock(&self) -> PathBuf {
+        self.home.join("run/owner-broker/admin.sock")
+    }
+    pub fn state_sock(&self) -> PathBuf {
+        self.home.join("run/memory-broker/state.sock")
+    }
+    pub fn chain(&self) -> PathBuf {
+        self.home.join("broker/audit/chain.jsonl")
+    }
+    pub fn state_file(&self, session: &str) -> PathBuf {
+        self.home.join(format!("broker/sessions/{session}.json"))
+    }
+    pub fn log(&self, n: usize) -> PathBuf {
+        self.home.join(format!("brokerd-{n}.log"))
+    }
+
+    /// Make a workspace directory under the home.
+    pub fn dir(&self, name: &str) -> PathBuf {
+        let p = self.home.join(name);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+}
+
+/// A running brokerd; killed and reaped when dropped, before its home goes.
+pub struct Brokerd {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+pub fn brokerd_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_brokerd")
+}
+
+/// Run `brokerd args...` to its end: (status code, stdout, stderr).
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(brokerd_bin())
+        .args(args)
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("LISTEN_PID")
+        .env_remove("NOTIFY_SOCKET")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+impl Brokerd {
+    /// Start `brokerd serve` on `home` (stderr to a log file in the home).
+    pub fn spawn(home: &Home) -> Brokerd {
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let log = home.log(n);
+        let err = fs::File::create(&log).unwrap();
+        let child = Command::new(brokerd_bin())
+            .args(["serve", "--config"])
+            .arg(&home.config)
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("LISTEN_PID")
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .unwrap();
+        Brokerd { child, log }
+    }
+
+    /// Start it and wait until all three sockets answer `ping` and the admin socket answers a
+    /// request (which happens only after the notices are printed).
+    pub fn start(home: &Home) -> Brokerd {
+        let mut b = Brokerd::spawn(home);
+        b.wait_serving(home);
+        b
+    }
+
+    pub fn wait_serving(&mut self, home: &Home) {
+        let until = Instant::now() + WAIT;
+        for s in [home.state_sock(), home.broker_sock(), home.admin_sock()] {
+            loop {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    panic!("brokerd exited with {status}: {}", self.stderr());
+                }
+                if ping(&s).is_some() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < until,
+                    "brokerd never listened on {}: {}",
+                    s.display(),
+                    self.stderr()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let r = request(&home.admin_sock(), 1, Message::ApprovalsList {});
+        assert!(
+            matches!(r.last().map(|e| &e.msg), Some(Message::Approvals(_))),
+            "{r:?}"
+        );
+    }
+
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until the process exits on its own: its status code.
+    pub fn wait_exit(&mut self) -> i32 {
+        let until = Instant::now() + WAIT;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < until,
+                "brokerd did not exit: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Wait until the log holds `text`.
+    pub fn wait_log(&self, text: &str) -> String {
+        let until = Instant::now() + WAIT;
+        loop {
+            let s = self.stderr();
+            if s.contains(text) {
+                return s;
+            }
+            assert!(Instant::now() < until, "the log never said {text:?}: {s}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// kill -9 and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Brokerd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `ping`: the pong, or `None` when the socket does not answer.
+pub fn ping(socket: &Path) -> Option<Message> {
+    let mut s = UnixStream::connect(socket).ok()?;
+    write_frame(&mut s, &Envelope::new(0, true, Message::Ping {})).ok()?;
+    let mut d = Deadline::within(&s, WAIT)?;
+    read_frame(&mut d).ok().map(|e| e.msg)
+}
+
+/// Send one request and read every frame up to the final one (or the close).
+pub fn request(socket: &Path, id: u64, msg: Message) -> Vec<Envelope> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    write_frame(&mut s, &Envelope::new(id, true, msg)).unwrap();
+    read_all(&s)
+}
+
+/// Read frames until a final one, the close, or the deadline (which fails the test).
+pub fn read_all(s: &UnixStream) -> Vec<Envelope> {
+    let mut d = Deadline::within(s, WAIT).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match read_frame(&mut d) {
+            Ok(e) => {
+                let last = e.last;
+                out.push(e);
+                if last {
+                    return out;
+                }
+            }
+            Err(bxcore::FrameError::Closed) => return out,
+            Err(e) if e.is_timeout() => panic!("no final frame within {WAIT:?}: {out:?}"),
+            Err(_) => return out,
+        }
+    }
+}
+
+/// Send raw bytes and read what comes back.
+pub fn raw(socket: &Path, bytes: &[u8]) -> Vec<Envelope> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.write_all(bytes).unwrap();
+    read_all(&s)
+}
+
+/// A length-prefixed frame around `body`.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    let mut v = (body.len() as u32).to_be_bytes().to_vec();
+    v.extend_from_slice(body);
+    v
+}
+
+/// The chain's records as JSON values.
+pub fn records(home: &Home) -> Vec<serde_json::Value> {
+    fs::read_to_string(home.chain())
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The events of the records about `call` in `session`.
+pub fn events(home: &Home, session: &str, call: u64) -> Vec<String> {
+    records(home)
+        .into_iter()
+        .filter(|r| r["session"] == session && r["call"] == call)
+        .map(|r| r["event"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Wait until `f` holds.
+pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + WAIT;
+    while !f() {
+        assert!(Instant::now() < until, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}

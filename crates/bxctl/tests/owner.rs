@@ -1,0 +1,276 @@
+//! bxctl against a real brokerd on a temporary home: the approval view, approve and deny, audit
+//! verify and tail, with and without `--json`, and the exit codes.
+
+use std::fs;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bxcore::deadline::Deadline;
+use bxcore::{
+    CallId, Envelope, Message, SessionId, ToolRequest, ToolResponse, read_frame, write_frame,
+};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// brokerd beside bxctl in the target directory; built once if this run has not built it.
+fn brokerd_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = Path::new(env!("CARGO_BIN_EXE_bxctl")).with_file_name("brokerd");
+        if !bin.exists() {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "-p", "brokerd", "--bin", "brokerd"])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        bin
+    })
+}
+
+struct Box_ {
+    _dir: TempDir,
+    home: PathBuf,
+    child: Child,
+}
+
+impl Drop for Box_ {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(extra: &str) -> Box_ {
+    let dir = TempDir::new().unwrap();
+    let home = dir.path().canonicalize().unwrap();
+    fs::create_dir(home.join("notes")).unwrap();
+    let cfg = home.join("brokerd.toml");
+    fs::write(
+        &cfg,
+        format!(
+            "[paths]\nhome = {:?}\n[sandbox]\nrequire = false\n[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n{extra}",
+            home.display().to_string(),
+            home.join("notes").display().to_string()
+        ),
+    )
+    .unwrap();
+    let child = Command::new(brokerd_bin())
+        .args(["serve", "--config"])
+        .arg(&cfg)
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("NOTIFY_SOCKET")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let b = Box_ {
+        _dir: dir,
+        home,
+        child,
+    };
+    let until = Instant::now() + WAIT;
+    while bxcore::client::ping(&b.home.join("run/owner-broker/admin.sock"), WAIT).is_err()
+        || bxcore::client::ping(&b.home.join("run/loop-broker/broker.sock"), WAIT).is_err()
+    {
+        assert!(Instant::now() < until, "brokerd never answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    b
+}
+
+fn bxctl(b: &Box_, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bxctl"))
+        .arg("--home")
+        .arg(&b.home)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A call that waits for the owner (the session is untrusted); its connection.
+fn pending_call(b: &Box_, session: &str, content: &str) -> (UnixStream, String) {
+    fs::create_dir_all(b.home.join("broker/sessions")).unwrap();
+    fs::write(
+        b.home.join(format!("broker/sessions/{session}.json")),
+        r#"{"taint":"private","untrusted":true}"#,
+    )
+    .unwrap();
+    let mut s = UnixStream::connect(b.home.join("run/loop-broker/broker.sock")).unwrap();
+    write_frame(
+        &mut s,
+        &Envelope::new(
+            2,
+            true,
+            Message::ToolRequest(ToolRequest {
+                session: SessionId::new(session).unwrap(),
+                call: CallId(2),
+                tool: "workspace_write".into(),
+                args: json!({"path": b.home.join("notes/out.txt").display().to_string(), "content": content}),
+            }),
+        ),
+    )
+    .unwrap();
+    let mut d = Deadline::within(&s, WAIT).unwrap();
+    match read_frame(&mut d).unwrap().msg {
+        Message::ToolResponse(ToolResponse::PendingApproval { approval, .. }) => {
+            (s, approval.as_str().to_string())
+        }
+        o => panic!("{o:?}"),
+    }
+}
+
+fn final_of(s: &UnixStream) -> ToolResponse {
+    let mut d = Deadline::within(s, WAIT).unwrap();
+    match read_frame(&mut d).unwrap().msg {
+        Message::ToolResponse(r) => r,
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn approvals_shows_everything_the_owner_approves() {
+    let b = start("");
+    let (code, out, _) = bxctl(&b, &["approvals"]);
+    assert_eq!((code, out.trim()), (0, "no approvals pending"));
+    let (_s, id) = pending_call(&b, "s1", "the whole text");
+    let (code, out, _) = bxctl(&b, &["approvals"]);
+    assert_eq!(code, 0);
+    for want in [
+        format!("approval {id}"),
+        "tool     workspace_write (call 2 of session s1)".to_string(),
+        "taint private, untrusted".to_string(),
+        "rule     untrusted-effect: ".to_string(),
+        "digest   sha256 ".to_string(),
+        "\"content\": \"the whole text\"".to_string(),
+        "left)".to_string(),
+    ] {
+        assert!(out.contains(&want), "{want:?} not in:\n{out}");
+    }
+    let (code, out, _) = bxctl(&b, &["--json", "approvals"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["pending"][0]["approval"], id);
+    assert_eq!(v["pending"][0]["args"]["content"], "the whole text");
+    assert_eq!(
+        v["pending"][0]["digest"],
+        bxcore::canonical::digest(&v["pending"][0]["args"])
+    );
+}
+
+#[test]
+fn approve_runs_the_call_and_deny_refuses_it() {
+    let b = start("");
+    let (s, id) = pending_call(&b, "s1", "yes");
+    let (code, out, _) = bxctl(&b, &["approve", &id]);
+    assert_eq!(
+        (code, out.trim().to_string()),
+        (0, format!("approved {id}"))
+    );
+    assert!(matches!(final_of(&s), ToolResponse::Result { .. }));
+    assert_eq!(
+        fs::read_to_string(b.home.join("notes/out.txt")).unwrap(),
+        "yes"
+    );
+
+    let (s, id) = pending_call(&b, "s2", "no");
+    let (code, out, _) = bxctl(&b, &["--json", "deny", &id]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        serde_json::from_str::<Value>(out.trim()).unwrap(),
+        json!({"approval": id, "allow": false})
+    );
+    assert_eq!(
+        final_of(&s),
+        ToolResponse::Denied {
+            reason: "the owner denied it".into()
+        }
+    );
+}
+
+#[test]
+fn a_decision_on_an_unknown_or_malformed_id_fails() {
+    let b = start("");
+    let (code, _, err) = bxctl(&b, &["approve", "0123456789abcdef"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no such pending approval"), "{err}");
+    let (code, out, _) = bxctl(&b, &["--json", "deny", "0123456789abcdef"]);
+    assert_eq!(code, 1);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["error"]["code"], "forbidden");
+    let (code, _, err) = bxctl(&b, &["approve", "XYZ"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("16 lowercase hex digits"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let b = start("");
+    let (code, _, _) = bxctl(&b, &["approve"]);
+    assert_eq!(code, 2);
+    let (code, _, _) = bxctl(&b, &["frobnicate"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn audit_verify_and_tail() {
+    let b = start("");
+    let (s, id) = pending_call(&b, "s1", "x");
+    bxctl(&b, &["deny", &id]);
+    final_of(&s);
+    let (code, out, _) = bxctl(&b, &["audit", "verify"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("records: 4"), "{out}");
+    assert!(out.contains("the chain verifies"), "{out}");
+    let (code, out, _) = bxctl(&b, &["--json", "audit", "verify"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["head"].as_str().unwrap().len(), 64);
+
+    let (code, out, _) = bxctl(&b, &["audit", "tail", "-n", "2"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].contains("pending") && lines[0].contains("s1/2"),
+        "{out}"
+    );
+    assert!(
+        lines[1].contains("denied") && lines[1].contains("the owner denied it"),
+        "{out}"
+    );
+    let (code, out, _) = bxctl(&b, &["--json", "audit", "tail", "-n", "10"]);
+    assert_eq!(code, 0);
+    let recs: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 4);
+    assert_eq!(recs[0]["event"], "started");
+    assert_eq!(recs[3]["seq"], 4);
+}
+
+#[test]
+fn a_box_that_is_not_running_is_a_clear_failure() {
+    let dir = TempDir::new().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_bxctl"))
+        .arg("--admin")
+        .arg(dir.path().join("nowhere.sock"))
+        .arg("approvals")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is brokerd running"), "{err}");
+}

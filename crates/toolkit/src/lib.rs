@@ -1,0 +1,84 @@
+//! The tools brokerd runs, each with its JSON Schema and the policy metadata the broker decides by.
+//!
+//! A tool here never decides whether it may run: it declares what it reads, whether its output is
+//! third-party content, and what effect it has, and the broker's policy decides from that and the
+//! session's state. Tools whose class and trust depend on the call (the workspace tools take those
+//! of the root the path lies in) say so through [`Tool::plan`], which the broker asks before it
+//! decides, so that what the policy sees is what the tool will do.
+
+mod meta;
+mod registry;
+mod web_fetch;
+pub mod workspace;
+mod workspace_tools;
+
+pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
+pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
+pub use web_fetch::WebFetch;
+pub use workspace::{Root, Roots, RootsError};
+pub use workspace_tools::{WorkspaceList, WorkspaceRead, WorkspaceWrite};
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+/// What a tool gives back when it ran: the text the model is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    pub content: String,
+}
+
+/// Why a tool could not run or failed. Every variant's text is for a person and is what the
+/// model is shown as the `failed` message; a failed tool returned nothing and raises nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolError {
+    /// The arguments are not what the tool can act on (a relative path, a path outside every
+    /// root, a symlink that leaves its root, ...).
+    Refused(String),
+    /// The tool ran and the system said no (a missing file, a full disk, ...).
+    Failed(String),
+}
+
+impl fmt::Display for ToolError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ToolError::Refused(why) | ToolError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+/// What the tools need from the daemon that runs them: the workspace roots and where gatewayd
+/// listens, if anywhere.
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    pub roots: Roots,
+    /// `gateway.sock`; `None` while no gateway is configured.
+    pub gateway: Option<PathBuf>,
+}
+
+/// One tool: its definition as the model sees it, what it declares to the policy, and how it runs.
+pub trait Tool: Send + Sync + fmt::Debug {
+    /// The name the model calls it by.
+    fn name(&self) -> &'static str;
+    /// One sentence for the model.
+    fn description(&self) -> &'static str;
+    /// The JSON Schema of its arguments (an object schema).
+    fn parameters(&self) -> Value;
+    /// What it declares, for every call.
+    fn declared(&self) -> Declared;
+    /// What this one call will read and where it will write, from arguments that already match
+    /// the schema. An error here is `failed` before any policy step that needs the plan.
+    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError>;
+    /// Run the call. Only called after the policy allowed it (or the owner approved it).
+    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError>;
+}
+
+/// The string argument `key` of arguments that matched their schema.
+pub(crate) fn arg_str<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::Refused(format!("the argument {key:?} must be a string")))
+}

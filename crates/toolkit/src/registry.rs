@@ -1,0 +1,271 @@
+//! The tools brokerd offers, after the policy file's tightening, each with its schema compiled
+//! once into a validator.
+//!
+//! The policy file (`[tools.<name>]`) can raise what a tool reads, mark its output untrusted,
+//! raise when the owner must approve, or disable it. It can never loosen: a line that tries is
+//! refused when the configuration loads, so the owner never believes a tool runs under rules it
+//! does not run under.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bxcore::{DataClass, ToolDef};
+use jsonschema::Validator;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{
+    ApprovalRule, Declared, Env, Output, Plan, Reads, Tool, ToolError, WebFetch, WorkspaceList,
+    WorkspaceRead, WorkspaceWrite,
+};
+
+/// `[tools.<name>]`: how the owner tightens one tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tightening {
+    /// `false` removes the tool: it is not offered, and a call is "no such tool".
+    pub enabled: Option<bool>,
+    /// Raise the class its results carry.
+    pub reads: Option<DataClass>,
+    /// Mark its output third-party content.
+    pub untrusted_output: Option<bool>,
+    /// Raise when the owner must approve.
+    pub approval: Option<ApprovalRule>,
+}
+
+/// A `[tools.<name>]` entry that is not a tightening.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TighteningError {
+    /// The name is not a tool this broker has.
+    UnknownTool(String),
+    /// `reads` below the class the tool declares.
+    LowerReads {
+        tool: String,
+        asked: DataClass,
+        declared: DataClass,
+    },
+    /// `untrusted_output = false` for a tool whose output is third-party content.
+    TrustsUntrusted(String),
+    /// `approval` below what the tool declares.
+    LowerApproval {
+        tool: String,
+        asked: ApprovalRule,
+        declared: ApprovalRule,
+    },
+}
+
+impl fmt::Display for TighteningError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TighteningError::UnknownTool(name) => write!(
+                f,
+                "[tools.{name}]: there is no tool named {name:?} (the tools are {})",
+                TOOL_NAMES.join(", ")
+            ),
+            TighteningError::LowerReads {
+                tool,
+                asked,
+                declared,
+            } => write!(
+                f,
+                "[tools.{tool}] reads = {asked:?} is below the {declared} the tool declares; \
+                 the policy file can only tighten a tool"
+            ),
+            TighteningError::TrustsUntrusted(tool) => write!(
+                f,
+                "[tools.{tool}] untrusted_output = false would trust third-party content; \
+                 the policy file can only tighten a tool"
+            ),
+            TighteningError::LowerApproval {
+                tool,
+                asked,
+                declared,
+            } => write!(
+                f,
+                "[tools.{tool}] approval = {:?} is below the {:?} the tool declares; \
+                 the policy file can only tighten a tool",
+                asked.as_str(),
+                declared.as_str()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TighteningError {}
+
+/// Every tool this broker has, in the order they are offered.
+pub const TOOL_NAMES: [&str; 4] = [
+    "workspace_list",
+    "workspace_read",
+    "workspace_write",
+    "web_fetch",
+];
+
+fn all_tools() -> Vec<Box<dyn Tool>> {
+    vec![
+        Box::new(WorkspaceList),
+        Box::new(WorkspaceRead),
+        Box::new(WorkspaceWrite),
+        Box::new(WebFetch),
+    ]
+}
+
+/// One enabled tool, its compiled schema and its rules after tightening.
+pub struct Entry {
+    tool: Box<dyn Tool>,
+    validator: Validator,
+    declared: Declared,
+    reads_floor: DataClass,
+}
+
+impl fmt::Debug for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Entry")
+            .field("tool", &self.tool.name())
+            .field("declared", &self.declared)
+            .field("reads_floor", &self.reads_floor)
+            .finish()
+    }
+}
+
+impl Entry {
+    pub fn name(&self) -> &'static str {
+        self.tool.name()
+    }
+
+    /// What the tool declares, after the policy file's tightening.
+    pub fn declared(&self) -> Declared {
+        self.declared
+    }
+
+    /// The definition the model is offered.
+    pub fn def(&self) -> ToolDef {
+        ToolDef {
+            name: self.tool.name().to_string(),
+            description: self.tool.description().to_string(),
+            parameters: self.tool.parameters(),
+        }
+    }
+
+    /// Check `args` against the tool's JSON Schema; the error is every violation, for a person.
+    pub fn validate(&self, args: &Value) -> Result<(), String> {
+        let problems: Vec<String> = self
+            .validator
+            .iter_errors(args)
+            .map(|e| {
+                let at = e.instance_path.to_string();
+                if at.is_empty() {
+                    format!("the arguments: {e}")
+                } else {
+                    format!("the argument at {at}: {e}")
+                }
+            })
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the arguments do not match {}'s schema: {}",
+                self.tool.name(),
+                problems.join("; ")
+            ))
+        }
+    }
+
+    /// What this call will do, with the tightening applied. `args` must have passed `validate`.
+    pub fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+        let mut plan = self.tool.plan(args, env)?;
+        plan.reads = plan.reads.max(self.reads_floor);
+        plan.untrusted_output |= self.declared.untrusted_output;
+        Ok(plan)
+    }
+
+    /// Run the call. Only after the policy allowed it.
+    pub fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
+        self.tool.run(args, env)
+    }
+}
+
+/// The enabled tools, after tightening.
+#[derive(Debug)]
+pub struct Registry {
+    entries: Vec<Entry>,
+}
+
+impl Registry {
+    /// Every tool, tightened by `[tools.<name>]`. An entry for an unknown tool or one that would
+    /// loosen a tool is refused.
+    pub fn new(tightening: &BTreeMap<String, Tightening>) -> Result<Registry, TighteningError> {
+        for name in tightening.keys() {
+            if !TOOL_NAMES.contains(&name.as_str()) {
+                return Err(TighteningError::UnknownTool(name.clone()));
+            }
+        }
+        let mut entries = Vec::new();
+        for tool in all_tools() {
+            let name = tool.name();
+            let t = tightening.get(name).cloned().unwrap_or_default();
+            let mut declared = tool.declared();
+            let mut reads_floor = DataClass::Public;
+            if let Some(asked) = t.reads {
+                match declared.reads {
+                    Reads::Fixed(class) if asked < class => {
+                        return Err(TighteningError::LowerReads {
+                            tool: name.to_string(),
+                            asked,
+                            declared: class,
+                        });
+                    }
+                    Reads::Fixed(_) => declared.reads = Reads::Fixed(asked),
+                    Reads::Root => reads_floor = asked,
+                }
+            }
+            match t.untrusted_output {
+                Some(false) if declared.untrusted_output => {
+                    return Err(TighteningError::TrustsUntrusted(name.to_string()));
+                }
+                Some(flag) => declared.untrusted_output |= flag,
+                None => {}
+            }
+            if let Some(asked) = t.approval {
+                if asked < declared.approval {
+                    return Err(TighteningError::LowerApproval {
+                        tool: name.to_string(),
+                        asked,
+                        declared: declared.approval,
+                    });
+                }
+                declared.approval = asked;
+            }
+            if t.enabled == Some(false) {
+                continue;
+            }
+            let schema = tool.parameters();
+            // The schemas are the toolkit's own constants; one that does not compile is a bug
+            // caught by the toolkit's tests, never by a running broker.
+            let validator = jsonschema::validator_for(&schema)
+                .unwrap_or_else(|e| panic!("{name}'s schema does not compile: {e}"));
+            entries.push(Entry {
+                tool,
+                validator,
+                declared,
+                reads_floor,
+            });
+        }
+        Ok(Registry { entries })
+    }
+
+    /// The enabled tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.name() == name)
+    }
+
+    /// What the model may be offered.
+    pub fn defs(&self) -> Vec<ToolDef> {
+        self.entries.iter().map(Entry::def).collect()
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+}

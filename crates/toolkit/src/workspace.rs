@@ -1,0 +1,237 @@
+//! Workspace roots and paths resolved beneath them.
+//!
+//! A path the model gives is absolute and must lie in one configured root without leaving it. The
+//! kernel does the resolving: the root is opened, and the rest of the path is opened relative to
+//! it with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, which refuses `..` that leaves the
+//! root, every absolute symlink, and a relative symlink that leads out, at each step of the walk
+//! and atomically with it. No check-then-open race is left for a concurrent rename to win.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use bxcore::DataClass;
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::Mode;
+use serde::Deserialize;
+
+use crate::ToolError;
+
+/// `[[workspace.roots]]`: one directory the tools may reach.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Root {
+    /// Absolute.
+    pub path: PathBuf,
+    /// The class of what it holds: a read raises the session to it, and a session above it may
+    /// not write into it.
+    pub class: DataClass,
+    #[serde(default)]
+    pub writable: bool,
+    /// Third parties wrote what it holds (a mail spool, a downloads folder).
+    #[serde(default)]
+    pub untrusted: bool,
+}
+
+/// A `[[workspace.roots]]` list that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootsError {
+    NotAbsolute(PathBuf),
+    Twice(PathBuf),
+}
+
+impl fmt::Display for RootsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RootsError::NotAbsolute(p) => write!(
+                f,
+                "[[workspace.roots]] path {} is not an absolute, normal path (no `..`, no `.`)",
+                p.display()
+            ),
+            RootsError::Twice(p) => {
+                write!(
+                    f,
+                    "[[workspace.roots]] path {} is listed twice",
+                    p.display()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for RootsError {}
+
+/// The configured roots.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roots(Vec<Root>);
+
+/// A path split into the root it lies in and the part beneath that root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Beneath<'a> {
+    pub root: &'a Root,
+    /// Relative to the root; empty for the root itself.
+    pub rest: PathBuf,
+}
+
+impl Roots {
+    /// Check each root's path: absolute, written without `.` or `..`, and listed once.
+    pub fn new(roots: Vec<Root>) -> Result<Roots, RootsError> {
+        for (i, r) in roots.iter().enumerate() {
+            let normal = r.path.is_absolute()
+                && r.path
+                    .components()
+                    .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+            if !normal {
+                return Err(RootsError::NotAbsolute(r.path.clone()));
+            }
+            if roots[..i].iter().any(|o| o.path == r.path) {
+                return Err(RootsError::Twice(r.path.clone()));
+            }
+        }
+        Ok(Roots(roots))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Root> {
+        self.0.iter()
+    }
+
+    /// The root `path` lies in (the deepest, when roots nest) and the rest of the path. Only the
+    /// words of the path are looked at here; `open` lets the kernel walk the rest.
+    pub fn locate(&self, path: &str) -> Result<Beneath<'_>, ToolError> {
+        let p = Path::new(path);
+        if !p.is_absolute() {
+            return Err(ToolError::Refused(format!(
+                "{path:?} is not an absolute path; give the whole path, starting with /"
+            )));
+        }
+        let root = self
+            .0
+            .iter()
+            .filter(|r| p.starts_with(&r.path))
+            .max_by_key(|r| r.path.components().count())
+            .ok_or_else(|| {
+                ToolError::Refused(format!(
+                    "{path} is not in any workspace root{}",
+                    self.list()
+                ))
+            })?;
+        let rest = p
+            .strip_prefix(&root.path)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        Ok(Beneath { root, rest })
+    }
+
+    fn list(&self) -> String {
+        if self.0.is_empty() {
+            return " (no workspace root is configured)".to_string();
+        }
+        let names: Vec<String> = self
+            .0
+            .iter()
+            .map(|r| r.path.display().to_string())
+            .collect();
+        format!(" (the roots are {})", names.join(", "))
+    }
+}
+
+impl Beneath<'_> {
+    /// Open the path beneath its root with `flags`; `mode` for a file `O_CREAT` makes.
+    pub fn open(&self, shown: &str, flags: OFlag, mode: Mode) -> Result<OwnedFd, ToolError> {
+        let root = open_root(self.root)?;
+        let rest: &Path = if self.rest.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &self.rest
+        };
+        open_beneath(&root, rest, flags, mode).map_err(|e| beneath_error(shown, self.root, e))
+    }
+
+    /// The directory the path's last component lies in, opened beneath the root, and that
+    /// component: for a write, which creates its file beside the target and renames it in.
+    pub fn open_parent(&self, shown: &str) -> Result<(OwnedFd, &OsStr), ToolError> {
+        let name = match self.rest.components().next_back() {
+            Some(Component::Normal(name)) => name,
+            _ => {
+                return Err(ToolError::Refused(format!(
+                    "{shown} does not name a file inside {}",
+                    self.root.path.display()
+                )));
+            }
+        };
+        let parent = self.rest.parent().unwrap_or(Path::new(""));
+        let parent: &Path = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        let root = open_root(self.root)?;
+        let dir = open_beneath(
+            &root,
+            parent,
+            OFlag::O_DIRECTORY | OFlag::O_RDONLY,
+            Mode::empty(),
+        )
+        .map_err(|e| beneath_error(shown, self.root, e))?;
+        Ok((dir, name))
+    }
+}
+
+fn open_root(root: &Root) -> Result<OwnedFd, ToolError> {
+    let fd = nix::fcntl::open(
+        &root.path,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        ToolError::Failed(format!(
+            "the workspace root {} cannot be opened: {}",
+            root.path.display(),
+            e.desc()
+        ))
+    })?;
+    // SAFETY: `open` returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `openat2` beneath `dir`: `..` out, absolute symlinks, relative symlinks out and magic links are
+/// refused by the kernel (`EXDEV`, `ELOOP`).
+pub fn open_beneath(
+    dir: &OwnedFd,
+    rest: &Path,
+    flags: OFlag,
+    mode: Mode,
+) -> Result<OwnedFd, Errno> {
+    use std::os::fd::AsRawFd;
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .mode(mode)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = openat2(dir.as_raw_fd(), rest, how)?;
+    // SAFETY: `openat2` returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn beneath_error(shown: &str, root: &Root, e: Errno) -> ToolError {
+    match e {
+        Errno::EXDEV | Errno::ELOOP => ToolError::Refused(format!(
+            "{shown} leads out of the workspace root {} (through `..` or a symlink); \
+             only paths that stay inside a root are allowed",
+            root.path.display()
+        )),
+        Errno::ENOENT => ToolError::Failed(format!("{shown} does not exist")),
+        Errno::ENOTDIR => {
+            ToolError::Failed(format!("{shown}: a part of the path is not a directory"))
+        }
+        Errno::EISDIR => ToolError::Failed(format!("{shown} is a directory")),
+        Errno::EACCES | Errno::EPERM => ToolError::Failed(format!("{shown}: permission denied")),
+        Errno::ENOSYS => ToolError::Failed(
+            "this kernel has no openat2 (Linux 5.6 or later is needed), so no workspace path \
+             can be opened safely"
+                .to_string(),
+        ),
+        other => ToolError::Failed(format!("{shown}: {}", other.desc())),
+    }
+}

@@ -1,0 +1,261 @@
+//! `workspace_list`, `workspace_read`, `workspace_write`: files in the configured roots, each path
+//! resolved beneath its root by the kernel (`workspace.rs`). Their class and trust are those of
+//! the root the path lies in.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use bxcore::DataClass;
+use nix::fcntl::{OFlag, renameat};
+use nix::sys::stat::{Mode, SFlag, fstat};
+use serde_json::{Value, json};
+
+use crate::workspace::open_beneath;
+use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError, arg_str};
+
+/// The most a read returns: what is left of a 1 MiB frame is for the envelope.
+pub const MAX_READ: u64 = 512 * 1024;
+/// The most a write takes.
+pub const MAX_WRITE: usize = 512 * 1024;
+/// The most entries a listing returns.
+pub const MAX_LIST: usize = 1000;
+
+fn path_schema(what: &str) -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 4096,
+        "description": format!("the absolute path of the {what}, inside a workspace root"),
+    })
+}
+
+fn read_plan(args: &Value, env: &Env) -> Result<Plan, ToolError> {
+    let at = env.roots.locate(arg_str(args, "path")?)?;
+    Ok(Plan {
+        reads: at.root.class,
+        untrusted_output: at.root.untrusted,
+        effect: Effect::None,
+        writes_into: None,
+    })
+}
+
+fn is_kind(fd: &OwnedFd, kind: SFlag) -> Result<bool, ToolError> {
+    let st = fstat(fd.as_raw_fd()).map_err(|e| ToolError::Failed(e.desc().to_string()))?;
+    Ok(SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind)
+}
+
+/// `workspace_list {path}`: the entries of a directory, one per line, directories ending in `/`.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkspaceList;
+
+impl Tool for WorkspaceList {
+    fn name(&self) -> &'static str {
+        "workspace_list"
+    }
+    fn description(&self) -> &'static str {
+        "List a directory in the workspace: one entry per line, directories end in '/'."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"path": path_schema("directory")},
+            "required": ["path"],
+            "additionalProperties": false,
+        })
+    }
+    fn declared(&self) -> Declared {
+        Declared {
+            reads: Reads::Root,
+            untrusted_output: false,
+            effect: Effect::None,
+            approval: ApprovalRule::Never,
+        }
+    }
+    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+        read_plan(args, env)
+    }
+    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
+        let shown = arg_str(args, "path")?;
+        let at = env.roots.locate(shown)?;
+        let fd = at.open(shown, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty())?;
+        let dir = nix::dir::Dir::from_fd(fd.as_raw_fd())
+            .map_err(|e| ToolError::Failed(format!("{shown}: {}", e.desc())))?;
+        // `Dir` owns and closes the descriptor now.
+        std::mem::forget(fd);
+        let mut names = Vec::new();
+        let mut dir = dir;
+        for entry in dir.iter() {
+            let entry = entry.map_err(|e| ToolError::Failed(format!("{shown}: {}", e.desc())))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            let is_dir = matches!(entry.file_type(), Some(nix::dir::Type::Directory));
+            names.push(if is_dir { format!("{name}/") } else { name });
+        }
+        names.sort();
+        let total = names.len();
+        names.truncate(MAX_LIST);
+        let mut content = names.join("\n");
+        if total > MAX_LIST {
+            content.push_str(&format!("\n(and {} more)", total - MAX_LIST));
+        }
+        Ok(Output { content })
+    }
+}
+
+/// `workspace_read {path}`: a text file's content.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkspaceRead;
+
+impl Tool for WorkspaceRead {
+    fn name(&self) -> &'static str {
+        "workspace_read"
+    }
+    fn description(&self) -> &'static str {
+        "Read a text file in the workspace."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"path": path_schema("file")},
+            "required": ["path"],
+            "additionalProperties": false,
+        })
+    }
+    fn declared(&self) -> Declared {
+        Declared {
+            reads: Reads::Root,
+            untrusted_output: false,
+            effect: Effect::None,
+            approval: ApprovalRule::Never,
+        }
+    }
+    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+        read_plan(args, env)
+    }
+    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
+        let shown = arg_str(args, "path")?;
+        let at = env.roots.locate(shown)?;
+        // Non-blocking, so a FIFO planted in a root cannot hold the call; refused below anyway.
+        let fd = at.open(shown, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty())?;
+        if !is_kind(&fd, SFlag::S_IFREG)? {
+            return Err(ToolError::Failed(format!("{shown} is not a regular file")));
+        }
+        let mut bytes = Vec::new();
+        File::from(fd)
+            .take(MAX_READ + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
+        if bytes.len() as u64 > MAX_READ {
+            return Err(ToolError::Failed(format!(
+                "{shown} is larger than {MAX_READ} bytes, the most one read returns"
+            )));
+        }
+        let content = String::from_utf8(bytes)
+            .map_err(|_| ToolError::Failed(format!("{shown} is not UTF-8 text")))?;
+        Ok(Output { content })
+    }
+}
+
+/// `workspace_write {path, content}`: replace a file in a writable root, atomically.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkspaceWrite;
+
+impl Tool for WorkspaceWrite {
+    fn name(&self) -> &'static str {
+        "workspace_write"
+    }
+    fn description(&self) -> &'static str {
+        "Write a text file in a writable workspace root, replacing it whole if it exists."
+    }
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": path_schema("file"),
+                "content": {"type": "string", "maxLength": MAX_WRITE, "description": "the whole new content"},
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false,
+        })
+    }
+    fn declared(&self) -> Declared {
+        Declared {
+            reads: Reads::Fixed(DataClass::Public),
+            untrusted_output: false,
+            effect: Effect::Local,
+            approval: ApprovalRule::Never,
+        }
+    }
+    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+        let shown = arg_str(args, "path")?;
+        let at = env.roots.locate(shown)?;
+        if !at.root.writable {
+            return Err(ToolError::Refused(format!(
+                "{shown} is in the workspace root {}, which is read-only",
+                at.root.path.display()
+            )));
+        }
+        Ok(Plan {
+            reads: DataClass::Public,
+            untrusted_output: false,
+            effect: Effect::Local,
+            writes_into: Some(at.root.class),
+        })
+    }
+    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
+        let shown = arg_str(args, "path")?;
+        let content = arg_str(args, "content")?;
+        // The plan's checks again: the run must not trust that nothing changed in between.
+        self.plan(args, env)?;
+        let at = env.roots.locate(shown)?;
+        let (dir, name) = at.open_parent(shown)?;
+        let fail = |what: &str, e: &dyn std::fmt::Display| {
+            ToolError::Failed(format!("{shown}: {what}: {e}"))
+        };
+        // The new content goes to a temporary file beside the target, then is renamed over it:
+        // a reader sees the old file or the new one, whole. `rename` replaces a symlink at the
+        // target itself and never writes through it.
+        let tmp = format!(".bx-write-{}.tmp", bxcore::ApprovalId::random());
+        let fd = open_beneath(
+            &dir,
+            std::path::Path::new(&tmp),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| fail("cannot create the new file", &e.desc()))?;
+        let mut file = File::from(fd);
+        let written = file
+            .write_all(content.as_bytes())
+            .and_then(|()| file.sync_all());
+        if let Err(e) = written {
+            let _ = nix::unistd::unlinkat(
+                Some(dir.as_raw_fd()),
+                tmp.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+            return Err(fail("cannot write", &e));
+        }
+        drop(file);
+        if let Err(e) = renameat(
+            Some(dir.as_raw_fd()),
+            tmp.as_str(),
+            Some(dir.as_raw_fd()),
+            name,
+        ) {
+            let _ = nix::unistd::unlinkat(
+                Some(dir.as_raw_fd()),
+                tmp.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+            return Err(fail("cannot replace it", &e.desc()));
+        }
+        nix::unistd::fsync(dir.as_raw_fd())
+            .map_err(|e| fail("cannot sync its directory", &e.desc()))?;
+        Ok(Output {
+            content: format!("wrote {} bytes to {shown}", content.len()),
+        })
+    }
+}
