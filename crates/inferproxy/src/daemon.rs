@@ -1,0 +1,348 @@
+//! `inferproxy serve` and `inferproxy check`: the daemon's start, in the order the sandbox
+//! needs (everything read and bound before it closes, no thread before it), and its one socket.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use bxcore::layout;
+use bxcore::{Envelope, ErrorCode, InferDelta, InferRequest, Message};
+use bxharden::sandbox::{SANDBOX_ANCHOR, SandboxError};
+use bxharden::{Daemon, Identity, Owner, Profile, SeccompProfile, serve};
+
+use crate::config::{CONFIG_ANCHOR, Config};
+use crate::key::KEY_ANCHOR;
+use crate::provider::{Inference, Provider, SetupError};
+
+/// The runbook anchor of an own directory that cannot be made or is not inferproxy's.
+pub const STATE_DIR_ANCHOR: &str = "inferproxy-state-dir";
+
+/// The socket's name in `[peers]` and in log lines.
+pub fn socket_name() -> String {
+    layout::INFER.file()
+}
+
+fn daemon() -> Daemon {
+    Daemon {
+        name: "inferproxy",
+        version: env!("CARGO_PKG_VERSION"),
+    }
+}
+
+/// Load the configuration and everything it names (the key, the CA bundle, the script).
+fn load(config: &Path) -> Result<(Config, Inference), (&'static str, String)> {
+    let cfg = Config::load(config).map_err(|e| (CONFIG_ANCHOR, e.to_string()))?;
+    let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+    let inference = Inference::from_config(&cfg, creds.as_deref()).map_err(|e| {
+        let anchor = match e {
+            SetupError::Key(_) => KEY_ANCHOR,
+            SetupError::Script(_) | SetupError::Ca(_) => CONFIG_ANCHOR,
+        };
+        (anchor, e.to_string())
+    })?;
+    Ok((cfg, inference))
+}
+
+/// What the daemon serves, for `check` and the startup notice. Never the key.
+fn describe(cfg: &Config, inference: &Inference) -> String {
+    let provider = match inference.provider() {
+        Provider::Script(s) => {
+            let (steps, rules) = s.size();
+            format!(
+                "script {} ({steps} steps, {rules} rules)",
+                s.path().display()
+            )
+        }
+        Provider::Http(h) => {
+            let e = h.endpoint();
+            format!(
+                "{} at {} (TCP port {})",
+                cfg.provider.kind.name(),
+                e.url,
+                e.port
+            )
+        }
+    };
+    let slots: Vec<String> = cfg
+        .slots
+        .iter()
+        .map(|(n, s)| {
+            format!(
+                "{n} (model {}, max_tokens {}, context_tokens {})",
+                s.model, s.max_tokens, s.context_tokens
+            )
+        })
+        .collect();
+    format!(
+        "inference on {} by {provider}; slots: {}; timeout {} ms, {} retries",
+        cfg.infer_socket().display(),
+        slots.join(", "),
+        cfg.limits.timeout_ms,
+        cfg.limits.retries
+    )
+}
+
+/// `inferproxy check --config FILE`: load and check everything, print what would be served.
+pub fn check(config: &Path) -> ExitCode {
+    match load(config) {
+        Ok((cfg, inference)) => {
+            println!("inferproxy: configuration ok");
+            println!("inferproxy: would serve {}", describe(&cfg, &inference));
+            ExitCode::SUCCESS
+        }
+        Err((_, line)) => {
+            eprintln!("inferproxy: {line}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `inferproxy serve --config FILE`.
+pub fn serve(config: &Path) -> ExitCode {
+    bxharden::log::init(daemon());
+    match start(config) {
+        Ok(never) => match never {},
+        Err((anchor, line)) => {
+            bxharden::log::line(anchor, &format!("inferproxy: {line}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Uninhabited: `start` returns only with an error.
+enum Never {}
+
+fn start(config: &Path) -> Result<Never, (&'static str, String)> {
+    let (cfg, inference) = load(config)?;
+    let id = Identity::resolve(&cfg.sandbox)
+        .map_err(|e| (SANDBOX_ANCHOR, SandboxError::Lookup(e).to_string()))?;
+    let socket = socket_name();
+    let policy = cfg.peers.policy(&socket, id.uid).map_err(|e| {
+        (
+            CONFIG_ANCHOR,
+            format!(
+                "{}: {e}; see docs/runbook.md#{CONFIG_ANCHOR}",
+                config.display()
+            ),
+        )
+    })?;
+    let own = cfg.own_dir();
+    prepare_own_dir(&own, id.owner()).map_err(|e| (STATE_DIR_ANCHOR, e))?;
+    let mut handed = bxharden::activated().map_err(|e| (SANDBOX_ANCHOR, e.to_string()))?;
+    let listener = bxharden::socket_for(
+        &mut handed,
+        layout::INFER.name,
+        &cfg.infer_socket(),
+        id.owner(),
+    )
+    .map_err(|e| (SANDBOX_ANCHOR, e.to_string()))?;
+
+    let mut profile = Profile::new(SeccompProfile::Inferproxy)
+        .read_write(&own)
+        .read_only(config);
+    if let Provider::Http(h) = inference.provider() {
+        profile = profile.resolver_and_ca().connect_tcp(h.endpoint().port);
+    }
+    let report =
+        bxharden::apply(&cfg.sandbox, &profile).map_err(|e| (SANDBOX_ANCHOR, e.to_string()))?;
+    bxharden::log::notice(&report.to_string());
+
+    serve::set_timeouts(serve::Timeouts {
+        first_frame_ms: cfg.limits.first_frame_ms,
+        write_ms: cfg.limits.write_ms,
+    });
+    let what = describe(&cfg, &inference);
+    let inference = std::sync::Arc::new(inference);
+    let served = socket.clone();
+    let accept = serve::accept_loop(listener, &socket, "accept-infer", policy, move |stream| {
+        handle(stream, &inference, &served);
+    })
+    .map_err(|e| {
+        (
+            serve::LISTENER_ANCHOR,
+            format!("cannot start the accept thread: {e}; see docs/runbook.md#listener-lost"),
+        )
+    })?;
+    bxharden::log::notice(&format!("serving {what}"));
+    if let Err(e) = bxharden::notify::ready() {
+        tracing::warn!("inferproxy: cannot tell the service manager it is ready: {e}");
+    }
+    // The accept thread runs for ever (it exits the process if the socket is lost).
+    let _ = accept.join();
+    Err((
+        serve::LISTENER_ANCHOR,
+        "the accept thread stopped; see docs/runbook.md#listener-lost".into(),
+    ))
+}
+
+/// One connection: one `infer_request`, its text streamed as `infer_delta` frames, then
+/// `infer_reply` or `error inference`.
+fn handle(mut stream: UnixStream, inference: &Inference, socket: &str) {
+    let Some(env) = serve::read_request(&mut stream) else {
+        return;
+    };
+    match env.msg {
+        Message::InferRequest(req) => answer(&mut stream, env.id, &req, inference),
+        other => serve::forbid(&mut stream, env.id, &other, socket),
+    }
+}
+
+fn answer(stream: &mut UnixStream, id: u64, req: &InferRequest, inference: &Inference) {
+    let mut alive = true;
+    let result = inference.infer(req, &mut |text| {
+        // A peer that went away is not written to again; the reply is finished quietly.
+        if alive {
+            alive = serve::send(
+                stream,
+                id,
+                false,
+                Message::InferDelta(InferDelta {
+                    text: text.to_string(),
+                }),
+            );
+        }
+    });
+    match result {
+        Ok(reply) => {
+            let calls = match &reply.message {
+                bxcore::ChatMessage::Assistant { tool_calls, .. } => tool_calls.len(),
+                _ => 0,
+            };
+            tracing::info!(
+                "inferproxy: slot {}: a reply with {calls} tool call{}, {} input and {} output tokens",
+                req.slot,
+                if calls == 1 { "" } else { "s" },
+                reply.usage.input_tokens,
+                reply.usage.output_tokens
+            );
+            if !alive {
+                return;
+            }
+            match bxcore::write_frame(stream, &Envelope::new(id, true, Message::InferReply(reply)))
+            {
+                Ok(()) => {}
+                Err(bxcore::FrameError::TooLarge(n)) => {
+                    let e = crate::error::InferError::malformed(format!(
+                        "the reply is {n} bytes as a frame, over the limit of {}",
+                        bxcore::MAX_FRAME
+                    ));
+                    fail(stream, id, &req.slot, &e);
+                }
+                Err(_) => {}
+            }
+        }
+        Err(e) => {
+            if alive {
+                fail(stream, id, &req.slot, &e);
+            } else {
+                log_failure(&req.slot, &e);
+            }
+        }
+    }
+}
+
+fn log_failure(slot: &str, e: &crate::InferError) {
+    bxharden::log::line(e.anchor(), &format!("inferproxy: slot {slot}: {e}"));
+}
+
+fn fail(stream: &mut UnixStream, id: u64, slot: &str, e: &crate::InferError) {
+    log_failure(slot, e);
+    let _ = bxcore::write_frame(
+        stream,
+        &Envelope::error(id, ErrorCode::Inference, e.to_string()),
+    );
+}
+
+/// Make `<home>/infer` (0700, missing parents 0711) when it is missing, tighten it when it is
+/// wider (with a log line), refuse it when it is not a directory or belongs to someone else;
+/// give it to `owner` when root will drop to that owner.
+pub fn prepare_own_dir(dir: &Path, owner: Option<Owner>) -> Result<(), String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        format!(
+            "{}: cannot {what}: {e}; see docs/runbook.md#{STATE_DIR_ANCHOR}",
+            dir.display()
+        )
+    };
+    if let Some(parent) = dir.parent() {
+        if !parent.as_os_str().is_empty() && !parent.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o711)
+                .create(parent)
+                .map_err(|e| fail("make its parent", &e))?;
+        }
+    }
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(fail("make it", &e)),
+    }
+    let meta = fs::symlink_metadata(dir).map_err(|e| fail("read it", &e))?;
+    if !meta.file_type().is_dir() {
+        return Err(format!(
+            "{}: is not a directory; see docs/runbook.md#{STATE_DIR_ANCHOR}",
+            dir.display()
+        ));
+    }
+    let me = nix::unistd::Uid::effective().as_raw();
+    let expected = owner.map_or(me, |o| o.uid);
+    if meta.uid() != me && meta.uid() != expected {
+        return Err(format!(
+            "{}: belongs to uid {}, not to inferproxy (uid {expected}); see docs/runbook.md#{STATE_DIR_ANCHOR}",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o7777 != 0o700 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| fail("make it 0700", &e))?;
+        tracing::info!(
+            "inferproxy: {}: the directory was {:04o}, made 0700",
+            dir.display(),
+            meta.mode() & 0o7777
+        );
+    }
+    if let Some(o) = owner {
+        std::os::unix::fs::chown(dir, Some(o.uid), Some(o.gid))
+            .map_err(|e| fail("give it to its owner", &e))?;
+    }
+    Ok(())
+}
+
+/// The command line: `serve` or `check`, each with `--config FILE`.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "inferproxy",
+    version,
+    about = "The model's only door: the one holder of model API keys"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Serve infer.sock.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Load and check the configuration and the files it names, print what would be served.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+/// The whole program.
+pub fn main() -> ExitCode {
+    let cli = <Cli as clap::Parser>::parse();
+    match cli.command {
+        Command::Serve { config } => serve(&config),
+        Command::Check { config } => check(&config),
+    }
+}

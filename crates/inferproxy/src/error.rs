@@ -1,0 +1,178 @@
+//! Why one inference failed: each failure names what a person can do about it and its runbook
+//! entry, and becomes one `error inference` frame (its `Display` is the frame's detail).
+
+use std::fmt;
+
+/// The provider could not be reached: DNS, connect, TLS, or the connection broke.
+pub const UNREACHABLE_ANCHOR: &str = "inference-unreachable";
+/// The provider refused the key (401, 403).
+pub const AUTH_ANCHOR: &str = "inference-auth-refused";
+/// The provider refused the request (another 4xx): a wrong model name, a request it cannot take.
+pub const REFUSED_ANCHOR: &str = "inference-request-refused";
+/// The provider stayed overloaded or failing (429, 5xx) through every retry.
+pub const OVERLOADED_ANCHOR: &str = "inference-overloaded";
+/// The provider reported an error inside a stream that had started.
+pub const PROVIDER_ANCHOR: &str = "inference-provider-error";
+/// The request's deadline passed.
+pub const TIMEOUT_ANCHOR: &str = "inference-timeout";
+/// The provider's output broke the wire format: a cut stream, invalid JSON, an unknown event.
+pub const MALFORMED_ANCHOR: &str = "inference-malformed";
+/// The provider stopped the reply on purpose: a content filter, a refusal.
+pub const STOPPED_ANCHOR: &str = "inference-stopped";
+/// loopd named a slot this inferproxy does not have, or sent more than the slot's context.
+pub const SLOT_ANCHOR: &str = "inference-slot";
+/// The `script` provider has no reply for this request.
+pub const SCRIPT_ANCHOR: &str = "inference-script-exhausted";
+
+/// One inference's failure. Its `Display` ends with the runbook pointer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InferError {
+    /// The request names a slot that is not configured.
+    UnknownSlot(String),
+    /// The request is larger than the slot's `context_tokens` (estimated as bytes / 4).
+    OverContext {
+        slot: String,
+        estimate: u64,
+        budget: u64,
+    },
+    /// DNS, connect, TLS or the connection itself failed.
+    Unreachable(String),
+    /// 401 or 403, with the provider's message.
+    Auth { status: u16, message: String },
+    /// Another 4xx, with the provider's message.
+    Refused { status: u16, message: String },
+    /// 429 or 5xx after every retry, or with a `Retry-After` past the deadline.
+    Overloaded {
+        status: u16,
+        message: String,
+        attempts: u32,
+    },
+    /// An error event inside the stream: its type and message.
+    InStream { kind: String, message: String },
+    /// The deadline passed (`timeout_ms` for the whole request, retries included).
+    Timeout { timeout_ms: u64, during: String },
+    /// The provider's output broke its wire format.
+    Malformed(String),
+    /// The provider stopped the reply: a content filter, a refusal.
+    Stopped(String),
+    /// The script has no reply for this request.
+    ScriptExhausted(String),
+}
+
+impl InferError {
+    /// The runbook anchor of this failure.
+    pub fn anchor(&self) -> &'static str {
+        match self {
+            InferError::UnknownSlot(_) | InferError::OverContext { .. } => SLOT_ANCHOR,
+            InferError::Unreachable(_) => UNREACHABLE_ANCHOR,
+            InferError::Auth { .. } => AUTH_ANCHOR,
+            InferError::Refused { .. } => REFUSED_ANCHOR,
+            InferError::Overloaded { .. } => OVERLOADED_ANCHOR,
+            InferError::InStream { .. } => PROVIDER_ANCHOR,
+            InferError::Timeout { .. } => TIMEOUT_ANCHOR,
+            InferError::Malformed(_) => MALFORMED_ANCHOR,
+            InferError::Stopped(_) => STOPPED_ANCHOR,
+            InferError::ScriptExhausted(_) => SCRIPT_ANCHOR,
+        }
+    }
+
+    /// Shorthand for a malformed-output error.
+    pub(crate) fn malformed(what: impl Into<String>) -> InferError {
+        InferError::Malformed(what.into())
+    }
+}
+
+impl fmt::Display for InferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InferError::UnknownSlot(s) => write!(f, "no slot named {s:?} is configured"),
+            InferError::OverContext {
+                slot,
+                estimate,
+                budget,
+            } => write!(
+                f,
+                "the request is about {estimate} tokens, over slot {slot:?}'s \
+                 context_tokens of {budget}"
+            ),
+            InferError::Unreachable(why) => write!(f, "the provider cannot be reached: {why}"),
+            InferError::Auth { status, message } => {
+                write!(f, "the provider refused the API key ({status}): {message}")
+            }
+            InferError::Refused { status, message } => {
+                write!(f, "the provider refused the request ({status}): {message}")
+            }
+            InferError::Overloaded {
+                status,
+                message,
+                attempts,
+            } => write!(
+                f,
+                "the provider answered {status} after {attempts} attempt{}: {message}",
+                if *attempts == 1 { "" } else { "s" }
+            ),
+            InferError::InStream { kind, message } => {
+                write!(f, "the provider reported {kind} in the stream: {message}")
+            }
+            InferError::Timeout { timeout_ms, during } => write!(
+                f,
+                "no whole reply within the deadline of {timeout_ms} ms ({during})"
+            ),
+            InferError::Malformed(why) => write!(f, "the provider's reply is malformed: {why}"),
+            InferError::Stopped(why) => write!(f, "the provider stopped the reply: {why}"),
+            InferError::ScriptExhausted(why) => write!(f, "the script has no reply: {why}"),
+        }?;
+        write!(f, "; see docs/runbook.md#{}", self.anchor())
+    }
+}
+
+impl std::error::Error for InferError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_ends_with_its_pointer() {
+        let all = [
+            InferError::UnknownSlot("x".into()),
+            InferError::OverContext {
+                slot: "main".into(),
+                estimate: 10,
+                budget: 5,
+            },
+            InferError::Unreachable("refused".into()),
+            InferError::Auth {
+                status: 401,
+                message: "m".into(),
+            },
+            InferError::Refused {
+                status: 400,
+                message: "m".into(),
+            },
+            InferError::Overloaded {
+                status: 503,
+                message: "m".into(),
+                attempts: 3,
+            },
+            InferError::InStream {
+                kind: "overloaded_error".into(),
+                message: "Overloaded".into(),
+            },
+            InferError::Timeout {
+                timeout_ms: 5,
+                during: "reading the stream".into(),
+            },
+            InferError::malformed("cut"),
+            InferError::Stopped("content_filter".into()),
+            InferError::ScriptExhausted("done".into()),
+        ];
+        for e in all {
+            let s = e.to_string();
+            assert!(
+                s.ends_with(&format!("; see docs/runbook.md#{}", e.anchor())),
+                "{s}"
+            );
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The model API key: read once at start, before the sandbox closes, and never shown.
+//!
+//! [`ApiKey`] has no `Display`, and its `Debug` prints `ApiKey(redacted)`, so no format string,
+//! log line or error can carry the key by accident. The only way to the bytes is
+//! [`ApiKey::header_value`], used where the provider's auth header is built. Text that came back
+//! from a provider (an error message that echoes the key) goes through [`ApiKey::redact`] before
+//! it is logged or sent to loopd.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The runbook anchor of a key that cannot be read, is empty or cannot be a header value.
+pub const KEY_ANCHOR: &str = "inferproxy-key-missing";
+
+/// The systemd credential name the key is read from when `api_key_file` is not set.
+pub const CREDENTIAL: &str = "api_key";
+
+/// A model API key. Never printed, never compared in a way a caller can observe byte by byte.
+pub struct ApiKey(String);
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ApiKey(redacted)")
+    }
+}
+
+/// Why the key could not be had.
+#[derive(Debug)]
+pub enum KeyError {
+    /// Neither `[provider] api_key_file` nor `$CREDENTIALS_DIRECTORY` is set.
+    NotConfigured,
+    /// The file could not be read.
+    Unreadable(PathBuf, io::Error),
+    /// The file holds nothing but whitespace.
+    Empty(PathBuf),
+    /// The key holds a byte an HTTP header value cannot carry (a control character, a line
+    /// break inside it, non-ASCII).
+    NotAHeaderValue(PathBuf),
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::NotConfigured => write!(
+                f,
+                "no API key: set [provider] api_key_file, or pass the systemd credential \
+                 `{CREDENTIAL}` (LoadCredential=)"
+            ),
+            KeyError::Unreadable(p, e) => {
+                write!(f, "cannot read the API key file {}: {e}", p.display())
+            }
+            KeyError::Empty(p) => write!(f, "the API key file {} is empty", p.display()),
+            KeyError::NotAHeaderValue(p) => write!(
+                f,
+                "the API key in {} holds a character an HTTP header cannot carry \
+                 (only printable ASCII is allowed)",
+                p.display()
+            ),
+        }?;
+        write!(f, "; see docs/runbook.md#{KEY_ANCHOR}")
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+impl ApiKey {
+    /// Where the key is read from: `api_key_file` when set, else
+    /// `$CREDENTIALS_DIRECTORY/api_key` (`credentials_directory` is that variable's value).
+    pub fn source(
+        api_key_file: Option<&Path>,
+        credentials_directory: Option<&Path>,
+    ) -> Result<PathBuf, KeyError> {
+        match (api_key_file, credentials_directory) {
+            (Some(p), _) => Ok(p.to_path_buf()),
+            (None, Some(dir)) if !dir.as_os_str().is_empty() => Ok(dir.join(CREDENTIAL)),
+            _ => Err(KeyError::NotConfigured),
+        }
+    }
+
+    /// Read the key from `path`, surrounding whitespace trimmed. An empty key, or one that is
+    /// not printable ASCII (it would not survive as a header value, or could split a header),
+    /// is refused.
+    pub fn read(path: &Path) -> Result<ApiKey, KeyError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| KeyError::Unreadable(path.into(), e))?;
+        ApiKey::from_text(path, &text)
+    }
+
+    fn from_text(path: &Path, text: &str) -> Result<ApiKey, KeyError> {
+        let key = text.trim();
+        if key.is_empty() {
+            return Err(KeyError::Empty(path.into()));
+        }
+        if !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(KeyError::NotAHeaderValue(path.into()));
+        }
+        Ok(ApiKey(key.to_string()))
+    }
+
+    /// The key, for the provider's auth header and nothing else.
+    pub(crate) fn header_value(&self) -> &str {
+        &self.0
+    }
+
+    /// `text` with every occurrence of the key replaced by `[redacted]`: for anything a
+    /// provider sent back that is logged or forwarded.
+    pub fn redact(&self, text: &str) -> String {
+        text.replace(self.0.as_str(), "[redacted]")
+    }
+}
+
+impl Drop for ApiKey {
+    fn drop(&mut self) {
+        // Overwrite the bytes before the allocation is freed, so a later allocation cannot
+        // read the key back. Volatile writes: the compiler may not drop them as dead stores.
+        // SAFETY: every byte is overwritten with 0, which keeps the string valid UTF-8, and the
+        // pointer stays within the string's length.
+        unsafe {
+            let bytes = self.0.as_bytes_mut();
+            for b in bytes.iter_mut() {
+                std::ptr::write_volatile(b, 0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let k = ApiKey::from_text(Path::new("k"), "sk-test-123\n").unwrap();
+        assert_eq!(format!("{k:?}"), "ApiKey(redacted)");
+        assert_eq!(format!("{:?}", Some(&k)), "Some(ApiKey(redacted))");
+        assert_eq!(k.header_value(), "sk-test-123");
+    }
+
+    #[test]
+    fn surrounding_whitespace_is_trimmed() {
+        let k = ApiKey::from_text(Path::new("k"), "  \tsk-abc \r\n\n").unwrap();
+        assert_eq!(k.header_value(), "sk-abc");
+    }
+
+    #[test]
+    fn an_empty_key_is_refused() {
+        let e = ApiKey::from_text(Path::new("/run/k"), " \n\t").unwrap_err();
+        assert!(matches!(e, KeyError::Empty(_)));
+        assert_eq!(
+            e.to_string(),
+            "the API key file /run/k is empty; see docs/runbook.md#inferproxy-key-missing"
+        );
+    }
+
+    #[test]
+    fn a_key_that_could_split_a_header_is_refused_without_showing_it() {
+        let e = ApiKey::from_text(Path::new("k"), "sk-a\r\nX-Evil: 1").unwrap_err();
+        assert!(matches!(e, KeyError::NotAHeaderValue(_)));
+        assert!(!e.to_string().contains("sk-a"), "{e}");
+        assert!(ApiKey::from_text(Path::new("k"), "sk-é").is_err());
+    }
+
+    #[test]
+    fn the_file_wins_over_the_credential_directory() {
+        let p = ApiKey::source(Some(Path::new("/a/key")), Some(Path::new("/creds"))).unwrap();
+        assert_eq!(p, Path::new("/a/key"));
+        let p = ApiKey::source(None, Some(Path::new("/creds"))).unwrap();
+        assert_eq!(p, Path::new("/creds/api_key"));
+        assert!(matches!(
+            ApiKey::source(None, None),
+            Err(KeyError::NotConfigured)
+        ));
+        assert!(matches!(
+            ApiKey::source(None, Some(Path::new(""))),
+            Err(KeyError::NotConfigured)
+        ));
+    }
+
+    #[test]
+    fn a_missing_file_is_refused_with_its_path() {
+        let e = ApiKey::read(Path::new("/nonexistent/inferproxy/key")).unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with("cannot read the API key file /nonexistent/inferproxy/key"));
+        assert!(s.ends_with("see docs/runbook.md#inferproxy-key-missing"));
+    }
+
+    #[test]
+    fn redact_removes_every_copy_of_the_key() {
+        let k = ApiKey::from_text(Path::new("k"), "sk-SECRET").unwrap();
+        assert_eq!(
+            k.redact("Incorrect API key provided: sk-SECRET (sk-SECRET)"),
+            "Incorrect API key provided: [redacted] ([redacted])"
+        );
+    }
+}

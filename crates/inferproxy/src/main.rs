@@ -1,0 +1,5 @@
+//! `inferproxy serve --config FILE` and `inferproxy check --config FILE`.
+
+fn main() -> std::process::ExitCode {
+    inferproxy::daemon::main()
+}

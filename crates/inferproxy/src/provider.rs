@@ -1,0 +1,531 @@
+//! One inference, whatever the provider: the slot, the deadline, the retries, the stream.
+//!
+//! The HTTP providers share everything but their wire format: one deadline for the whole
+//! request (connect, retries, waits and every byte of the stream; the HTTP client is given only
+//! the time that is left, so a provider that trickles bytes cannot hold a request past it),
+//! retries on 429, 5xx and failed connections with backoff or the provider's `Retry-After`, only
+//! before the first byte is forwarded, and every failure an [`InferError`].
+
+use std::collections::BTreeMap;
+use std::io::{BufReader, Read};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bxcore::{InferReply, InferRequest};
+use ureq::http::HeaderValue;
+use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+
+use crate::anthropic;
+use crate::config::{Config, Endpoint, Limits, ProviderKind, Slot};
+use crate::error::InferError;
+use crate::key::ApiKey;
+use crate::openai;
+use crate::reply::Draft;
+use crate::retry;
+use crate::script::Script;
+use crate::sse;
+use crate::stream::{Failure, Flow, MAX_REPLY, StreamParser};
+
+/// The CA bundles looked for, in order, when `[provider] ca_file` is not set.
+pub const SYSTEM_CA_FILES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/ssl/certs/ca-bundle.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// The most bytes of an error response that are read for its message.
+const MAX_ERROR_BODY: u64 = 64 * 1024;
+
+/// Who answers.
+#[derive(Debug)]
+pub enum Provider {
+    Script(Script),
+    Http(Http),
+}
+
+/// An OpenAI-compatible or Anthropic endpoint, its key and its HTTP client.
+pub struct Http {
+    kind: ProviderKind,
+    endpoint: Endpoint,
+    key: ApiKey,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Http {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http")
+            .field("kind", &self.kind)
+            .field("endpoint", &self.endpoint)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the provider could not be set up at start (the configuration loaded; a file it names
+/// did not).
+#[derive(Debug)]
+pub enum SetupError {
+    Key(crate::key::KeyError),
+    Script(crate::script::ScriptError),
+    /// The CA bundle: its path and what is wrong.
+    Ca(String),
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::Key(e) => write!(f, "{e}"),
+            SetupError::Script(e) => write!(f, "{e}"),
+            SetupError::Ca(why) => write!(
+                f,
+                "{why}; see docs/runbook.md#{}",
+                crate::config::CONFIG_ANCHOR
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+/// Load the trusted CA certificates from `ca_file`, or the first system bundle that exists.
+pub fn load_roots(
+    ca_file: Option<&Path>,
+) -> Result<(std::path::PathBuf, Vec<Certificate<'static>>), SetupError> {
+    let path = match ca_file {
+        Some(p) => p.to_path_buf(),
+        None => SYSTEM_CA_FILES
+            .iter()
+            .map(Path::new)
+            .find(|p| p.is_file())
+            .ok_or_else(|| {
+                SetupError::Ca(format!(
+                    "no CA bundle for the https provider: none of {} exists; set [provider] ca_file",
+                    SYSTEM_CA_FILES.join(", ")
+                ))
+            })?
+            .to_path_buf(),
+    };
+    let pem = std::fs::read(&path).map_err(|e| {
+        SetupError::Ca(format!("cannot read the CA bundle {}: {e}", path.display()))
+    })?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(SetupError::Ca(format!(
+                    "the CA bundle {} does not parse: {e}",
+                    path.display()
+                )));
+            }
+        }
+    }
+    if certs.is_empty() {
+        return Err(SetupError::Ca(format!(
+            "the CA bundle {} holds no certificate",
+            path.display()
+        )));
+    }
+    Ok((path, certs))
+}
+
+impl Http {
+    /// The client for `endpoint`: no proxy from the environment (Landlock allows the
+    /// provider's port only), no redirects (a redirect could carry the key elsewhere), TLS
+    /// with `roots` for `https`.
+    pub fn new(
+        kind: ProviderKind,
+        endpoint: Endpoint,
+        key: ApiKey,
+        roots: Vec<Certificate<'static>>,
+    ) -> Http {
+        let mut cfg = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .max_redirects(0)
+            .https_only(endpoint.tls)
+            .user_agent(concat!("inferproxy/", env!("CARGO_PKG_VERSION")))
+            .max_response_header_size(64 * 1024);
+        if endpoint.tls {
+            cfg = cfg.tls_config(
+                TlsConfig::builder()
+                    .root_certs(RootCerts::Specific(Arc::new(roots)))
+                    .build(),
+            );
+        }
+        Http {
+            kind,
+            endpoint,
+            key,
+            agent: cfg.build().new_agent(),
+        }
+    }
+
+    /// The endpoint requests go to.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn parser(&self, max_tokens: u32) -> Box<dyn StreamParser> {
+        match self.kind {
+            ProviderKind::Anthropic => Box::new(anthropic::Stream::new(max_tokens)),
+            _ => Box::new(openai::Stream::new(max_tokens)),
+        }
+    }
+
+    fn body(&self, req: &InferRequest, slot: &Slot) -> Vec<u8> {
+        let v = match self.kind {
+            ProviderKind::Anthropic => anthropic::request_body(req, slot),
+            _ => openai::request_body(req, slot),
+        };
+        v.to_string().into_bytes()
+    }
+
+    /// One request, retried by the rules in the module doc.
+    fn infer(
+        &self,
+        req: &InferRequest,
+        slot: &Slot,
+        limits: &Limits,
+        deliver: &mut dyn FnMut(&str),
+    ) -> Result<InferReply, InferError> {
+        let until = Instant::now()
+            .checked_add(limits.timeout())
+            .ok_or_else(|| {
+                InferError::Unreachable("the deadline is past what the clock can hold".into())
+            })?;
+        let body = self.body(req, slot);
+        let mut forwarded = false;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let mut forward = |t: &str| {
+                forwarded = true;
+                deliver(t);
+            };
+            let failure = match self.attempt(&body, slot.max_tokens, until, limits, &mut forward) {
+                Ok(draft) => return draft.finish(req.first_call),
+                Err(f) => f,
+            };
+            let error = with_attempts(failure.error, attempt);
+            if !failure.retryable || forwarded || attempt > limits.retries {
+                return Err(error);
+            }
+            let wait = failure
+                .retry_after
+                .unwrap_or_else(|| retry::backoff(limits.backoff(), attempt));
+            let left = until.saturating_duration_since(Instant::now());
+            if wait >= left {
+                tracing::info!(
+                    "inferproxy: no retry after attempt {attempt}: the wait of {} ms is past the deadline",
+                    wait.as_millis()
+                );
+                return Err(error);
+            }
+            tracing::info!(
+                "inferproxy: attempt {attempt} failed, retrying in {} ms: {error}",
+                wait.as_millis()
+            );
+            std::thread::sleep(wait);
+        }
+    }
+
+    fn attempt(
+        &self,
+        body: &[u8],
+        max_tokens: u32,
+        until: Instant,
+        limits: &Limits,
+        deliver: &mut dyn FnMut(&str),
+    ) -> Result<Draft, Failure> {
+        let timeout = |during: &str| {
+            Failure::fatal(InferError::Timeout {
+                timeout_ms: limits.timeout_ms,
+                during: during.to_string(),
+            })
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timeout("before the request was sent"));
+        }
+        let mut rb = self
+            .agent
+            .post(&self.endpoint.url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream");
+        let (name, value) = match self.kind {
+            ProviderKind::Anthropic => {
+                rb = rb.header("anthropic-version", anthropic::API_VERSION);
+                ("x-api-key", self.key.header_value().to_string())
+            }
+            _ => (
+                "authorization",
+                format!("Bearer {}", self.key.header_value()),
+            ),
+        };
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            Failure::fatal(InferError::Unreachable(
+                "the API key cannot be a header value".into(),
+            ))
+        })?;
+        value.set_sensitive(true);
+        if let Some(h) = rb.headers_mut() {
+            h.insert(name, value);
+        }
+        let result = rb.config().timeout_global(Some(left)).build().send(body);
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => return Err(self.transport_failure(e, until, &timeout)),
+        };
+        let status = resp.status().as_u16();
+        let header = |n: &str| {
+            resp.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let retry_after = retry::retry_after(
+            header("retry-after-ms").as_deref(),
+            header("retry-after").as_deref(),
+            SystemTime::now(),
+        );
+        let json = header("content-type").is_some_and(|c| {
+            c.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+        let body = resp.into_body();
+        if !(200..300).contains(&status) {
+            let mut text = String::new();
+            let _ = body
+                .into_with_config()
+                .limit(MAX_ERROR_BODY)
+                .lossy_utf8(true)
+                .reader()
+                .take(MAX_ERROR_BODY)
+                .read_to_string(&mut text);
+            let message = self.key.redact(&crate::stream::error_message(&text));
+            return Err(status_failure(status, message, retry_after));
+        }
+        // No byte limit on the body: a stream is read an event at a time (each bounded), what
+        // it gathers is bounded by MAX_REPLY, and its duration by the deadline. A long reply's
+        // event framing alone can be many times its text.
+        let reader = body.into_reader();
+        let mut parser = self.parser(max_tokens);
+        let cut = |e: std::io::Error, what: &str| -> Failure {
+            if Instant::now() >= until || io_is_timeout(&e) {
+                timeout(what)
+            } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Failure::retry(InferError::malformed(format!(
+                    "the stream was cut off while {what}"
+                )))
+            } else {
+                Failure::retry(InferError::Unreachable(format!(
+                    "the connection broke while {what}: {}",
+                    self.key.redact(&e.to_string())
+                )))
+            }
+        };
+        if json {
+            let mut text = String::new();
+            reader
+                .take(MAX_REPLY as u64 + 1)
+                .read_to_string(&mut text)
+                .map_err(|e| cut(e, "reading the reply"))?;
+            if text.len() > MAX_REPLY {
+                return Err(Failure::fatal(InferError::malformed(format!(
+                    "the reply is over {MAX_REPLY} bytes"
+                ))));
+            }
+            return match self.kind {
+                ProviderKind::Anthropic => anthropic::whole(&text, max_tokens, deliver),
+                _ => openai::whole(&text, max_tokens, deliver),
+            };
+        }
+        let mut events = sse::Reader::new(BufReader::new(reader));
+        loop {
+            match events.next_event() {
+                Ok(Some(ev)) => {
+                    if parser.event(&ev, deliver)? == Flow::Done {
+                        return parser.finish();
+                    }
+                    if Instant::now() >= until {
+                        return Err(timeout("reading the stream"));
+                    }
+                }
+                Ok(None) => {
+                    return Err(Failure::retry(InferError::malformed(
+                        "the stream was cut off before its end (no [DONE] or message_stop)",
+                    )));
+                }
+                Err(sse::SseError::Io(e)) => return Err(cut(e, "reading the stream")),
+                Err(sse::SseError::TooLong) => {
+                    return Err(Failure::fatal(InferError::malformed(format!(
+                        "an event over {} bytes",
+                        sse::MAX_EVENT
+                    ))));
+                }
+                Err(sse::SseError::NotUtf8) => {
+                    return Err(Failure::fatal(InferError::malformed(
+                        "the stream is not UTF-8",
+                    )));
+                }
+            }
+        }
+    }
+
+    fn transport_failure(
+        &self,
+        e: ureq::Error,
+        until: Instant,
+        timeout: &dyn Fn(&str) -> Failure,
+    ) -> Failure {
+        let why = self.key.redact(&e.to_string());
+        match e {
+            ureq::Error::Timeout(_) => timeout("waiting for the provider's answer"),
+            _ if Instant::now() >= until => timeout("waiting for the provider's answer"),
+            // rustls reports a failed handshake (an untrusted certificate, a wrong name) as
+            // invalid data: trying again cannot fix it.
+            ureq::Error::Io(ref io) if io.kind() == std::io::ErrorKind::InvalidData => {
+                Failure::fatal(InferError::Unreachable(format!(
+                    "{} ({}:{}): TLS: {why}",
+                    self.endpoint.url, self.endpoint.host, self.endpoint.port
+                )))
+            }
+            ureq::Error::HostNotFound
+            | ureq::Error::ConnectionFailed
+            | ureq::Error::Io(_)
+            | ureq::Error::Protocol(_) => Failure::retry(InferError::Unreachable(format!(
+                "{} ({}:{}): {why}",
+                self.endpoint.url, self.endpoint.host, self.endpoint.port
+            ))),
+            _ => Failure::fatal(InferError::Unreachable(format!(
+                "{}: {why}",
+                self.endpoint.url
+            ))),
+        }
+    }
+}
+
+/// Whether an error from reading the body is ureq's deadline running out.
+fn io_is_timeout(e: &std::io::Error) -> bool {
+    bxcore::deadline::is_timeout(e)
+        || e.get_ref()
+            .and_then(|x| x.downcast_ref::<ureq::Error>())
+            .is_some_and(|x| matches!(x, ureq::Error::Timeout(_)))
+}
+
+/// What an HTTP status that is not success means.
+fn status_failure(status: u16, message: String, retry_after: Option<Duration>) -> Failure {
+    match status {
+        401 | 403 => Failure::fatal(InferError::Auth { status, message }),
+        408 | 409 | 429 | 500..=599 => Failure {
+            error: InferError::Overloaded {
+                status,
+                message,
+                attempts: 1,
+            },
+            retryable: true,
+            retry_after,
+        },
+        _ => Failure::fatal(InferError::Refused { status, message }),
+    }
+}
+
+/// The error with the number of attempts made, where it counts them.
+fn with_attempts(e: InferError, n: u32) -> InferError {
+    match e {
+        InferError::Overloaded {
+            status, message, ..
+        } => InferError::Overloaded {
+            status,
+            message,
+            attempts: n,
+        },
+        other => other,
+    }
+}
+
+/// Everything one inference needs: the provider, the slots and the limits.
+#[derive(Debug)]
+pub struct Inference {
+    provider: Provider,
+    slots: BTreeMap<String, Slot>,
+    limits: Limits,
+}
+
+impl Inference {
+    pub fn new(provider: Provider, slots: BTreeMap<String, Slot>, limits: Limits) -> Inference {
+        Inference {
+            provider,
+            slots,
+            limits,
+        }
+    }
+
+    /// Build everything from a loaded configuration: read the key (`credentials_directory` is
+    /// `$CREDENTIALS_DIRECTORY`), the CA bundle and the script. Call it before the sandbox.
+    pub fn from_config(
+        cfg: &Config,
+        credentials_directory: Option<&Path>,
+    ) -> Result<Inference, SetupError> {
+        let provider = match cfg.provider.kind {
+            ProviderKind::Script => {
+                let path = cfg.provider.script.as_deref().unwrap_or(Path::new(""));
+                Provider::Script(Script::load(path).map_err(SetupError::Script)?)
+            }
+            kind => {
+                let endpoint = cfg.endpoint().map_err(SetupError::Ca)?;
+                let source =
+                    ApiKey::source(cfg.provider.api_key_file.as_deref(), credentials_directory)
+                        .map_err(SetupError::Key)?;
+                let key = ApiKey::read(&source).map_err(SetupError::Key)?;
+                let roots = if endpoint.tls {
+                    load_roots(cfg.provider.ca_file.as_deref())?.1
+                } else {
+                    Vec::new()
+                };
+                Provider::Http(Http::new(kind, endpoint, key, roots))
+            }
+        };
+        Ok(Inference::new(
+            provider,
+            cfg.slots.clone(),
+            cfg.limits.clone(),
+        ))
+    }
+
+    pub fn provider(&self) -> &Provider {
+        &self.provider
+    }
+
+    /// Answer one request, forwarding text to `deliver` as it arrives.
+    pub fn infer(
+        &self,
+        req: &InferRequest,
+        deliver: &mut dyn FnMut(&str),
+    ) -> Result<InferReply, InferError> {
+        let slot = self
+            .slots
+            .get(&req.slot)
+            .ok_or_else(|| InferError::UnknownSlot(req.slot.clone()))?;
+        let bytes = serde_json::to_vec(&req.messages)
+            .map(|v| v.len())
+            .unwrap_or(0)
+            + serde_json::to_vec(&req.tools).map(|v| v.len()).unwrap_or(0);
+        let estimate = (bytes / 4) as u64;
+        if estimate > slot.context_tokens {
+            return Err(InferError::OverContext {
+                slot: req.slot.clone(),
+                estimate,
+                budget: slot.context_tokens,
+            });
+        }
+        match &self.provider {
+            Provider::Script(s) => s.infer(req, deliver),
+            Provider::Http(h) => h.infer(req, slot, &self.limits, deliver),
+        }
+    }
+}
