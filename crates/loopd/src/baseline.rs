@@ -1,0 +1,92 @@
+//! The baseline a new session starts with: `<home>/loop/system.md` (who the box is and how it
+//! behaves) and `<home>/loop/memory/core.md` (what it always remembers about its owner).
+//!
+//! Both are read when a session is created and written into its first record, so a session keeps
+//! the baseline it began with even when the files change later. A file that is absent is empty
+//! (a fresh box has no core memory yet); a file that exists but cannot be read refuses the
+//! session, because starting without the owner's core memory would quietly change who the box is.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// The largest `system.md` or `core.md`, in bytes: the whole baseline travels in every
+/// inference request, which is one frame of at most 1 MiB.
+pub const MAX_FILE: u64 = 256 * 1024;
+
+/// The heading that separates the system prompt from the core memory.
+pub const CORE_HEADING: &str = "# Core memory";
+
+/// The assembled baseline: the system message a new session starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Baseline {
+    pub system: String,
+}
+
+/// Why the baseline could not be assembled.
+#[derive(Debug)]
+pub enum BaselineError {
+    /// `system.md` exists but could not be read.
+    Read(PathBuf, io::Error),
+    /// `memory/core.md` exists but could not be read.
+    Core(PathBuf, io::Error),
+}
+
+impl fmt::Display for BaselineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BaselineError::Read(path, err) => write!(
+                f,
+                "{}: {err}; see docs/runbook.md#system-prompt-unreadable",
+                path.display()
+            ),
+            BaselineError::Core(path, err) => write!(
+                f,
+                "{}: {err}; see docs/runbook.md#core-memory-unreadable",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BaselineError {}
+
+impl Baseline {
+    /// Read `<loop_dir>/system.md` and `<loop_dir>/memory/core.md`.
+    pub fn assemble(loop_dir: &Path) -> Result<Baseline, BaselineError> {
+        let system_path = loop_dir.join("system.md");
+        let core_path = loop_dir.join("memory").join("core.md");
+        let system =
+            read_optional(&system_path).map_err(|e| BaselineError::Read(system_path, e))?;
+        let core = read_optional(&core_path).map_err(|e| BaselineError::Core(core_path, e))?;
+        let mut text = system.trim_end().to_string();
+        if !core.trim().is_empty() {
+            if !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            text.push_str(CORE_HEADING);
+            text.push_str("\n\n");
+            text.push_str(core.trim_end());
+        }
+        Ok(Baseline { system: text })
+    }
+}
+
+/// The file's text; an absent file is empty. Over `MAX_FILE` or not UTF-8 is an error.
+fn read_optional(path: &Path) -> io::Result<String> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {MAX_FILE} bytes"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("not UTF-8: {e}")))
+}

@@ -1,0 +1,209 @@
+//! The broker port: every tool call that is not a core tool goes to brokerd over broker.sock.
+//!
+//! Whatever goes wrong there, the model gets a plain failure and the turn goes on; loopd logs one
+//! line that points at the runbook. One connection per call, no retries (brokerd records every
+//! call it sees, so a retry would be a second call), and one deadline for the whole answer read
+//! through `Deadline`, so a peer that trickles bytes cannot hold a turn past its timeout.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bxcore::client;
+use bxcore::deadline::Deadline;
+use bxcore::{
+    Envelope, FrameError, Message, Timestamp, ToolDef, ToolRequest, ToolResponse, read_frame,
+    write_frame,
+};
+
+use crate::config::MAX_TIMEOUT_MS;
+use crate::tools::{Pending, ToolPort};
+
+pub const UNAVAILABLE: &str = "the tool broker is unavailable";
+pub const NOT_CONFIGURED: &str = "no tool broker is configured";
+pub const TOO_LARGE: &str = "the request is too large for the tool broker";
+pub const POINTER: &str = "see docs/runbook.md#broker-unavailable";
+
+/// `loopd: {UNAVAILABLE}: {why}; {POINTER}`
+pub fn unavailable_line(why: &str) -> String {
+    format!("loopd: {UNAVAILABLE}: {why}; {POINTER}")
+}
+
+/// `loopd: {NOT_CONFIGURED}: every tool call except the core ones will fail; {POINTER}`
+pub fn not_configured_line() -> String {
+    format!("loopd: {NOT_CONFIGURED}: every tool call except the core ones will fail; {POINTER}")
+}
+
+/// A logger for the port's outage lines.
+pub type Log = Box<dyn Fn(&str) + Send + Sync>;
+
+/// Asks brokerd, one connection per call.
+pub struct BrokerPort {
+    socket: PathBuf,
+    timeout: Duration,
+    log: Log,
+}
+
+impl std::fmt::Debug for BrokerPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerPort")
+            .field("socket", &self.socket)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BrokerPort {
+    /// A port that logs to stderr.
+    pub fn new(socket: PathBuf, timeout: Duration) -> BrokerPort {
+        BrokerPort::with_log(socket, timeout, Box::new(|l| eprintln!("{l}")))
+    }
+
+    pub fn with_log(socket: PathBuf, timeout: Duration, log: Log) -> BrokerPort {
+        BrokerPort {
+            socket,
+            timeout,
+            log,
+        }
+    }
+
+    /// Every U exit: log the line once, answer `Failed { UNAVAILABLE }`. The caller drops the
+    /// stream by returning.
+    fn unavailable(&self, why: &str) -> ToolResponse {
+        (self.log)(&unavailable_line(why));
+        ToolResponse::Failed {
+            message: UNAVAILABLE.to_string(),
+        }
+    }
+
+    /// The deadline after a pending frame: `expires` (from a peer: every sum checked), then the
+    /// timeout on top. An `expires` in the past leaves the timeout; one more than 24 hours away
+    /// is too far.
+    fn after_pending(&self, expires: Timestamp) -> Option<Instant> {
+        let wait = expires
+            .unix_millis()
+            .saturating_sub(Timestamp::now().unix_millis());
+        if wait > MAX_TIMEOUT_MS {
+            return None;
+        }
+        Instant::now()
+            .checked_add(Duration::from_millis(wait))?
+            .checked_add(self.timeout)
+    }
+}
+
+impl ToolPort for BrokerPort {
+    fn call(&self, request: &ToolRequest, on_pending: &mut dyn FnMut(&Pending)) -> ToolResponse {
+        let want = request.call.0;
+        // 1. The first deadline, taken before connecting.
+        let Some(mut until) = Instant::now().checked_add(self.timeout) else {
+            return self.unavailable("the timeout is too large");
+        };
+        // 2.
+        let mut stream = match UnixStream::connect(&self.socket) {
+            Ok(s) => s,
+            Err(e) => {
+                return self
+                    .unavailable(&format!("cannot connect to {}: {e}", self.socket.display()));
+            }
+        };
+        // 3.
+        if let Err(e) = stream.set_write_timeout(Some(self.timeout)) {
+            return self.unavailable(&format!("cannot set a timeout: {e}"));
+        }
+        // 4.
+        let env = Envelope::new(want, true, Message::ToolRequest(request.clone()));
+        match write_frame(&mut stream, &env) {
+            Ok(()) => {}
+            Err(FrameError::TooLarge(_)) => {
+                return ToolResponse::Failed {
+                    message: TOO_LARGE.to_string(),
+                };
+            }
+            Err(e) => return self.unavailable(&format!("cannot send the request: {e}")),
+        }
+        let mut pending_seen = false;
+        loop {
+            // 5.
+            let env = match read_frame(&mut Deadline::new(&stream, until)) {
+                Ok(env) => env,
+                Err(FrameError::Closed) => {
+                    return self.unavailable("the connection closed before the final answer");
+                }
+                Err(e) if e.is_timeout() => return self.unavailable("no answer in time"),
+                Err(e) => return self.unavailable(&format!("bad frame: {e}")),
+            };
+            // 6.
+            if env.id != want {
+                return self.unavailable(&format!("an answer for request {}, not {want}", env.id));
+            }
+            // 7.
+            let response = match env.msg {
+                Message::ToolResponse(r) => r,
+                Message::Error(e) => {
+                    return self
+                        .unavailable(&format!("the broker reported an error: {}", e.detail));
+                }
+                _ => return self.unavailable("an unexpected message"),
+            };
+            match (response, env.last) {
+                // 8.
+                (ToolResponse::PendingApproval { .. }, true) => {
+                    return self.unavailable("a pending frame marked final");
+                }
+                // 10.
+                (ToolResponse::PendingApproval { approval, expires }, false) => {
+                    if pending_seen {
+                        return self.unavailable("a second pending frame");
+                    }
+                    pending_seen = true;
+                    match self.after_pending(expires) {
+                        Some(next) => until = next,
+                        None => return self.unavailable("an expiry too far away"),
+                    }
+                    on_pending(&Pending { approval, expires });
+                }
+                // 9.
+                (_, false) => return self.unavailable("an answer not marked final"),
+                // 11.
+                (answer, true) => return answer,
+            }
+        }
+    }
+
+    /// brokerd's `tools_list`, through the shared client. A broker that cannot say offers no
+    /// tools this turn, and the outage is logged like any other.
+    fn list(&self) -> Vec<ToolDef> {
+        match client::call(&self.socket, self.timeout, 0, Message::ToolsList {}, |_| {}) {
+            Ok(Message::Tools(t)) => t.tools,
+            Ok(other) => {
+                (self.log)(&unavailable_line(&format!(
+                    "tools_list was answered with {}",
+                    other.kind()
+                )));
+                Vec::new()
+            }
+            Err(e) => {
+                (self.log)(&unavailable_line(&format!("cannot list the tools: {e}")));
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// No broker configured: every call fails plainly, and nothing is logged per call (the
+/// `not_configured_line` is printed once at start).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoBroker;
+
+impl ToolPort for NoBroker {
+    fn call(&self, _request: &ToolRequest, _on_pending: &mut dyn FnMut(&Pending)) -> ToolResponse {
+        ToolResponse::Failed {
+            message: NOT_CONFIGURED.to_string(),
+        }
+    }
+
+    fn list(&self) -> Vec<ToolDef> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,285 @@
+//! The channel server on loop.sock: one connection, one `turn` frame in, `turn_event` frames out
+//! as they happen, then one final `turn_done` or `error`. A session runs one turn at a time.
+//!
+//! The server keeps no session state in memory but the set of busy sessions: everything else is
+//! in the session logs, so any connection can resume any session and a restart loses nothing.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::io;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bxcore::{
+    Envelope, ErrorCode, Message, SessionId, TurnDone, TurnEvent, TurnRecord, write_frame,
+};
+use bxharden::PeerPolicy;
+use bxharden::serve::{LISTENER_ANCHOR, PEER_REFUSED_ANCHOR};
+
+use crate::baseline::Baseline;
+use crate::config::Config;
+use crate::infer::Client;
+use crate::outbox::{OUTBOX_UNWRITABLE_ANCHOR, Outbox};
+use crate::session::{Session, TORN_TAIL_ANCHOR};
+use crate::tools::{Registry, ToolPort};
+use crate::turn::{Runtime, TurnError, run_turn};
+
+/// How long each frame loopd writes may take to be taken.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything a turn needs, shared by every connection.
+pub struct Context {
+    pub cfg: Config,
+    pub client: Client,
+    pub port: Box<dyn ToolPort>,
+    pub registry: Registry,
+    busy: Mutex<HashSet<SessionId>>,
+    outbox: Option<Arc<Outbox>>,
+    peers: Option<PeerPolicy>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("cfg", &self.cfg)
+            .field("client", &self.client)
+            .field("outbox", &self.outbox)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub fn new(
+        cfg: Config,
+        client: Client,
+        port: Box<dyn ToolPort>,
+        registry: Registry,
+    ) -> Context {
+        Context {
+            cfg,
+            client,
+            port,
+            registry,
+            busy: Mutex::new(HashSet::new()),
+            outbox: None,
+            peers: None,
+        }
+    }
+
+    /// Hand every finished turn to this outbox (the memory hand-off).
+    pub fn with_outbox(mut self, outbox: Arc<Outbox>) -> Context {
+        self.outbox = Some(outbox);
+        self
+    }
+
+    /// Serve only the peers this policy allows (checked before a byte is read).
+    pub fn with_peers(mut self, peers: PeerPolicy) -> Context {
+        self.peers = Some(peers);
+        self
+    }
+
+    /// Whether a session is running a turn now.
+    pub fn is_busy(&self, session: &SessionId) -> bool {
+        self.busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(session)
+    }
+}
+
+/// The busy mark of one session, removed when dropped.
+struct Busy<'a> {
+    set: &'a Mutex<HashSet<SessionId>>,
+    id: SessionId,
+}
+
+impl<'a> Busy<'a> {
+    fn mark(set: &'a Mutex<HashSet<SessionId>>, id: &SessionId) -> Option<Busy<'a>> {
+        let fresh = set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone());
+        fresh.then(|| Busy {
+            set,
+            id: id.clone(),
+        })
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.set
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+/// Accepts connections forever, one thread each. Returns only if `accept` fails.
+pub fn serve(listener: UnixListener, ctx: Arc<Context>) -> io::Result<()> {
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(policy) = &ctx.peers {
+            if let Err(uid) = policy.check(&stream) {
+                refuse_peer(stream, policy, uid);
+                continue;
+            }
+        }
+        let conn = Arc::clone(&ctx);
+        // Unnamed: naming a thread is a `prctl`, which loopd's seccomp list does not allow.
+        let spawned = std::thread::Builder::new().spawn(move || handle(stream, conn));
+        if let Err(e) = spawned {
+            // The connection is closed with the closure that held it; the server goes on.
+            bxharden::runbook!(
+                LISTENER_ANCHOR,
+                "cannot start a thread for a connection on loop.sock, it is closed: {e}"
+            );
+        }
+    }
+}
+
+/// A peer `[peers]` does not list: one line, `forbidden`, closed.
+fn refuse_peer(mut stream: UnixStream, policy: &PeerPolicy, uid: Option<u32>) {
+    let uid = uid.map_or_else(|| "unknown".to_string(), |u| u.to_string());
+    let socket = policy.socket();
+    bxharden::runbook!(
+        PEER_REFUSED_ANCHOR,
+        "refused a connection from uid {uid} on {socket}"
+    );
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = write_frame(
+        &mut stream,
+        &Envelope::error(
+            0,
+            ErrorCode::Forbidden,
+            format!("uid {uid} may not connect to {socket}"),
+        ),
+    );
+}
+
+/// The connection's writer: after the first failed write the channel is gone and nothing more is
+/// sent.
+struct Reply {
+    stream: UnixStream,
+    id: u64,
+    gone: bool,
+}
+
+impl Reply {
+    fn send(&mut self, last: bool, msg: Message) {
+        if self.gone {
+            return;
+        }
+        if write_frame(&mut self.stream, &Envelope::new(self.id, last, msg)).is_err() {
+            self.gone = true;
+        }
+    }
+}
+
+/// One connection.
+pub fn handle(mut stream: UnixStream, ctx: Arc<Context>) {
+    // 1. and `ping`: the first frame, whole, within its deadline; a malformed one is answered
+    // with its error code (id 0) and the connection closed; `ping` is answered with `pong`.
+    let Some(env) = bxharden::serve::read_request(&mut stream) else {
+        return;
+    };
+    let mut reply = Reply {
+        stream,
+        id: env.id,
+        gone: false,
+    };
+    // 2. Only `turn`.
+    let turn = match env.msg {
+        Message::Turn(t) => t,
+        other => {
+            reply.send(
+                true,
+                Message::Error(bxcore::WireError {
+                    code: ErrorCode::BadMessage,
+                    detail: format!("loop.sock takes a turn, not {}", other.kind()),
+                }),
+            );
+            return;
+        }
+    };
+    // 3.
+    let Some(busy) = Busy::mark(&ctx.busy, &turn.session) else {
+        reply.send(
+            true,
+            Message::Error(bxcore::WireError {
+                code: ErrorCode::SessionBusy,
+                detail: format!("the session {} is running a turn already", turn.session),
+            }),
+        );
+        return;
+    };
+    // 4.
+    let result = run(&ctx, &turn, &mut reply);
+    // 5. Release before the last frame: a channel that sends its next turn the moment it reads
+    // the final frame must find the session free.
+    drop(busy);
+    // 6.
+    let last = match result {
+        Ok(done) => Message::TurnDone(done),
+        Err(e) => Message::Error(bxcore::WireError {
+            code: e.code(),
+            detail: e.to_string(),
+        }),
+    };
+    // 7. A failed write means the channel went away: `Reply` stops sending.
+    reply.send(true, last);
+}
+
+/// Open or create the session, run the turn, hand it to memory.
+fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone, TurnError> {
+    let dir = ctx.cfg.sessions_dir();
+    let mut session = if turn.resume {
+        Session::open(&dir, &turn.session, &|l| {
+            bxharden::log::line(TORN_TAIL_ANCHOR, l)
+        })?
+    } else {
+        let baseline = Baseline::assemble(&ctx.cfg.loop_dir()).map_err(TurnError::Baseline)?;
+        Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?
+    };
+    let mut emit = |event: TurnEvent| reply.send(false, Message::TurnEvent { event });
+    let mut rt = Runtime {
+        limits: &ctx.cfg.turns,
+        client: &ctx.client,
+        port: ctx.port.as_ref(),
+        registry: &ctx.registry,
+        emit: &mut emit,
+    };
+    let finished = run_turn(&mut rt, &mut session, &turn.text)?;
+    if let Some(outbox) = &ctx.outbox {
+        let record = TurnRecord {
+            session: turn.session.clone(),
+            turn: finished.turn,
+            messages: finished.messages,
+        };
+        if let Err(e) = outbox.put(&record) {
+            bxharden::runbook!(
+                OUTBOX_UNWRITABLE_ANCHOR,
+                "cannot write turn {} of {} to the memory outbox {}: {e}",
+                record.turn,
+                record.session,
+                outbox.dir().display()
+            );
+        }
+    }
+    Ok(TurnDone {
+        session: turn.session.clone(),
+        usage: finished.usage,
+    })
+}

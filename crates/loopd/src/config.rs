@@ -1,0 +1,273 @@
+//! `loopd.toml`: every key loopd reads, with its default, checked when it loads.
+//!
+//! Unknown keys are refused everywhere (a misspelt key must not silently mean its default), and
+//! every bound that matters later is checked here, so a running loopd never meets a value it
+//! cannot use: a broker timeout over 24 hours, a zero timeout, a relative home.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bxharden::{Peers, SandboxConfig};
+use serde::Deserialize;
+
+use bxcore::layout;
+
+/// The longest `[broker] timeout_ms` and `[inference] timeout_ms`: 24 hours. Longer would let
+/// one call hold a turn for days, and the design bounds it so the broker port's first deadline
+/// always fits the clock.
+pub const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub paths: Paths,
+    #[serde(default, rename = "loop")]
+    pub turns: Loop,
+    #[serde(default)]
+    pub slots: Slots,
+    #[serde(default)]
+    pub broker: Broker,
+    #[serde(default)]
+    pub inference: Inference,
+    #[serde(default)]
+    pub memory: Memory,
+    #[serde(default)]
+    pub sockets: Sockets,
+    /// Who may connect to loop.sock (`"loop.sock" = [...]`); default: loopd's own uid.
+    #[serde(default)]
+    pub peers: Peers,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+}
+
+/// `[paths]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paths {
+    /// The box's home: `/var/lib/boxmaker` on the device. Must be absolute.
+    pub home: PathBuf,
+}
+
+/// `[loop]`: how long a turn may run and how large a session may grow.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Loop {
+    /// The most inferences one turn makes; a turn whose last one still asks for tools ends with
+    /// `turn_limit`.
+    pub max_tool_rounds: u32,
+    /// The session's budget in tokens (estimated as bytes / 4): set it to the slot's window.
+    pub context_tokens: u64,
+}
+
+impl Default for Loop {
+    fn default() -> Loop {
+        Loop {
+            max_tool_rounds: 8,
+            context_tokens: 100_000,
+        }
+    }
+}
+
+/// `[slots]`: the inferproxy slot names loopd asks for; loopd names a slot, never a model.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Slots {
+    /// The slot a new session is created with.
+    pub main: String,
+}
+
+impl Default for Slots {
+    fn default() -> Slots {
+        Slots {
+            main: "main".to_string(),
+        }
+    }
+}
+
+/// `[broker]`: where tool calls go. No default path: absent means no broker (`NoBroker`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Broker {
+    pub socket: Option<PathBuf>,
+    pub timeout_ms: u64,
+}
+
+impl Default for Broker {
+    fn default() -> Broker {
+        Broker {
+            socket: None,
+            timeout_ms: 120_000,
+        }
+    }
+}
+
+/// `[inference]`: inferproxy's socket and the deadline for one whole model call.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Inference {
+    /// Empty or absent: `<home>/run/loop-infer/infer.sock`.
+    pub socket: PathBuf,
+    pub timeout_ms: u64,
+}
+
+impl Default for Inference {
+    fn default() -> Inference {
+        Inference {
+            socket: PathBuf::new(),
+            timeout_ms: 300_000,
+        }
+    }
+}
+
+/// `[memory]`: memoryd's socket. No default: absent means turns are not handed to memory.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Memory {
+    pub socket: Option<PathBuf>,
+    /// The deadline for one `turn_record` exchange.
+    pub timeout_ms: u64,
+}
+
+impl Default for Memory {
+    fn default() -> Memory {
+        Memory {
+            socket: None,
+            timeout_ms: 30_000,
+        }
+    }
+}
+
+/// `[sockets]`: the socket loopd serves.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sockets {
+    /// Empty or absent: `<home>/run/channel-loop/loop.sock`. Also read as `loop`, the socket's
+    /// activation name, which is how the NixOS module keys `[sockets]` for every daemon.
+    #[serde(alias = "loop")]
+    pub channel: PathBuf,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug)]
+pub enum ConfigError {
+    Read(PathBuf, std::io::Error),
+    Parse(PathBuf, toml::de::Error),
+    Invalid(PathBuf, String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read(p, e) => {
+                write!(f, "{}: cannot read the configuration: {e}", p.display())
+            }
+            ConfigError::Parse(p, e) => write!(f, "{}: {}", p.display(), e.to_string().trim_end()),
+            ConfigError::Invalid(p, why) => write!(f, "{}: {why}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Read, parse and check `path`, and fill in the default socket paths.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_path_buf(), e))?;
+        Config::parse(&text).map_err(|e| match e {
+            ConfigError::Parse(_, e) => ConfigError::Parse(path.to_path_buf(), e),
+            ConfigError::Invalid(_, why) => ConfigError::Invalid(path.to_path_buf(), why),
+            other => other,
+        })
+    }
+
+    /// Parse and check a configuration's text (errors name no file).
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let mut cfg: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(PathBuf::new(), e))?;
+        cfg.check()
+            .map_err(|why| ConfigError::Invalid(PathBuf::new(), why))?;
+        if cfg.sockets.channel.as_os_str().is_empty() {
+            cfg.sockets.channel = layout::LOOP.path(&cfg.paths.home);
+        }
+        if cfg.inference.socket.as_os_str().is_empty() {
+            cfg.inference.socket = layout::INFER.path(&cfg.paths.home);
+        }
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if let Err(e) = self.peers.check_sockets(&[layout::LOOP.file().as_str()]) {
+            return Err(format!("[peers]: {e}"));
+        }
+        if !self.paths.home.is_absolute() {
+            return Err(format!(
+                "[paths] home must be an absolute path, not {:?}",
+                self.paths.home
+            ));
+        }
+        if self.turns.max_tool_rounds == 0 {
+            return Err("[loop] max_tool_rounds must be at least 1".to_string());
+        }
+        if self.turns.context_tokens == 0 {
+            return Err("[loop] context_tokens must be at least 1".to_string());
+        }
+        if self.slots.main.is_empty() {
+            return Err("[slots] main must name a slot".to_string());
+        }
+        for (key, ms) in [
+            ("[broker] timeout_ms", self.broker.timeout_ms),
+            ("[inference] timeout_ms", self.inference.timeout_ms),
+            ("[memory] timeout_ms", self.memory.timeout_ms),
+        ] {
+            if ms == 0 {
+                return Err(format!("{key} must be at least 1"));
+            }
+            if ms > MAX_TIMEOUT_MS {
+                return Err(format!(
+                    "{key} = {ms} is over 24 hours ({MAX_TIMEOUT_MS} ms)"
+                ));
+            }
+        }
+        for (key, socket) in [
+            ("[broker] socket", &self.broker.socket),
+            ("[memory] socket", &self.memory.socket),
+        ] {
+            if socket.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(format!(
+                    "{key} is empty: leave the key out to run without it"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `<home>/loop`: loopd's own directory.
+    pub fn loop_dir(&self) -> PathBuf {
+        self.paths.home.join("loop")
+    }
+
+    /// `<home>/loop/sessions`.
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.loop_dir().join("sessions")
+    }
+
+    /// `<home>/loop/outbox`.
+    pub fn outbox_dir(&self) -> PathBuf {
+        self.loop_dir().join("outbox")
+    }
+
+    pub fn broker_timeout(&self) -> Duration {
+        Duration::from_millis(self.broker.timeout_ms)
+    }
+
+    pub fn inference_timeout(&self) -> Duration {
+        Duration::from_millis(self.inference.timeout_ms)
+    }
+
+    pub fn memory_timeout(&self) -> Duration {
+        Duration::from_millis(self.memory.timeout_ms)
+    }
+}

@@ -1,0 +1,19 @@
+//! loopd, the agent loop: it serves turns to channels on loop.sock, keeps each session as an
+//! append-only log, asks inferproxy for the model's replies and brokerd for every tool call, and
+//! hands finished turns to memoryd.
+//!
+//! loopd reads the model's output and so is the daemon most exposed to it: it holds no secrets,
+//! runs no tool itself beyond two harmless core tools, and reaches only its own directory and its
+//! client sockets.
+
+pub mod baseline;
+pub mod broker_port;
+pub mod channel;
+pub mod config;
+pub mod daemon;
+pub mod infer;
+pub mod outbox;
+pub mod session;
+pub mod state_dir;
+pub mod tools;
+pub mod turn;

@@ -1,0 +1,363 @@
+//! Session logs: `<home>/loop/sessions/<id>.jsonl`, one JSON record per line, append-only.
+//!
+//! The log is the session: nothing about a session lives anywhere else, so a restarted loopd
+//! picks up exactly where the last one stopped. Each record is appended with one `write` of a
+//! whole line, so a crash can leave at most one torn line, at the end: that line is cut off (and
+//! said so). A damaged line anywhere else is refused, never skipped, because a session read back
+//! without some of its records would tell the model something that did not happen.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use bxcore::runbook::pointer;
+use bxcore::{CallId, ChatMessage, ErrorCode, Outcome, SessionId, Timestamp, ToolCall, Usage};
+use serde::{Deserialize, Serialize};
+
+/// The runbook entry for a torn last record that was cut off.
+pub const TORN_TAIL_ANCHOR: &str = "session-log-torn-tail";
+
+/// What a model is told about a tool call whose result never came back (loopd stopped while it
+/// ran): providers refuse a conversation with an unanswered tool call.
+pub const INTERRUPTED: &str = "the call was interrupted: loopd stopped before its result came back";
+
+/// One line of a session log, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Record {
+    /// The first line, and only there: the session, its slot and its baseline.
+    Start {
+        session: SessionId,
+        slot: String,
+        system: String,
+        created: Timestamp,
+    },
+    /// A turn starts with the owner's text.
+    User { turn: u64, text: String },
+    /// What the model said, and the tools it asked for.
+    Assistant {
+        text: String,
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A tool call's outcome and what the model was shown.
+    Tool {
+        call: CallId,
+        tool: String,
+        outcome: Outcome,
+        text: String,
+    },
+    /// The turn's end, fsync'd: its usage and, for a turn that failed, the error code it ended
+    /// with.
+    TurnEnd {
+        turn: u64,
+        usage: Usage,
+        at: Timestamp,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<ErrorCode>,
+    },
+}
+
+/// Why a session could not be created, opened or written.
+#[derive(Debug)]
+pub enum SessionError {
+    /// `resume: false` for a session whose log exists.
+    Exists(SessionId),
+    /// `resume: true` for a session with no log.
+    NotFound(SessionId),
+    /// A line other than a torn last one does not parse (lines counted from 1).
+    Torn {
+        path: PathBuf,
+        line: usize,
+        why: String,
+    },
+    /// Reading or writing the log failed.
+    Io(PathBuf, io::Error),
+}
+
+impl fmt::Display for SessionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SessionError::Exists(id) => write!(
+                f,
+                "the session {id} exists already: resume it or pick another name"
+            ),
+            SessionError::NotFound(id) => {
+                write!(f, "there is no session {id}: start it with resume false")
+            }
+            SessionError::Torn { path, line, why } => write!(
+                f,
+                "{}:{line}: {why}; see docs/runbook.md#session-log-damaged",
+                path.display()
+            ),
+            SessionError::Io(path, e) => write!(
+                f,
+                "{}: {e}; see docs/runbook.md#session-log-unwritable",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SessionError {}
+
+/// An open session log, and the conversation it holds.
+#[derive(Debug)]
+pub struct Session {
+    id: SessionId,
+    path: PathBuf,
+    file: File,
+    slot: String,
+    messages: Vec<ChatMessage>,
+    /// Calls asked for whose result is not in the log yet.
+    unanswered: Vec<CallId>,
+    next_call: u64,
+    turns: u64,
+    records: u64,
+    bytes: u64,
+}
+
+/// `<dir>/<id>.jsonl`.
+pub fn log_path(dir: &Path, id: &SessionId) -> PathBuf {
+    dir.join(format!("{id}.jsonl"))
+}
+
+impl Session {
+    /// Create the session's log with `O_EXCL` and write its first record, fsync'd with its
+    /// directory.
+    pub fn create(
+        dir: &Path,
+        id: &SessionId,
+        slot: &str,
+        system: &str,
+    ) -> Result<Session, SessionError> {
+        let path = log_path(dir, id);
+        let file = match OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(SessionError::Exists(id.clone()));
+            }
+            Err(e) => return Err(SessionError::Io(path, e)),
+        };
+        let mut s = Session {
+            id: id.clone(),
+            path,
+            file,
+            slot: slot.to_string(),
+            messages: Vec::new(),
+            unanswered: Vec::new(),
+            next_call: 1,
+            turns: 0,
+            records: 0,
+            bytes: 0,
+        };
+        s.append(&Record::Start {
+            session: id.clone(),
+            slot: slot.to_string(),
+            system: system.to_string(),
+            created: Timestamp::now(),
+        })?;
+        s.sync()?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| SessionError::Io(dir.to_path_buf(), e))?;
+        Ok(s)
+    }
+
+    /// Open an existing session's log and read it whole. A torn last line is cut off and `log`
+    /// is told once; any other damage is `SessionError::Torn`.
+    pub fn open(dir: &Path, id: &SessionId, log: &dyn Fn(&str)) -> Result<Session, SessionError> {
+        let path = log_path(dir, id);
+        let mut file = match OpenOptions::new().read(true).append(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SessionError::NotFound(id.clone()));
+            }
+            Err(e) => return Err(SessionError::Io(path, e)),
+        };
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)
+            .map_err(|e| SessionError::Io(path.clone(), e))?;
+        let whole = match data.iter().rposition(|&b| b == b'\n') {
+            Some(i) => i + 1,
+            None => 0,
+        };
+        if whole < data.len() {
+            file.set_len(whole as u64)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| SessionError::Io(path.clone(), e))?;
+            log(&format!(
+                "loopd: {}: a torn last record was cut off; {}",
+                path.display(),
+                pointer(TORN_TAIL_ANCHOR)
+            ));
+        }
+        let mut s = Session {
+            id: id.clone(),
+            path,
+            file,
+            slot: String::new(),
+            messages: Vec::new(),
+            unanswered: Vec::new(),
+            next_call: 1,
+            turns: 0,
+            records: 0,
+            bytes: 0,
+        };
+        for (i, line) in data[..whole].split_inclusive(|&b| b == b'\n').enumerate() {
+            let n = i + 1;
+            let line = &line[..line.len() - 1];
+            let torn = |why: String| SessionError::Torn {
+                path: s.path.clone(),
+                line: n,
+                why,
+            };
+            let record: Record = serde_json::from_slice(line)
+                .map_err(|e| torn(format!("the record does not parse: {e}")))?;
+            match (&record, n) {
+                (Record::Start { session, slot, .. }, 1) => {
+                    if session != id {
+                        return Err(torn(format!(
+                            "the log starts the session {session}, not {id}"
+                        )));
+                    }
+                    s.slot = slot.clone();
+                }
+                (Record::Start { .. }, _) => {
+                    return Err(torn("a second start record".to_string()));
+                }
+                (_, 1) => {
+                    return Err(torn(
+                        "the first record is not the session's start".to_string(),
+                    ));
+                }
+                _ => {}
+            }
+            s.take(&record, line.len() as u64 + 1);
+        }
+        if s.records == 0 {
+            return Err(SessionError::Torn {
+                path: s.path.clone(),
+                line: 1,
+                why: "the log is empty: it has no start record".to_string(),
+            });
+        }
+        Ok(s)
+    }
+
+    /// Append one record with one `write` of its whole line. Not fsync'd: see `sync`.
+    pub fn append(&mut self, record: &Record) -> Result<(), SessionError> {
+        let mut line = serde_json::to_vec(record)
+            .map_err(|e| SessionError::Io(self.path.clone(), io::Error::other(e)))?;
+        line.push(b'\n');
+        self.file
+            .write_all(&line)
+            .map_err(|e| SessionError::Io(self.path.clone(), e))?;
+        self.take(record, line.len() as u64);
+        Ok(())
+    }
+
+    /// Make everything appended so far durable.
+    pub fn sync(&mut self) -> Result<(), SessionError> {
+        self.file
+            .sync_data()
+            .map_err(|e| SessionError::Io(self.path.clone(), e))
+    }
+
+    /// Fold one record into the conversation.
+    fn take(&mut self, record: &Record, len: u64) {
+        self.records += 1;
+        self.bytes += len;
+        match record {
+            Record::Start { system, .. } => self.messages.push(ChatMessage::System {
+                text: system.clone(),
+            }),
+            Record::User { turn, text } => {
+                self.answer_interrupted();
+                self.turns = self.turns.max(*turn);
+                self.messages.push(ChatMessage::User { text: text.clone() });
+            }
+            Record::Assistant { text, tool_calls } => {
+                self.answer_interrupted();
+                for c in tool_calls {
+                    self.next_call = self.next_call.max(c.call.0.saturating_add(1));
+                    self.unanswered.push(c.call);
+                }
+                self.messages.push(ChatMessage::Assistant {
+                    text: text.clone(),
+                    tool_calls: tool_calls.clone(),
+                });
+            }
+            Record::Tool { call, text, .. } => {
+                self.next_call = self.next_call.max(call.0.saturating_add(1));
+                self.unanswered.retain(|c| c != call);
+                self.messages.push(ChatMessage::Tool {
+                    call: *call,
+                    text: text.clone(),
+                });
+            }
+            Record::TurnEnd { turn, .. } => {
+                self.answer_interrupted();
+                self.turns = self.turns.max(*turn);
+            }
+        }
+    }
+
+    /// Calls left unanswered by a turn that stopped are shown to the model as interrupted.
+    fn answer_interrupted(&mut self) {
+        for call in std::mem::take(&mut self.unanswered) {
+            self.messages.push(ChatMessage::Tool {
+                call,
+                text: INTERRUPTED.to_string(),
+            });
+        }
+    }
+
+    pub fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The inferproxy slot the session was created with.
+    pub fn slot(&self) -> &str {
+        &self.slot
+    }
+
+    /// The conversation so far, as the model is shown it.
+    pub fn messages(&self) -> &[ChatMessage] {
+        &self.messages
+    }
+
+    /// The next unused call id: one more than the largest in the log.
+    pub fn next_call(&self) -> CallId {
+        CallId(self.next_call)
+    }
+
+    /// The highest turn number in the log (0 for a new session).
+    pub fn turns(&self) -> u64 {
+        self.turns
+    }
+
+    /// How many records the log holds.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// The log's size in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The session's size as tokens, estimated as bytes / 4.
+    pub fn estimated_tokens(&self) -> u64 {
+        self.bytes / 4
+    }
+}

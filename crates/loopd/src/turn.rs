@@ -1,0 +1,268 @@
+//! One turn: the owner's text in, rounds of inference and tool calls, every step recorded in the
+//! session log and sent to the channel as it happens.
+//!
+//! Order matters for what survives a crash: each record is appended before its event is sent, an
+//! assistant message that asks for tools is fsync'd before any of its calls leaves loopd (so a
+//! call id the broker has seen is never handed out again after a restart), and the turn's end is
+//! fsync'd before the channel hears `turn_done`.
+
+use std::fmt;
+
+use bxcore::runbook::pointer;
+use bxcore::{
+    ChatMessage, ErrorCode, InferRequest, Outcome, Timestamp, ToolDef, ToolRequest, ToolResponse,
+    TurnEvent, Usage,
+};
+
+use crate::baseline::BaselineError;
+use crate::config::Loop;
+use crate::infer::{Client, InferError};
+use crate::session::{Record, Session, SessionError};
+use crate::tools::{Registry, SessionInfo, ToolPort};
+
+/// Everything one turn uses, borrowed from the server's context.
+pub struct Runtime<'a> {
+    pub limits: &'a Loop,
+    pub client: &'a Client,
+    pub port: &'a dyn ToolPort,
+    pub registry: &'a Registry,
+    /// Called with each event as it happens.
+    pub emit: &'a mut dyn FnMut(TurnEvent),
+}
+
+impl fmt::Debug for Runtime<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("limits", self.limits)
+            .field("client", self.client)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A finished turn: its number, what it used, and its messages (user text first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub turn: u64,
+    pub usage: Usage,
+    pub messages: Vec<ChatMessage>,
+}
+
+/// Why a turn ended without `turn_done`.
+#[derive(Debug)]
+pub enum TurnError {
+    /// The session would exceed its context budget.
+    SessionFull {
+        estimated: u64,
+        budget: u64,
+    },
+    /// The turn used all its rounds and the model still asked for tools.
+    TurnLimit(u32),
+    Infer(InferError),
+    Session(SessionError),
+    /// A new session's baseline could not be read.
+    Baseline(BaselineError),
+}
+
+impl fmt::Display for TurnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TurnError::SessionFull { estimated, budget } => write!(
+                f,
+                "the session holds about {estimated} tokens, over its budget of {budget}: \
+                 start a new session; {}",
+                pointer("session-full")
+            ),
+            TurnError::TurnLimit(n) => write!(
+                f,
+                "the model still asked for tools after {n} rounds; {}",
+                pointer("turn-limit")
+            ),
+            TurnError::Infer(e) => e.fmt(f),
+            TurnError::Session(e) => e.fmt(f),
+            TurnError::Baseline(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TurnError {}
+
+impl TurnError {
+    /// The code an `error` frame carries for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            TurnError::SessionFull { .. } => ErrorCode::SessionFull,
+            TurnError::TurnLimit(_) => ErrorCode::TurnLimit,
+            TurnError::Infer(_) => ErrorCode::Inference,
+            TurnError::Session(SessionError::Exists(_)) => ErrorCode::SessionExists,
+            TurnError::Session(SessionError::NotFound(_)) => ErrorCode::NoSuchSession,
+            TurnError::Session(_) | TurnError::Baseline(_) => ErrorCode::Internal,
+        }
+    }
+}
+
+impl From<SessionError> for TurnError {
+    fn from(e: SessionError) -> TurnError {
+        TurnError::Session(e)
+    }
+}
+
+/// Run one turn of `session` with the owner's `text`.
+pub fn run_turn(
+    rt: &mut Runtime<'_>,
+    session: &mut Session,
+    text: &str,
+) -> Result<Finished, TurnError> {
+    let turn = session.turns() + 1;
+    let start = session.messages().len();
+    session.append(&Record::User {
+        turn,
+        text: text.to_string(),
+    })?;
+    let mut usage = Usage::default();
+    let result = rounds(rt, session, turn, &mut usage);
+    let end = Record::TurnEnd {
+        turn,
+        usage,
+        at: Timestamp::now(),
+        error: result.as_ref().err().map(TurnError::code),
+    };
+    let ended = session.append(&end).and_then(|()| session.sync());
+    result?;
+    ended?;
+    Ok(Finished {
+        turn,
+        usage,
+        messages: session.messages()[start..].to_vec(),
+    })
+}
+
+fn rounds(
+    rt: &mut Runtime<'_>,
+    session: &mut Session,
+    turn: u64,
+    usage: &mut Usage,
+) -> Result<(), TurnError> {
+    let tools = rt.registry.offer(rt.port);
+    let budget = rt.limits.context_tokens;
+    for _ in 0..rt.limits.max_tool_rounds {
+        let estimated = session.estimated_tokens();
+        if estimated > budget {
+            return Err(TurnError::SessionFull { estimated, budget });
+        }
+        let first_call = session.next_call();
+        let request = InferRequest {
+            slot: session.slot().to_string(),
+            messages: session.messages().to_vec(),
+            tools: tools.clone(),
+            first_call,
+        };
+        let mut streamed = false;
+        let emit = &mut *rt.emit;
+        let reply = rt
+            .client
+            .infer(first_call.0, request, &mut |delta: &str| {
+                if !delta.is_empty() {
+                    streamed = true;
+                    emit(TurnEvent::AssistantText {
+                        text: delta.to_string(),
+                    });
+                }
+            })
+            .map_err(TurnError::Infer)?;
+        *usage = usage.plus(reply.usage);
+        let (text, tool_calls) = (reply.text, reply.tool_calls);
+        if !streamed && !text.is_empty() {
+            (rt.emit)(TurnEvent::AssistantText { text: text.clone() });
+        }
+        session.append(&Record::Assistant {
+            text,
+            tool_calls: tool_calls.clone(),
+        })?;
+        if tool_calls.is_empty() {
+            return Ok(());
+        }
+        session.sync()?;
+        for call in tool_calls {
+            (rt.emit)(TurnEvent::ToolCall {
+                call: call.call,
+                tool: call.tool.clone(),
+                args: call.args.clone(),
+            });
+            let response = answer(rt, session, turn, &tools, &call);
+            let (outcome, text) = shown(response);
+            session.append(&Record::Tool {
+                call: call.call,
+                tool: call.tool,
+                outcome,
+                text: text.clone(),
+            })?;
+            (rt.emit)(TurnEvent::ToolResult {
+                call: call.call,
+                outcome,
+                text,
+            });
+        }
+    }
+    Err(TurnError::TurnLimit(rt.limits.max_tool_rounds))
+}
+
+/// One tool call's answer: a core tool runs here, an offered tool goes to the port, anything
+/// else fails without leaving loopd.
+fn answer(
+    rt: &mut Runtime<'_>,
+    session: &Session,
+    turn: u64,
+    offered: &[ToolDef],
+    call: &bxcore::ToolCall,
+) -> ToolResponse {
+    let info = SessionInfo {
+        session: session.id().clone(),
+        slot: session.slot().to_string(),
+        turn,
+        records: session.records(),
+        estimated_tokens: session.estimated_tokens(),
+        context_tokens: rt.limits.context_tokens,
+    };
+    if let Some(r) = rt.registry.run_core(&call.tool, &call.args, &info) {
+        return r;
+    }
+    if !offered.iter().any(|t| t.name == call.tool) {
+        return ToolResponse::Failed {
+            message: format!("no tool named {:?} is offered", call.tool),
+        };
+    }
+    let request = ToolRequest {
+        session: session.id().clone(),
+        call: call.call,
+        tool: call.tool.clone(),
+        args: call.args.clone(),
+    };
+    let emit = &mut *rt.emit;
+    let response = rt.port.call(&request, &mut |p| {
+        emit(TurnEvent::ToolPending {
+            call: call.call,
+            approval: p.approval.clone(),
+            expires: p.expires,
+        });
+    });
+    match response {
+        // A port must never return a pending frame as an answer; if one does, the call failed.
+        ToolResponse::PendingApproval { .. } => ToolResponse::Failed {
+            message: "the tool call got no final answer".to_string(),
+        },
+        other => other,
+    }
+}
+
+/// The outcome and the text the model is shown.
+fn shown(response: ToolResponse) -> (Outcome, String) {
+    match response {
+        ToolResponse::Result { content, .. } => (Outcome::Result, content),
+        ToolResponse::Failed { message } => (Outcome::Failed, message),
+        ToolResponse::Denied { reason } => (Outcome::Denied, reason),
+        ToolResponse::PendingApproval { .. } => (
+            Outcome::Failed,
+            "the tool call got no final answer".to_string(),
+        ),
+    }
+}

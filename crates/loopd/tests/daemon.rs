@@ -1,0 +1,249 @@
+//! The real loopd binary: ping, a whole turn through its sockets, check, selftest, the peer
+//! check, and the sandbox it runs in.
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use bxcore::{CallId, Message, Outcome, TurnEvent};
+use serde_json::json;
+use support::broker::{FakeBroker, tool};
+use support::daemon::{Layout, Loopd, config, run};
+use support::infer::{ScriptedInfer, Step};
+use support::memory::FakeMemory;
+use support::{last_msg, turn};
+
+fn toml_path(p: &std::path::Path) -> String {
+    format!("{:?}", p.display().to_string())
+}
+
+#[test]
+fn ping_is_answered_by_loopd_with_its_version_and_protocol() {
+    let home = support::home();
+    Layout::new(home.path());
+    let d = Loopd::start(home.path(), &config(home.path(), ""));
+    let pong = bxcore::client::ping(&d.socket, support::WAIT).unwrap();
+    assert_eq!(pong.daemon, "loopd");
+    assert_eq!(pong.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(pong.protocol, bxcore::PROTOCOL_VERSION);
+}
+
+#[test]
+fn a_turn_goes_through_the_broker_and_the_model_on_their_sockets() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let infer = ScriptedInfer::start(
+        &layout.infer,
+        vec![
+            Step::Tools(vec![(
+                "workspace_read".to_string(),
+                json!({"path": "/srv/a.txt"}),
+            )]),
+            Step::Text("It says hello.".to_string()),
+        ],
+    );
+    let broker = FakeBroker::ok(&layout.broker, vec![tool("workspace_read")]);
+    let extra = format!("[broker]\nsocket = {}\n", toml_path(&layout.broker));
+    let d = Loopd::start(home.path(), &config(home.path(), &extra));
+    fs::write(home.path().join("loop/system.md"), "You are the box.").unwrap();
+    fs::create_dir_all(home.path().join("loop/memory")).unwrap();
+    fs::write(home.path().join("loop/memory/core.md"), "The owner is Ada.").unwrap();
+    let frames = turn(&d.socket, 5, "real", false, "read a.txt");
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{:?}",
+        last_msg(&frames)
+    );
+    let events: Vec<TurnEvent> = frames
+        .iter()
+        .filter_map(|f| match &f.msg {
+            Message::TurnEvent { event } => Some(event.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        events[1],
+        TurnEvent::ToolResult {
+            call: CallId(1),
+            outcome: Outcome::Result,
+            text: "ok workspace_read".to_string()
+        }
+    );
+    let reqs = broker.tool_requests();
+    assert_eq!(reqs.len(), 1);
+    assert_eq!(reqs[0].call, CallId(1));
+    assert_eq!(reqs[0].session.as_str(), "real");
+    let inferred = infer.requests();
+    assert_eq!(inferred[0].slot, "main");
+    assert!(matches!(&inferred[0].messages[0],
+        bxcore::ChatMessage::System { text } if text.contains("You are the box.") && text.contains("The owner is Ada.")));
+    assert_eq!(
+        inferred[1].messages.last().unwrap(),
+        &bxcore::ChatMessage::Tool {
+            call: CallId(1),
+            text: "ok workspace_read".to_string()
+        }
+    );
+}
+
+#[test]
+fn check_prints_what_it_would_serve_and_refuses_a_bad_config() {
+    let home = support::home();
+    let (code, out) = run(home.path(), &config(home.path(), ""), "check");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("would serve turns on"), "{out}");
+    assert!(out.contains("no tool broker is configured"), "{out}");
+    assert!(out.trim_end().ends_with("check: ok"), "{out}");
+    let (code, out) = run(
+        home.path(),
+        &config(home.path(), "[loop]\nrounds = 1\n"),
+        "check",
+    );
+    assert_eq!(code, 1);
+    assert!(out.starts_with("selftest: FAILED: "), "{out}");
+    assert!(out.contains("unknown field"), "{out}");
+}
+
+#[test]
+fn selftest_pings_every_configured_socket_and_lists_the_tools() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    let broker = FakeBroker::ok(&layout.broker, vec![tool("a"), tool("b")]);
+    let memory = FakeMemory::start(&layout.memory);
+    let extra = format!(
+        "[broker]\nsocket = {}\n[memory]\nsocket = {}\n",
+        toml_path(&layout.broker),
+        toml_path(&layout.memory)
+    );
+    let (code, out) = run(home.path(), &config(home.path(), &extra), "selftest");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("inferproxy 0.1.0 answers"), "{out}");
+    assert!(out.contains("brokerd 0.1.0 answers"), "{out}");
+    assert!(out.contains("memoryd 0.1.0 answers"), "{out}");
+    assert!(out.contains("brokerd offers 2 tools"), "{out}");
+    assert!(out.trim_end().ends_with("selftest: ok"), "{out}");
+    // No model request was made, and nothing was filed.
+    assert!(_infer.requests().is_empty());
+    assert!(memory.filed().is_empty());
+    assert!(broker.tool_requests().is_empty());
+}
+
+#[test]
+fn selftest_fails_when_a_socket_is_served_by_the_wrong_daemon() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    // memoryd's fake answers on the broker's socket.
+    let _wrong = FakeMemory::start(&layout.broker);
+    let extra = format!("[broker]\nsocket = {}\n", toml_path(&layout.broker));
+    let (code, out) = run(home.path(), &config(home.path(), &extra), "selftest");
+    assert_eq!(code, 1, "{out}");
+    let line = out.lines().last().unwrap();
+    assert!(line.starts_with("selftest: FAILED: "), "{line}");
+    assert!(line.contains("not brokerd"), "{line}");
+    assert!(line.ends_with("see docs/runbook.md#loopd-selftest-failed"));
+}
+
+/// `Name: value` from /proc/<pid>/task/<tid>/status, for every thread.
+fn thread_status(pid: u32, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = fs::read_to_string(t.unwrap().path().join("status")).unwrap();
+        let v = status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}:")))
+            .unwrap()
+            .trim()
+            .to_string();
+        out.push(v);
+    }
+    out
+}
+
+#[test]
+fn the_running_daemon_has_seccomp_and_no_new_privs_on_every_thread() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    let d = Loopd::start(home.path(), &config(home.path(), ""));
+    // A turn, so the connection threads exist too.
+    let frames = turn(&d.socket, 1, "s", false, "hi");
+    assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
+    assert!(thread_status(d.pid(), "Seccomp").iter().all(|v| v == "2"));
+    assert!(
+        thread_status(d.pid(), "NoNewPrivs")
+            .iter()
+            .all(|v| v == "1")
+    );
+    assert!(d.log_text().contains("seccomp loopd"), "{}", d.log_text());
+}
+
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+#[test]
+fn as_root_it_drops_to_its_user_under_the_whole_sandbox() {
+    if !is_root() {
+        println!("skipped: needs root");
+        return;
+    }
+    let home = support::home();
+    Layout::new(home.path());
+    // The test home is given to nobody (uid 65534), and traversable to reach it.
+    fs::set_permissions(home.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    for entry in ["loop", "loop/sessions"] {
+        std::os::unix::fs::chown(home.path().join(entry), Some(65534), Some(65534)).unwrap();
+    }
+    let extra = "[peers]\n\"loop.sock\" = [0]\n";
+    let cfg = config(home.path(), extra).replace(
+        "[sandbox]\nrequire = false\n",
+        "[sandbox]\nuser = \"65534\"\ngroup = \"65534\"\n",
+    );
+    let d = Loopd::start(home.path(), &cfg);
+    let pid = d.pid();
+    assert!(thread_status(pid, "Seccomp").iter().all(|v| v == "2"));
+    assert!(thread_status(pid, "NoNewPrivs").iter().all(|v| v == "1"));
+    for key in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            thread_status(pid, key)
+                .iter()
+                .all(|v| v == "0000000000000000"),
+            "{key}"
+        );
+    }
+    assert!(
+        thread_status(pid, "Uid")
+            .iter()
+            .all(|v| v.split_whitespace().all(|u| u == "65534"))
+    );
+    let pong = bxcore::client::ping(&d.socket, Duration::from_secs(10)).unwrap();
+    assert_eq!(pong.daemon, "loopd");
+}
+
+#[test]
+fn a_peer_not_in_peers_is_refused_with_forbidden_and_one_line() {
+    // Serve only a uid that is not ours.
+    let home2 = support::home();
+    Layout::new(home2.path());
+    let mut d = Loopd::spawn(
+        home2.path(),
+        &config(home2.path(), "[peers]\n\"loop.sock\" = [4242424]\n"),
+        "serve",
+    );
+    let socket = d.socket.clone();
+    support::wait_until("loop.sock to exist", || socket.exists() || !d.running());
+    let err = bxcore::client::ping(&socket, support::WAIT).unwrap_err();
+    assert!(
+        matches!(&err, bxcore::client::ClientError::Remote(e) if e.code == bxcore::ErrorCode::Forbidden),
+        "{err}"
+    );
+    support::wait_until("the refusal line", || {
+        d.log_text()
+            .contains("see docs/runbook.md#socket-peer-refused")
+    });
+}

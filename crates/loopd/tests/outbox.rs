@@ -1,0 +1,156 @@
+//! The memory hand-off: finished turns wait durably in the outbox and reach memoryd once each,
+//! in order, whenever it is there; its absence never blocks or fails a turn.
+
+mod support;
+
+use bxcore::{ChatMessage, Message, TurnRecord};
+use loopd::outbox::Outbox;
+use support::daemon::{Layout, Loopd, config};
+use support::infer::ScriptedInfer;
+use support::memory::FakeMemory;
+use support::{last_msg, sid, turn, wait_until};
+
+fn record(session: &str, turn: u64) -> TurnRecord {
+    TurnRecord {
+        session: sid(session),
+        turn,
+        messages: vec![ChatMessage::User {
+            text: format!("turn {turn}"),
+        }],
+    }
+}
+
+#[test]
+fn records_are_numbered_in_order_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Outbox::open(&dir.path().join("outbox")).unwrap();
+    o.put(&record("a", 1)).unwrap();
+    o.put(&record("b", 1)).unwrap();
+    o.put(&record("a", 2)).unwrap();
+    drop(o);
+    let o = Outbox::open(&dir.path().join("outbox")).unwrap();
+    o.put(&record("b", 2)).unwrap();
+    let got: Vec<(String, u64)> = o
+        .pending()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.record.session.to_string(), e.record.turn))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a".to_string(), 1),
+            ("b".to_string(), 1),
+            ("a".to_string(), 2),
+            ("b".to_string(), 2)
+        ]
+    );
+}
+
+#[test]
+fn a_stale_temp_file_is_removed_and_a_damaged_record_is_set_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox");
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::write(path.join(".00000000000000000001.tmp"), "{half").unwrap();
+    std::fs::write(path.join("00000000000000000002.json"), "{not a record").unwrap();
+    let o = Outbox::open(&path).unwrap();
+    assert!(!path.join(".00000000000000000001.tmp").exists());
+    o.put(&record("a", 1)).unwrap();
+    let pending = o.pending().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].record, record("a", 1));
+    assert!(path.join("00000000000000000002.damaged").exists());
+    assert!(pending[0].path.ends_with("00000000000000000003.json"));
+}
+
+#[test]
+fn a_record_is_deleted_only_when_memoryd_files_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Outbox::open(&dir.path().join("outbox")).unwrap();
+    o.put(&record("a", 1)).unwrap();
+    let absent = dir.path().join("memory.sock");
+    let e = Outbox::send(&absent, support::WAIT, &record("a", 1)).unwrap_err();
+    assert!(e.contains("cannot connect"), "{e}");
+    assert_eq!(o.pending().unwrap().len(), 1);
+    let memory = FakeMemory::start(&absent);
+    Outbox::send(&memory.path, support::WAIT, &record("a", 1)).unwrap();
+    assert_eq!(memory.filed(), vec![record("a", 1)]);
+}
+
+#[test]
+fn memoryd_absent_then_present_gets_every_turn_once_in_order() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    let extra = format!(
+        "[memory]\nsocket = {:?}\n",
+        layout.memory.display().to_string()
+    );
+    let d = Loopd::start(home.path(), &config(home.path(), &extra));
+    // memoryd is not there: turns still finish, and wait in the outbox.
+    for (i, (session, resume)) in [("m1", false), ("m2", false), ("m1", true), ("m1", true)]
+        .into_iter()
+        .enumerate()
+    {
+        let frames = turn(&d.socket, i as u64, session, resume, &format!("text {i}"));
+        assert!(
+            matches!(last_msg(&frames), Message::TurnDone(_)),
+            "{:?}",
+            last_msg(&frames)
+        );
+    }
+    let outbox = home.path().join("loop/outbox");
+    let waiting = || {
+        std::fs::read_dir(&outbox)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".json")
+            })
+            .count()
+    };
+    assert_eq!(waiting(), 4);
+    wait_until("the outage line", || {
+        d.log_text()
+            .contains("see docs/runbook.md#memory-unavailable")
+    });
+    // memoryd comes up: everything is delivered, once each, in order, and the outbox drains.
+    let memory = FakeMemory::start(&layout.memory);
+    wait_until("the outbox to drain", || waiting() == 0);
+    let filed: Vec<(String, u64, String)> = memory
+        .filed()
+        .into_iter()
+        .map(|r| {
+            let first = match &r.messages[0] {
+                ChatMessage::User { text } => text.clone(),
+                other => panic!("the first message is the user's: {other:?}"),
+            };
+            (r.session.to_string(), r.turn, first)
+        })
+        .collect();
+    assert_eq!(
+        filed,
+        vec![
+            ("m1".to_string(), 1, "text 0".to_string()),
+            ("m2".to_string(), 1, "text 1".to_string()),
+            ("m1".to_string(), 2, "text 2".to_string()),
+            ("m1".to_string(), 3, "text 3".to_string()),
+        ]
+    );
+    // The next turn goes straight through.
+    let frames = turn(&d.socket, 9, "m2", true, "later");
+    assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
+    wait_until("the next record", || memory.filed().len() == 5);
+    assert_eq!(memory.filed()[4].turn, 2);
+    assert_eq!(
+        d.log_text()
+            .matches("see docs/runbook.md#memory-unavailable")
+            .count(),
+        1,
+        "one line per outage"
+    );
+}
