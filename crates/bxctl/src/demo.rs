@@ -390,7 +390,7 @@ fn check(
                     ));
                 }
                 Ok(format!(
-                    "the owner denied it ({}), and nothing was written",
+                    "answered \"{}\", and nothing was written",
                     rs[1].1
                 ))
             }
