@@ -389,10 +389,7 @@ fn check(
                         rs[1]
                     ));
                 }
-                Ok(format!(
-                    "answered \"{}\", and nothing was written",
-                    rs[1].1
-                ))
+                Ok(format!("answered \"{}\", and nothing was written", rs[1].1))
             }
         }
         _ => Err(format!("no step {n}")),
