@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: gate fmt clippy test runbook nix-check
+.PHONY: gate fmt clippy test runbook nix-check demo bench
 
 gate: fmt clippy test runbook nix-check
 	@echo "gate: ok"
@@ -26,3 +26,14 @@ runbook: test
 # hardening lines, and the check's own test; `skipped: <why>` for what cannot run here.
 nix-check: runbook
 	nixos-module/check-offline.sh
+
+# The dev box demo: build every binary, then one scripted conversation that shows the broker at
+# work on a temporary home (docs/devbox.md).
+demo:
+	$(CARGO) build --release --workspace --bins
+	target/release/bxctl demo
+
+# The benchmarks (docs/performance.md): release binaries, then each benchmark prints its table.
+bench:
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) bench --workspace

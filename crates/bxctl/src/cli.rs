@@ -1,18 +1,23 @@
-//! The command line. Global options come first so that later subcommands (chat, status, dev,
-//! demo, selftest) share them.
+//! The command line: global options first, so every subcommand shares them; each subcommand is
+//! run by its module.
 
-use std::path::{Path, PathBuf};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
-/// Where the box lives when neither `--home` nor `BOXMAKER_HOME` says.
-pub const DEFAULT_HOME: &str = "/var/lib/boxmaker";
+use crate::chat::{self, ChatOptions};
+use crate::dev::{self, ModelChoice, Provider, UpOptions};
+use crate::target::Target;
+use crate::{Outcome, approvals, audit, demo, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
 pub struct Cli {
-    /// The box's home [default: $BOXMAKER_HOME, else /var/lib/boxmaker].
+    /// The box's home [default: $BOXMAKER_HOME, else /var/lib/boxmaker; for `dev`: else
+    /// ~/.local/state/boxmaker-dev].
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
     /// brokerd's admin socket [default: <home>/run/owner-broker/admin.sock].
@@ -21,7 +26,7 @@ pub struct Cli {
     /// Machine-readable output: one JSON document (or one per line for streams).
     #[arg(long, global = true)]
     pub json: bool,
-    /// How long to wait for an answer, in seconds.
+    /// How long to wait for an answer from brokerd, in seconds.
     #[arg(long, global = true, default_value_t = 10, value_name = "SECONDS")]
     pub timeout: u64,
     #[command(subcommand)]
@@ -30,6 +35,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Send a message to a session and show the turn as it happens.
+    Chat(ChatArgs),
     /// Show the tool calls waiting for your approval.
     Approvals {
         /// Keep watching, printing the list again whenever it changes.
@@ -51,6 +58,15 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Which sockets answer, each daemon's sandbox, the audit chain, pending approvals.
+    Status,
+    /// Ping every socket you may reach, then loopd's own selftest.
+    Selftest,
+    /// Run the dev box through one scripted conversation that shows what the broker does.
+    Demo,
+    /// The local dev box: the whole box on this machine.
+    #[command(subcommand)]
+    Dev(DevCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,7 +84,50 @@ pub enum AuditCommand {
     },
 }
 
-/// What every subcommand needs to know.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// The session [default: `main`, resumed when it exists].
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Start a new session.
+    #[arg(long)]
+    pub new: bool,
+    /// The message; without it, a prompt on a terminal, else all of standard input.
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Write default configs into a fresh home (or reuse one made before), start every daemon
+    /// detached, and wait until each answers.
+    Up(UpArgs),
+    /// Stop the dev box's daemons (SIGTERM, then SIGKILL after a deadline).
+    Down,
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// The model provider.
+    #[arg(long, value_enum, default_value_t = Provider::Script)]
+    pub provider: Provider,
+    /// For the script provider: the script to use instead of the shipped default.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// For openai and anthropic: the endpoint (OpenAI-compatible URLs end in /v1).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// For openai and anthropic: the model of the main slot.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// For openai and anthropic: the file that holds the API key.
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+}
+
+/// What the approval and audit commands need to know.
 #[derive(Debug, Clone)]
 pub struct Context {
     pub home: PathBuf,
@@ -79,14 +138,13 @@ pub struct Context {
 
 impl Cli {
     pub fn context(&self) -> Context {
-        let home = self
-            .home
+        let target = Target::resolve(self.home.as_deref());
+        let admin = self
+            .admin
             .clone()
-            .or_else(|| std::env::var_os("BOXMAKER_HOME").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_HOME));
-        let admin = self.admin.clone().unwrap_or_else(|| admin_socket(&home));
+            .unwrap_or_else(|| target.socket(&bxcore::layout::ADMIN));
         Context {
-            home,
+            home: target.home().to_path_buf(),
             admin,
             json: self.json,
             timeout: Duration::from_secs(self.timeout.max(1)),
@@ -94,7 +152,105 @@ impl Cli {
     }
 }
 
-/// `<home>/run/owner-broker/admin.sock`.
-pub fn admin_socket(home: &Path) -> PathBuf {
-    bxcore::layout::ADMIN.path(home)
+fn exit(outcome: Outcome) -> ExitCode {
+    match outcome {
+        Outcome::Done => ExitCode::SUCCESS,
+        Outcome::Failed => ExitCode::FAILURE,
+    }
+}
+
+fn failed(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("{e}");
+    ExitCode::FAILURE
+}
+
+fn usage(why: &str) -> ExitCode {
+    eprintln!("bxctl: {why}");
+    ExitCode::from(2)
+}
+
+/// Run one parsed command.
+pub fn run(cli: Cli) -> ExitCode {
+    let ctx = cli.context();
+    let target = Target::resolve(Some(&ctx.home));
+    let mut out = io::stdout();
+    match cli.command {
+        Command::Chat(args) => {
+            let opts = ChatOptions {
+                session: args.session,
+                new: args.new,
+                text: args.text,
+                json: cli.json,
+            };
+            match chat::run(&target.socket(&bxcore::layout::LOOP), &opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failed(e),
+            }
+        }
+        Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),
+        Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
+        Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
+        Command::Audit {
+            command: AuditCommand::Verify,
+        } => exit(audit::verify(&ctx)),
+        Command::Audit {
+            command: AuditCommand::Tail { n, chain },
+        } => exit(audit::tail(&ctx, n, chain.as_deref())),
+        Command::Status => {
+            let s = status::gather(&target);
+            if cli.json {
+                let _ = writeln!(out, "{}", serde_json::to_string(&s).unwrap_or_default());
+            } else {
+                let _ = write!(out, "{}", status::render(&s));
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Selftest => match selftest::run(&target, &mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => failed(e),
+        },
+        Command::Demo => match demo::run(&mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => failed(e),
+        },
+        Command::Dev(DevCommand::Up(args)) => {
+            if args.provider != Provider::Script {
+                if args.model.is_none() || args.api_key_file.is_none() {
+                    return usage(&format!(
+                        "--provider {} needs --model NAME and --api-key-file FILE",
+                        args.provider
+                    ));
+                }
+                if args.script.is_some() {
+                    return usage("--script goes with --provider script");
+                }
+            }
+            let base_url = args.base_url.or_else(|| match args.provider {
+                Provider::Openai => Some("https://api.openai.com/v1".into()),
+                Provider::Anthropic => Some("https://api.anthropic.com".into()),
+                Provider::Script => None,
+            });
+            let opts = UpOptions {
+                home: Target::for_dev(cli.home.as_deref()).home().to_path_buf(),
+                user: args.user,
+                model: ModelChoice {
+                    provider: args.provider,
+                    base_url,
+                    model: args.model,
+                    api_key_file: args.api_key_file,
+                    script: args.script,
+                },
+            };
+            match dev::up(&opts, &mut out) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => failed(e),
+            }
+        }
+        Command::Dev(DevCommand::Down) => {
+            match dev::down(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => failed(e),
+            }
+        }
+    }
 }

@@ -1,0 +1,24 @@
+//! bxctl: the owner's command. It talks to the box only through its sockets, with the same
+//! protocol as everything else (`bxcore`), so it can do nothing the owner's socket permissions do
+//! not allow. Each subcommand is one module; `cli` parses the command line and maps outcomes to
+//! exit codes: 0 done, 1 refused or failed, 2 usage.
+
+pub mod approvals;
+pub mod audit;
+pub mod chat;
+pub mod cli;
+pub mod demo;
+pub mod dev;
+pub mod output;
+pub mod procfs;
+pub mod selftest;
+pub mod status;
+pub mod target;
+
+/// How a subcommand ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// Refused or failed; the reason was printed.
+    Failed,
+}

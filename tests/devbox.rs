@@ -1,0 +1,226 @@
+//! `bxctl dev up` and `dev down` against the real binaries: a second `up` on a running home, a
+//! daemon that died before `down`, a daemon that fails at start, and what `status`, `selftest`
+//! and `chat` see of a running box.
+
+use std::fs;
+
+use boxmaker_e2e::{DAEMONS, DevBox, said};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+fn text(out: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_second_up_on_a_running_home_refuses_and_after_down_it_reuses_the_home() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let second = b.try_up(&[]);
+    assert_eq!(second.status.code(), Some(1), "{}", said(&second));
+    let (_, err) = text(&second);
+    assert!(
+        err.contains("runs already") && err.contains("bxctl dev down"),
+        "{err}"
+    );
+    for d in DAEMONS {
+        let pid = b.pid(d).expect("its pid file is kept");
+        assert!(
+            fs::metadata(format!("/proc/{pid}")).is_ok(),
+            "{d} still runs"
+        );
+    }
+
+    let down = b.down();
+    assert!(down.status.success(), "{}", said(&down));
+    let again = b.up(&[]);
+    let (out, _) = text(&again);
+    assert!(out.contains("reusing the dev box in"), "{out}");
+}
+
+#[test]
+fn down_with_a_daemon_already_dead_says_so_and_stops_the_others() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let dead = b.pid("inferproxy").unwrap();
+    kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
+    // Wait until it is gone (reaped by init, or a zombie with no command line).
+    let until = std::time::Instant::now() + boxmaker_e2e::DEADLINE;
+    while fs::read(format!("/proc/{dead}/cmdline")).is_ok_and(|c| !c.is_empty()) {
+        assert!(std::time::Instant::now() < until, "inferproxy did not die");
+        std::thread::yield_now();
+    }
+    let down = b.down();
+    assert!(down.status.success(), "{}", said(&down));
+    let (out, _) = text(&down);
+    assert!(
+        out.contains(&format!("inferproxy (pid {dead}): was not running")),
+        "{out}"
+    );
+    for d in ["loopd", "brokerd"] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&format!("{d} (pid")) && l.contains("stopped on SIGTERM")),
+            "{d}: {out}"
+        );
+    }
+    for d in DAEMONS {
+        assert!(b.pid(d).is_none(), "{d}'s pid file is removed");
+    }
+}
+
+#[test]
+fn a_daemon_that_fails_at_start_is_reported_with_its_runbook_line() {
+    let b = DevBox::new();
+    b.up(&[]);
+    assert!(b.down().status.success());
+    // A key brokerd does not know: it refuses its configuration.
+    let config = b.home().join("etc/brokerd.toml");
+    let text_before = fs::read_to_string(&config).unwrap();
+    fs::write(&config, format!("no_such_key = 1\n{text_before}")).unwrap();
+
+    let up = b.try_up(&[]);
+    assert_eq!(up.status.code(), Some(1), "{}", said(&up));
+    let (_, err) = text(&up);
+    assert!(err.contains("brokerd ended ("), "{err}");
+    assert!(
+        err.contains("no_such_key"),
+        "brokerd's own words are quoted: {err}"
+    );
+    assert!(
+        err.contains("see docs/runbook.md#devbox-start-failed"),
+        "{err}"
+    );
+    // What had started is stopped again.
+    for d in DAEMONS {
+        if let Some(pid) = b.pid(d) {
+            panic!("{d} (pid {pid}) was left with a pid file");
+        }
+    }
+}
+
+#[test]
+fn status_shows_every_socket_answering_and_every_daemon_confined() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let out = b.bxctl(&["status", "--json"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    for name in [
+        "loop.sock",
+        "broker.sock",
+        "admin.sock",
+        "state.sock",
+        "infer.sock",
+    ] {
+        let sock = s["sockets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .unwrap();
+        assert_eq!(sock["state"], "answers", "{name}: {sock}");
+    }
+    for d in DAEMONS {
+        let line = s["daemons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == d)
+            .unwrap();
+        let procs = line["processes"].as_array().unwrap();
+        assert_eq!(procs.len(), 1, "{d}: {line}");
+        assert_eq!(procs[0]["seccomp"], 2, "{d}: {line}");
+        assert_eq!(procs[0]["no_new_privs"], true, "{d}: {line}");
+        assert_eq!(procs[0]["no_capabilities"], true, "{d}: {line}");
+        if nix::unistd::geteuid().is_root() {
+            assert_ne!(procs[0]["uid"], 0, "{d} dropped root: {line}");
+        }
+    }
+    assert_eq!(s["audit"]["ok"], true, "{s}");
+    assert_eq!(s["pending"], 0, "{s}");
+}
+
+#[test]
+fn selftest_passes_on_a_running_dev_box() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let out = b.bxctl(&["selftest"]);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("selftest: ok\n"));
+}
+
+#[test]
+fn selftest_fails_with_its_runbook_line_when_the_box_is_down() {
+    let b = DevBox::new();
+    b.up(&[]);
+    assert!(b.down().status.success());
+    let out = b.bxctl(&["selftest"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let (_, err) = text(&out);
+    assert!(err.starts_with("selftest: FAILED: "), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("see docs/runbook.md#bxctl-selftest-failed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn chat_streams_a_turn_as_json_frames_and_resumes_the_session() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let out = b.bxctl(&["chat", "--json", "--session", "s1", "hello"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let frames: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = frames.last().unwrap();
+    assert_eq!(last["msg"]["kind"], "turn_done", "{frames:?}");
+    assert_eq!(last["final"], true);
+    assert!(
+        frames[..frames.len() - 1]
+            .iter()
+            .all(|f| f["msg"]["kind"] == "turn_event" && f["final"] == false)
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|f| f["msg"]["event"]["type"] == "assistant_text")
+    );
+
+    // The same session again: resumed, and a tool call shows with its result.
+    let out = b.bxctl(&["chat", "--json", "--session", "s1", "what time is it?"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let body = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        body.contains("\"type\":\"tool_call\"") && body.contains("\"tool\":\"time_now\""),
+        "{body}"
+    );
+    assert!(body.contains("\"type\":\"tool_result\""), "{body}");
+    let log = fs::read_to_string(b.home().join("loop/sessions/s1.jsonl")).unwrap();
+    assert!(
+        log.contains("what time is it?"),
+        "the session log holds both turns"
+    );
+}
+
+#[test]
+fn a_home_not_made_by_dev_up_is_refused_and_left_alone() {
+    let b = DevBox::new();
+    fs::create_dir_all(b.home()).unwrap();
+    fs::write(b.home().join("precious.txt"), "mine").unwrap();
+    let out = b.try_up(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("was not made by `bxctl dev up`"));
+    let names: Vec<_> = fs::read_dir(b.home())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["precious.txt"], "nothing was written into it");
+}

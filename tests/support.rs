@@ -1,0 +1,170 @@
+//! The end-to-end tests' harness: the workspace's real binaries, and a dev box on a temporary
+//! home that is always taken down (and its daemons killed) before the home is removed.
+//!
+//! The binaries are the ones `cargo test --workspace` builds beside the test executables
+//! (`target/<profile>/`); `make gate` builds them all before any test runs.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Generous: a loaded 2-core machine builds and starts slowly; nothing here measures speed.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The directory holding the workspace's binaries.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    // target/<profile>/deps/<test>-<hash> → target/<profile>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile>/deps")
+        .to_path_buf();
+    for b in ["bxctl", "loopd", "brokerd", "inferproxy"] {
+        assert!(
+            dir.join(b).is_file(),
+            "{} is missing: build the workspace's binaries first (`cargo build --workspace \
+             --bins`; `make gate` and `cargo test --workspace` do)",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+/// `bxctl` with `args`, run to its end within `DEADLINE`.
+pub fn bxctl(args: &[&str]) -> Output {
+    let mut child = Command::new(bin_dir().join("bxctl"))
+        .args(args)
+        .env_remove("BOXMAKER_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bxctl starts");
+    let until = Instant::now() + DEADLINE;
+    loop {
+        if child.try_wait().expect("wait for bxctl").is_some() {
+            return child.wait_with_output().expect("bxctl's output");
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("bxctl's output");
+            panic!(
+                "bxctl {args:?} did not finish within {DEADLINE:?}: {}",
+                said(&out)
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Everything a command printed, for assertion messages.
+pub fn said(out: &Output) -> String {
+    format!(
+        "{}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The daemons of a dev box.
+pub const DAEMONS: [&str; 3] = ["brokerd", "inferproxy", "loopd"];
+
+/// A dev box on its own temporary home.
+#[derive(Debug)]
+pub struct DevBox {
+    dir: tempfile::TempDir,
+    home: PathBuf,
+}
+
+impl DevBox {
+    /// A temporary home, not up yet. As root its directory is opened (0711) so the dev user can
+    /// walk to the home.
+    pub fn new() -> DevBox {
+        let dir = tempfile::Builder::new()
+            .prefix("bx-e2e-")
+            .tempdir()
+            .expect("a temporary directory");
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o711)).unwrap();
+        let home = dir.path().join("home");
+        DevBox { dir, home }
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    pub fn home_arg(&self) -> String {
+        self.home.display().to_string()
+    }
+
+    /// A file in the temporary directory, beside the home.
+    pub fn beside(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `bxctl dev up` on this home with `extra` options; panics unless it succeeds.
+    pub fn up(&self, extra: &[&str]) -> Output {
+        let out = self.try_up(extra);
+        assert!(out.status.success(), "dev up: {}", said(&out));
+        out
+    }
+
+    pub fn try_up(&self, extra: &[&str]) -> Output {
+        let home = self.home_arg();
+        let mut args = vec!["dev", "up", "--home", &home];
+        args.extend_from_slice(extra);
+        bxctl(&args)
+    }
+
+    pub fn down(&self) -> Output {
+        bxctl(&["dev", "down", "--home", &self.home_arg()])
+    }
+
+    /// The pid in a daemon's pid file.
+    pub fn pid(&self, daemon: &str) -> Option<u32> {
+        fs::read_to_string(self.home.join("dev").join(format!("{daemon}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// `bxctl` with `args` and `--home` this box.
+    pub fn bxctl(&self, args: &[&str]) -> Output {
+        let home = self.home_arg();
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["--home", &home]);
+        bxctl(&all)
+    }
+}
+
+impl Default for DevBox {
+    fn default() -> DevBox {
+        DevBox::new()
+    }
+}
+
+impl Drop for DevBox {
+    fn drop(&mut self) {
+        if self.home.join("dev/box.toml").exists() {
+            let _ = self.down();
+        }
+        // Whatever `down` could not stop is killed before the home goes.
+        for d in DAEMONS {
+            if let Some(pid) = self.pid(d) {
+                let pid = Pid::from_raw(pid as i32);
+                if fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == d) {
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
+            }
+        }
+    }
+}
