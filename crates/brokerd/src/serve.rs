@@ -20,13 +20,14 @@ use toolkit::Env;
 
 use crate::broker::{self, Broker};
 use crate::config::{Config, ConfigError};
-use crate::dirs::{self, DirError};
+use crate::dirs;
 use crate::ledger::Ledger;
 use crate::ledger::chain::{self, ChainError, OnBreak, Opened};
 use crate::ledger::lock::{AuditLock, LockError};
 use crate::ledger::record::{Draft, Event};
 use crate::state::StateStore;
 use crate::{admin, state_socket};
+use bxharden::DirError;
 
 /// The runbook anchor of a configuration brokerd refuses.
 pub const CONFIG_ANCHOR: &str = "broker-config-invalid";
@@ -50,7 +51,7 @@ impl ServeError {
     pub fn anchor(&self) -> &'static str {
         match self {
             ServeError::Config(_) | ServeError::Lookup(_) | ServeError::Peers(_) => CONFIG_ANCHOR,
-            ServeError::Dir(_) => dirs::DIR_ANCHOR,
+            ServeError::Dir(_) => bxharden::STATE_DIR_ANCHOR,
             ServeError::Lock(_) => crate::ledger::lock::RUNNING_ANCHOR,
             ServeError::Chain(ChainError::Io(..)) => chain::WRITE_ANCHOR,
             ServeError::Chain(_) => chain::BROKEN_ANCHOR,
@@ -108,7 +109,7 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
         .map_err(|e| ServeError::Config(ConfigError::Invalid(config_path.into(), e.to_string())))?;
 
     for dir in [cfg.broker_dir(), cfg.state_dir(), cfg.audit_dir()] {
-        dirs::ensure(&dir, owner).map_err(ServeError::Dir)?;
+        bxharden::own_dir(&dir, owner).map_err(ServeError::Dir)?;
     }
     let lock = AuditLock::take(&cfg.lock_path()).map_err(ServeError::Lock)?;
     let (audit, opened) =

@@ -77,7 +77,7 @@ fn its_directories_are_made_0700_and_a_wider_one_is_tightened() {
     let chain = fs::metadata(h.chain()).unwrap().permissions().mode() & 0o777;
     assert_eq!(chain, 0o600);
     b.wait_log(&format!(
-        "brokerd: tightened {} from 0755 to 0700",
+        "brokerd: {}: the directory was 0755, made 0700",
         h.home.join("broker/sessions").display()
     ));
 }
@@ -96,7 +96,7 @@ fn a_directory_of_another_user_is_refused() {
     let log = b.stderr();
     assert!(log.contains("belongs to uid 65534"), "{log}");
     assert!(
-        log.contains("see docs/runbook.md#broker-home-unusable"),
+        log.contains("see docs/runbook.md#state-dir-refused"),
         "{log}"
     );
     assert!(!h.chain().exists());

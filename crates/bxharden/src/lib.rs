@@ -19,6 +19,7 @@
 
 pub mod child_sandbox;
 pub mod config;
+pub mod dirs;
 pub mod identity;
 pub mod landlock_layer;
 pub mod log;
@@ -35,6 +36,7 @@ pub mod threads;
 
 pub use child_sandbox::ChildSandbox;
 pub use config::{PeerName, Peers, SandboxConfig};
+pub use dirs::{DirError, STATE_DIR_ANCHOR, own_dir};
 pub use identity::{Identity, Owner};
 pub use log::Daemon;
 pub use peers::{PeerPolicy, peer_uid};

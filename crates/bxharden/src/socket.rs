@@ -5,7 +5,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -13,6 +13,7 @@ use nix::sys::socket::{SockType, getsockopt, sockopt};
 use nix::sys::stat::{Mode, umask};
 use nix::unistd::{Gid, Uid, chown};
 
+use crate::dirs::DirError;
 use crate::identity::Owner;
 use crate::threads;
 
@@ -120,43 +121,13 @@ pub fn listen(path: &Path, owner: Option<Owner>) -> Result<UnixListener, ListenE
     Ok(listener)
 }
 
+/// The socket's directory is the daemon's own, by the same rules as its state directory.
 fn prepare_dir(dir: &Path, owner: Option<Owner>) -> Result<(), ListenError> {
-    if let Some(parent) = dir.parent() {
-        if !parent.as_os_str().is_empty() && !parent.exists() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o711)
-                .create(parent)
-                .map_err(io_err(parent, "make the directory"))?;
-        }
-    }
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(ListenError::Io(dir.to_owned(), "make the directory", e)),
-    }
-    let meta = fs::symlink_metadata(dir).map_err(io_err(dir, "read the directory"))?;
-    if !meta.file_type().is_dir() {
-        return Err(ListenError::NotADirectory(dir.to_owned()));
-    }
-    let me = Uid::effective().as_raw();
-    if meta.uid() != me && me != 0 {
-        return Err(ListenError::ForeignDirectory(dir.to_owned(), meta.uid()));
-    }
-    if meta.mode() & 0o7777 != 0o700 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(io_err(dir, "make the directory 0700"))?;
-        crate::log::notice(&format!(
-            "{}: the socket directory was {:04o}, made 0700",
-            dir.display(),
-            meta.mode() & 0o7777
-        ));
-    }
-    if let Some(o) = owner {
-        chown(dir, Some(Uid::from_raw(o.uid)), Some(Gid::from_raw(o.gid)))
-            .map_err(nix_err(dir, "give the directory to its owner"))?;
-    }
-    Ok(())
+    crate::dirs::own_dir(dir, owner).map_err(|e| match e {
+        DirError::NotADirectory(p) => ListenError::NotADirectory(p),
+        DirError::Foreign { path, uid, .. } => ListenError::ForeignDirectory(path, uid),
+        DirError::Io { path, what, error } => ListenError::Io(path, what, error),
+    })
 }
 
 fn remove_stale(path: &Path) -> Result<(), ListenError> {

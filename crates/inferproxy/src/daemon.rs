@@ -1,9 +1,6 @@
 //! `inferproxy serve` and `inferproxy check`: the daemon's start, in the order the sandbox
 //! needs (everything read and bound before it closes, no thread before it), and its one socket.
 
-use std::fs;
-use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,14 +9,11 @@ use bxcore::layout;
 use bxcore::{Envelope, ErrorCode, InferDelta, InferRequest, Message};
 use bxharden::sandbox::{SANDBOX_ANCHOR, SandboxError};
 use bxharden::socket::LISTEN_ANCHOR;
-use bxharden::{Daemon, Identity, Owner, Profile, SeccompProfile, serve};
+use bxharden::{Daemon, Identity, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
 use crate::key::KEY_ANCHOR;
 use crate::provider::{Inference, Provider, SetupError};
-
-/// The runbook anchor of an own directory that cannot be made or is not inferproxy's.
-pub const STATE_DIR_ANCHOR: &str = "inferproxy-state-dir";
 
 /// The socket's name in `[peers]` and in log lines.
 pub fn socket_name() -> String {
@@ -132,7 +126,7 @@ fn start(config: &Path) -> Result<Never, (&'static str, String)> {
         )
     })?;
     let own = cfg.own_dir();
-    prepare_own_dir(&own, id.owner()).map_err(|e| (STATE_DIR_ANCHOR, e))?;
+    bxharden::own_dir(&own, id.owner()).map_err(|e| (bxharden::STATE_DIR_ANCHOR, e.to_string()))?;
     let mut handed = bxharden::activated().map_err(|e| (LISTEN_ANCHOR, e.to_string()))?;
     let listener = bxharden::socket_for(
         &mut handed,
@@ -258,62 +252,6 @@ fn fail(stream: &mut UnixStream, id: u64, slot: &str, e: &crate::InferError) {
         stream,
         &Envelope::error(id, ErrorCode::Inference, e.to_string()),
     );
-}
-
-/// Make `<home>/infer` (0700, missing parents 0711) when it is missing, tighten it when it is
-/// wider (with a log line), refuse it when it is not a directory or belongs to someone else;
-/// give it to `owner` when root will drop to that owner.
-pub fn prepare_own_dir(dir: &Path, owner: Option<Owner>) -> Result<(), String> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        format!(
-            "{}: cannot {what}: {e}; see docs/runbook.md#{STATE_DIR_ANCHOR}",
-            dir.display()
-        )
-    };
-    if let Some(parent) = dir.parent() {
-        if !parent.as_os_str().is_empty() && !parent.exists() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o711)
-                .create(parent)
-                .map_err(|e| fail("make its parent", &e))?;
-        }
-    }
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(fail("make it", &e)),
-    }
-    let meta = fs::symlink_metadata(dir).map_err(|e| fail("read it", &e))?;
-    if !meta.file_type().is_dir() {
-        return Err(format!(
-            "{}: is not a directory; see docs/runbook.md#{STATE_DIR_ANCHOR}",
-            dir.display()
-        ));
-    }
-    let me = nix::unistd::Uid::effective().as_raw();
-    let expected = owner.map_or(me, |o| o.uid);
-    if meta.uid() != me && meta.uid() != expected {
-        return Err(format!(
-            "{}: belongs to uid {}, not to inferproxy (uid {expected}); see docs/runbook.md#{STATE_DIR_ANCHOR}",
-            dir.display(),
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o7777 != 0o700 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| fail("make it 0700", &e))?;
-        tracing::info!(
-            "inferproxy: {}: the directory was {:04o}, made 0700",
-            dir.display(),
-            meta.mode() & 0o7777
-        );
-    }
-    if let Some(o) = owner {
-        std::os::unix::fs::chown(dir, Some(o.uid), Some(o.gid))
-            .map_err(|e| fail("give it to its owner", &e))?;
-    }
-    Ok(())
 }
 
 /// The command line: `serve` or `check`, each with `--config FILE`.

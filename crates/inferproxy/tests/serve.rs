@@ -626,7 +626,7 @@ fn an_own_directory_that_is_not_a_directory_refuses_to_start() {
         Err(e) => e,
     };
     assert!(
-        e.contains("/infer: is not a directory; see docs/runbook.md#inferproxy-state-dir"),
+        e.contains("/infer: not a directory (a file or a symbolic link is in its place); see docs/runbook.md#state-dir-refused"),
         "{e}"
     );
 }

@@ -17,7 +17,7 @@ use bxharden::profiles::SeccompProfile;
 use bxharden::sandbox::SANDBOX_ANCHOR;
 use bxharden::serve::LISTENER_ANCHOR;
 use bxharden::socket::LISTEN_ANCHOR;
-use bxharden::{Identity, Profile};
+use bxharden::{Identity, Profile, STATE_DIR_ANCHOR};
 
 use crate::baseline::Baseline;
 use crate::broker_port::{BrokerPort, NoBroker, not_configured_line};
@@ -25,7 +25,6 @@ use crate::channel::{Context, serve};
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::Outbox;
-use crate::state_dir::{self, STATE_DIR_ANCHOR};
 use crate::tools::{Registry, ToolPort};
 
 /// The runbook entry of the broker port's lines.
@@ -59,7 +58,7 @@ pub fn run_serve(config: &Path) -> i32 {
         .chain([cfg.memory.socket.as_ref().map(|_| cfg.outbox_dir())])
         .flatten()
     {
-        if let Err(e) = state_dir::ensure(&dir, id.uid, id.owner()) {
+        if let Err(e) = bxharden::own_dir(&dir, id.owner()) {
             line(STATE_DIR_ANCHOR, &format!("loopd: {e}"));
             return 1;
         }

@@ -14,6 +14,5 @@ pub mod daemon;
 pub mod infer;
 pub mod outbox;
 pub mod session;
-pub mod state_dir;
 pub mod tools;
 pub mod turn;

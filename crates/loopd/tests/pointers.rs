@@ -155,5 +155,5 @@ fn the_daemon_s_refusals_point_at_their_entries() {
         .lines()
         .find(|l| l.contains("not a directory"))
         .unwrap_or_else(|| panic!("{log}"));
-    assert_points(line, "loopd-state-dir-refused");
+    assert_points(line, "state-dir-refused");
 }
