@@ -1,16 +1,18 @@
-//! What `/proc/<pid>/status` says about a daemon's sandbox: its uid and gid, its seccomp mode,
-//! `no_new_privs` and its capability sets, for every thread (Landlock and credentials are per
-//! thread, so one thread that escaped would show here).
+//! A daemon's sandbox as the kernel reports it, summed up over every thread for `bxctl status`
+//! (Landlock and credentials are per thread, so one thread that escaped would show here). The
+//! parsing is bxharden's `proc_status`, the same the daemons' own tests check themselves with.
 
 use std::fs;
 use std::path::Path;
 
+use bxharden::proc_status;
 use serde::Serialize;
 
-/// The sandbox of one process as the kernel reports it.
+/// The sandbox of one process, over all its threads.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Sandbox {
     pub pid: u32,
+    /// The effective uid and gid of the first thread.
     pub uid: u32,
     pub gid: u32,
     pub threads: usize,
@@ -29,59 +31,21 @@ impl Sandbox {
     }
 }
 
-struct Status {
-    uid: u32,
-    gid: u32,
-    seccomp: u32,
-    no_new_privs: bool,
-    no_capabilities: bool,
-}
-
-fn field<'a>(text: &'a str, name: &str) -> Option<&'a str> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
-        .map(str::trim)
-}
-
-fn parse(text: &str) -> Option<Status> {
-    let first = |name| field(text, name)?.split_whitespace().next()?.parse().ok();
-    let caps = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"];
-    Some(Status {
-        uid: first("Uid")?,
-        gid: first("Gid")?,
-        seccomp: first("Seccomp")?,
-        no_new_privs: field(text, "NoNewPrivs")? == "1",
-        no_capabilities: caps
-            .iter()
-            .all(|c| field(text, c).is_some_and(|v| v.chars().all(|ch| ch == '0'))),
-    })
-}
-
-/// The sandbox of process `pid`, from every thread's status; `None` when it is gone or hidden.
+/// The sandbox of process `pid`; `None` when it is gone or hidden from the caller.
 pub fn sandbox(pid: u32) -> Option<Sandbox> {
-    let main = parse(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)?;
-    let mut s = Sandbox {
+    let threads = proc_status::threads(pid).ok()?;
+    let first = threads.first()?;
+    Some(Sandbox {
         pid,
-        uid: main.uid,
-        gid: main.gid,
-        threads: 0,
-        seccomp: main.seccomp,
-        no_new_privs: main.no_new_privs,
-        no_capabilities: main.no_capabilities,
-    };
-    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
-        let Some(t) = fs::read_to_string(task.path().join("status"))
-            .ok()
-            .and_then(|text| parse(&text))
-        else {
-            continue;
-        };
-        s.threads += 1;
-        s.seccomp = s.seccomp.min(t.seccomp);
-        s.no_new_privs &= t.no_new_privs;
-        s.no_capabilities &= t.no_capabilities;
-    }
-    Some(s)
+        uid: first.uids[1],
+        gid: first.gids[1],
+        threads: threads.len(),
+        seccomp: threads.iter().map(|t| t.seccomp).min().unwrap_or(0),
+        no_new_privs: threads.iter().all(|t| t.no_new_privs),
+        no_capabilities: threads
+            .iter()
+            .all(|t| t.caps.iter().all(|(_, mask)| *mask == 0)),
+    })
 }
 
 /// The pids of processes whose executable's name is `name`.
@@ -105,32 +69,25 @@ pub fn pids_named(name: &str) -> Vec<u32> {
 mod tests {
     use super::*;
 
-    const CONFINED: &str = "Name:\tbrokerd\nUid:\t990\t990\t990\t990\nGid:\t985\t985\t985\t985\n\
-        CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\
-        CapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n";
-
-    #[test]
-    fn a_confined_status_parses() {
-        let s = parse(CONFINED).unwrap();
-        assert_eq!((s.uid, s.gid, s.seccomp), (990, 985, 2));
-        assert!(s.no_new_privs && s.no_capabilities);
-    }
-
-    #[test]
-    fn any_capability_or_a_missing_filter_shows() {
-        let s = parse(&CONFINED.replace("CapBnd:\t0000000000000000", "CapBnd:\t000001ffffffffff"))
-            .unwrap();
-        assert!(!s.no_capabilities);
-        let s = parse(&CONFINED.replace("Seccomp:\t2", "Seccomp:\t0")).unwrap();
-        assert_eq!(s.seccomp, 0);
-        let s = parse(&CONFINED.replace("NoNewPrivs:\t1", "NoNewPrivs:\t0")).unwrap();
-        assert!(!s.no_new_privs);
-    }
-
     #[test]
     fn this_test_process_is_not_confined() {
         let me = sandbox(std::process::id()).unwrap();
         assert!(me.threads >= 1);
         assert_ne!(me.seccomp, 2, "the test harness runs without a filter");
+        assert!(!me.confined());
+    }
+
+    #[test]
+    fn a_process_that_is_gone_has_no_sandbox() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert_eq!(sandbox(pid), None);
+    }
+
+    #[test]
+    fn this_process_is_found_by_its_name() {
+        let comm = fs::read_to_string("/proc/self/comm").unwrap();
+        assert!(pids_named(comm.trim()).contains(&std::process::id()));
     }
 }
