@@ -35,6 +35,10 @@ rustPlatform.buildRustPackage {
     if [ -f docs/runbook.md ]; then
       install -Dm0644 docs/runbook.md $out/share/doc/boxmaker/runbook.md
     fi
+    # The script provider's default script: the module's inferproxy.toml names it when the
+    # owner sets no provider (the same file inferproxy::script::DEFAULT is built from).
+    install -Dm0644 crates/inferproxy/scripts/default.toml \
+      $out/share/boxmaker/inferproxy-default-script.toml
     if [ -f docs/install.md ]; then
       install -Dm0644 docs/install.md $out/share/doc/boxmaker/install.md
     fi

@@ -21,6 +21,7 @@ let
 
   cfg = config.services.boxmaker;
   units = import ./units.nix;
+  defaults = import ./defaults.nix;
   format = pkgs.formats.toml { };
 
   ownerUser = cfg.owner;
@@ -30,59 +31,17 @@ let
       g = config.users.users.${cfg.owner}.group or "";
     in
     if g == "" then "users" else g;
-  clientOf = units.clientOf { inherit ownerUser ownerGroup; };
 
-  # Where systemd puts inferproxy's `api_key` credential (LoadCredential=).
-  apiKeyCredential = "/run/credentials/inferproxy.service/api_key";
-
-  # [paths], [sockets], [peers] and [sandbox], the same for every daemon: each socket it
-  # serves, and the one user (its client) allowed to connect to it.
-  common =
-    daemon:
-    let
-      d = units.daemons.${daemon};
-    in
-    {
-      paths.home = cfg.home;
-      sockets = lib.genAttrs d.serves (units.socketPath cfg.home);
-      peers = lib.genAttrs d.serves (s: [ (clientOf s).user ]);
-      sandbox = {
-        inherit (d) user;
-        group = d.user;
-        require = true;
-        seccomp_log = false;
-      };
+  # What the typed options produce (configs.nix, builtins only, shared with the test that
+  # runs each daemon's `check` on it); settings.<daemon> is merged over it.
+  generated = import ./configs.nix {
+    inherit (cfg) home tools;
+    inherit ownerUser;
+    inference = cfg.inference // {
+      # A script given as a Nix path is copied into the store; a string path stays as is.
+      script = if cfg.inference.script == null then null else "${cfg.inference.script}";
     };
-
-  optionalKey = name: value: lib.optionalAttrs (value != null) { ${name} = value; };
-
-  # What the typed options produce; settings.<daemon> is merged over it.
-  generated = {
-    loopd = common "loopd" // {
-      broker.socket = units.socketPath cfg.home "broker";
-      inference.socket = units.socketPath cfg.home "infer";
-    };
-
-    brokerd = common "brokerd" // lib.optionalAttrs (cfg.tools != { }) { inherit (cfg) tools; };
-
-    inferproxy = common "inferproxy" // {
-      provider =
-        {
-          kind = cfg.inference.provider;
-        }
-        // optionalKey "base_url" cfg.inference.baseUrl
-        // optionalKey "api_key_file" (if cfg.inference.apiKeyFile != null then apiKeyCredential else null)
-        // optionalKey "script" (if cfg.inference.script != null then toString cfg.inference.script else null);
-      slots = lib.mapAttrs (
-        _: s:
-        {
-          inherit (s) model;
-          max_tokens = s.maxTokens;
-          context_tokens = s.contextTokens;
-        }
-        // optionalKey "temperature" s.temperature
-      ) cfg.inference.slots;
-    };
+    defaultScript = "${cfg.package}/share/boxmaker/inferproxy-default-script.toml";
   };
 
   configFile = daemon: format.generate "${daemon}.toml" cfg.settings.${daemon};
@@ -122,17 +81,17 @@ let
       };
       maxTokens = mkOption {
         type = types.ints.positive;
-        default = 4096;
+        default = defaults.slot.maxTokens;
         description = "The most tokens one reply may have.";
       };
       contextTokens = mkOption {
         type = types.ints.positive;
-        default = 100000;
+        default = defaults.slot.contextTokens;
         description = "The model's context window, in tokens.";
       };
       temperature = mkOption {
-        type = types.nullOr types.float;
-        default = null;
+        type = types.nullOr (types.numbers.between 0 2);
+        default = defaults.slot.temperature;
         description = "Sampling temperature; null leaves it to the provider.";
       };
     };
@@ -160,7 +119,7 @@ in
 
     home = mkOption {
       type = types.str;
-      default = "/var/lib/boxmaker";
+      default = defaults.home;
       description = ''
         The box's home: state directories, and `run/` with one 0700 directory per socket.
       '';
@@ -182,7 +141,7 @@ in
           "anthropic"
           "script"
         ];
-        default = "script";
+        default = defaults.inference.provider;
         description = ''
           The model API inferproxy talks to: an OpenAI-compatible server, Anthropic, or
           `script` (fixed scripted replies, no model: the default until one is configured).
@@ -190,7 +149,7 @@ in
       };
       baseUrl = mkOption {
         type = types.nullOr types.str;
-        default = null;
+        default = defaults.inference.baseUrl;
         example = "http://127.0.0.1:8080/v1";
         description = ''
           The provider's base URL (for OpenAI-compatible servers it ends in `/v1`).
@@ -198,7 +157,7 @@ in
       };
       apiKeyFile = mkOption {
         type = types.nullOr types.str;
-        default = null;
+        default = defaults.inference.apiKeyFile;
         example = "/run/keys/boxmaker-api-key";
         description = ''
           A file holding the provider's API key, outside the Nix store. systemd hands it
@@ -207,17 +166,15 @@ in
       };
       script = mkOption {
         type = types.nullOr types.path;
-        default = null;
+        default = defaults.inference.script;
         description = ''
-          For the `script` provider: the file of scripted turns. Null uses the one built
-          into inferproxy.
+          For the `script` provider: the file of scripted turns. Null uses the default
+          script the package ships (`share/boxmaker/inferproxy-default-script.toml`).
         '';
       };
       slots = mkOption {
         type = types.attrsOf slotType;
-        default = {
-          main.model = "default";
-        };
+        default = defaults.inference.slots;
         example = literalExpression ''{ main = { model = "gpt-4o"; contextTokens = 128000; }; }'';
         description = ''
           Named model slots; loopd names a slot (`main` for new sessions), never a model.
@@ -227,8 +184,8 @@ in
 
     tools = mkOption {
       type = types.attrsOf format.type;
-      default = { };
-      example = literalExpression ''{ run.enable = false; }'';
+      default = defaults.tools;
+      example = literalExpression ''{ web_fetch.enabled = false; workspace_write.approval = "always"; }'';
       description = ''
         Per-tool settings for brokerd (`[tools.<name>]`). They can only tighten a tool's
         built-in policy: brokerd refuses to start on a setting that loosens one.
@@ -265,6 +222,20 @@ in
       {
         assertion = cfg.inference.provider == "script" || cfg.inference.baseUrl != null;
         message = "services.boxmaker.inference.baseUrl is needed for the ${cfg.inference.provider} provider.";
+      }
+      {
+        assertion = cfg.inference.provider == "script" || cfg.inference.apiKeyFile != null;
+        message = "services.boxmaker.inference.apiKeyFile is needed for the ${cfg.inference.provider} provider: inferproxy refuses to start without a key.";
+      }
+      {
+        assertion =
+          cfg.inference.provider != "script"
+          || (cfg.inference.baseUrl == null && cfg.inference.apiKeyFile == null);
+        message = "services.boxmaker.inference.baseUrl and apiKeyFile do not apply to the script provider (inferproxy refuses them).";
+      }
+      {
+        assertion = cfg.inference.provider == "script" || cfg.inference.script == null;
+        message = "services.boxmaker.inference.script applies only to the script provider (inferproxy refuses it for ${cfg.inference.provider}).";
       }
       {
         assertion = cfg.inference.slots ? main;

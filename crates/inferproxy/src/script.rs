@@ -42,26 +42,10 @@ use crate::reply::{Draft, DraftCall};
 
 /// The shipped default script, for a dev box that should answer any text: a greeting, the
 /// core `time_now` tool when asked the time, what a tool answered once it ran, and a fixed
-/// reply otherwise. `bxctl dev up` writes it beside the configuration.
-pub const DEFAULT: &str = r#"# The default script of the `script` provider (docs/inference.md has the format).
-# Rules answer every request, the first that matches wins; they are never used up.
-
-[[rule]]
-after = "tool"
-text = "The tool answered: {last_tool}"
-
-[[rule]]
-user = "(?i)\\b(hello|hi|hey)\\b"
-text = "Hello! I am the box's scripted model: no real model is configured, so I answer from a script."
-
-[[rule]]
-user = "(?i)\\btime\\b"
-text = "Let me look at the clock."
-tool_calls = [{ tool = "time_now" }]
-
-[[rule]]
-text = "I am the box's scripted model, and I only know my script. Configure a real provider in inferproxy.toml to talk to a model."
-"#;
+/// reply otherwise. `bxctl dev up` writes it beside the configuration; the package installs the
+/// file as `share/boxmaker/inferproxy-default-script.toml`, which the NixOS module's
+/// configuration names when no script is set.
+pub const DEFAULT: &str = include_str!("../scripts/default.toml");
 
 /// Where the request's last message comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

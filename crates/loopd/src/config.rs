@@ -143,9 +143,7 @@ impl Default for Memory {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Sockets {
-    /// Empty or absent: `<home>/run/channel-loop/loop.sock`. Also read as `loop`, the socket's
-    /// activation name, which is how the NixOS module keys `[sockets]` for every daemon.
-    #[serde(alias = "loop")]
+    /// Empty or absent: `<home>/run/channel-loop/loop.sock`.
     pub channel: PathBuf,
 }
 

@@ -110,12 +110,6 @@ fn empty_socket_paths_mean_their_defaults() {
 }
 
 #[test]
-fn the_channel_socket_is_also_read_under_its_activation_name() {
-    let c = parse("[sockets]\nloop = \"/c/loop.sock\"\n").unwrap();
-    assert_eq!(c.sockets.channel, PathBuf::from("/c/loop.sock"));
-}
-
-#[test]
 fn unknown_keys_are_refused_in_every_table() {
     for extra in [
         "colour = 1\n",
@@ -123,6 +117,7 @@ fn unknown_keys_are_refused_in_every_table() {
         "[slots]\nmian = \"x\"\n",
         "[broker]\nsocket_path = \"/x\"\n",
         "[inference]\nmodel = \"x\"\n",
+        "[sockets]\nloop = \"/x\"\n",
         "[memory]\nurl = \"x\"\n",
         "[sockets]\nchannels = \"/x\"\n",
         "[sandbox]\nusr = \"x\"\n",

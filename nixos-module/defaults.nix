@@ -1,0 +1,28 @@
+# The defaults of services.boxmaker's typed options, as plain values: default.nix declares its
+# options with them, and the workspace's test (tests/nix_configs.rs) renders configs.nix with
+# them, so the configuration the test checks is the one a device with only `enable` and
+# `owner` set runs.
+rec {
+  home = "/var/lib/boxmaker";
+
+  # One slot's defaults (services.boxmaker.inference.slots.<name>), all but `model`.
+  slot = {
+    maxTokens = 4096;
+    contextTokens = 100000;
+    temperature = null;
+  };
+
+  inference = {
+    provider = "script";
+    baseUrl = null;
+    apiKeyFile = null;
+    script = null;
+    slots = {
+      main = slot // {
+        model = "default";
+      };
+    };
+  };
+
+  tools = { };
+}

@@ -1,0 +1,186 @@
+//! The NixOS module's configurations are ones the daemons accept: each daemon's configuration is
+//! rendered by `nixos-module/configs.nix` (the function the module serializes with
+//! `pkgs.formats.toml`) with `nix-instantiate`, written as TOML with its home in a temporary
+//! directory, and handed to the real `<daemon> check --config`, which loads it and every file
+//! it names and must exit 0. Once for the module's defaults (only `enable` and `owner` set), once
+//! for a fuller device (an OpenAI-compatible provider with a key, two slots, workspace roots,
+//! tightened tools).
+//!
+//! Debian's Nix 2.8 is enough (builtins only); without `nix-instantiate` the test says
+//! `skipped: nix-instantiate is not installed`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use boxmaker_e2e::bin_dir;
+use serde_json::{Value, json};
+
+const DAEMONS: [&str; 3] = ["loopd", "brokerd", "inferproxy"];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ lives in the repository")
+        .to_path_buf()
+}
+
+fn have_nix() -> bool {
+    Command::new("nix-instantiate")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `configs.nix` applied to the module's option defaults (`defaults.nix`) with `args` over
+/// them (top-level keys replaced whole), as JSON: `{ loopd = ...; brokerd = ...; ... }`.
+fn render(args: &Value) -> Value {
+    let module = repo().join("nixos-module");
+    let expr = format!(
+        "{{ args }}: let d = import {}/defaults.nix; in import {}/configs.nix \
+         ({{ inherit (d) home inference tools; }} // builtins.fromJSON args)",
+        module.display(),
+        module.display()
+    );
+    let out = Command::new("nix-instantiate")
+        .args([
+            "--eval", "--strict", "--json", "-E", &expr, "--argstr", "args",
+        ])
+        .arg(args.to_string())
+        .output()
+        .expect("nix-instantiate runs");
+    assert!(
+        out.status.success(),
+        "nix-instantiate on configs.nix failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("nix-instantiate prints JSON")
+}
+
+/// What the module always passes besides the typed options: the home (here a temporary
+/// directory), the owner, and the default script the package installs as
+/// `share/boxmaker/inferproxy-default-script.toml`.
+fn device(home: &Path) -> Value {
+    json!({
+        "home": home,
+        "ownerUser": "alice",
+        "defaultScript": repo().join("crates/inferproxy/scripts/default.toml"),
+    })
+}
+
+/// Write each daemon's configuration (with `settings`, the module's free-form TOML, merged
+/// over it) to `<home>/etc/<daemon>.toml` and run `<daemon> check --config` on it; every
+/// daemon that refuses it is returned with what it said.
+fn check_all(
+    home: &Path,
+    configs: &Value,
+    settings: &Value,
+    credentials: Option<&Path>,
+) -> Vec<String> {
+    let etc = home.join("etc");
+    fs::create_dir_all(&etc).unwrap();
+    let mut refused = Vec::new();
+    for daemon in DAEMONS {
+        let mut cfg = configs[daemon].clone();
+        assert!(
+            cfg.is_object(),
+            "configs.nix renders no {daemon}: {configs}"
+        );
+        merge(&mut cfg, &settings[daemon]);
+        let value = toml::Value::try_from(&cfg).expect("the configuration is TOML-shaped");
+        let text = toml::to_string(&value).unwrap();
+        let file = etc.join(format!("{daemon}.toml"));
+        fs::write(&file, &text).unwrap();
+        let mut cmd = Command::new(bin_dir().join(daemon));
+        cmd.arg("check").arg("--config").arg(&file);
+        match credentials {
+            Some(dir) => cmd.env("CREDENTIALS_DIRECTORY", dir),
+            None => cmd.env_remove("CREDENTIALS_DIRECTORY"),
+        };
+        let out = cmd.output().expect("the daemon runs");
+        if !out.status.success() {
+            refused.push(format!(
+                "{daemon} check refused the module's configuration:\n{text}\n--- stdout:\n{}--- stderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    refused
+}
+
+/// `settings` over `base`, table by table, as the module merges settings.<daemon>.
+fn merge(base: &mut Value, settings: &Value) {
+    let (Some(b), Some(s)) = (base.as_object_mut(), settings.as_object()) else {
+        if !settings.is_null() {
+            *base = settings.clone();
+        }
+        return;
+    };
+    for (k, v) in s {
+        merge(b.entry(k.clone()).or_insert(Value::Null), v);
+    }
+}
+
+#[test]
+fn the_modules_default_configurations_pass_every_daemons_check() {
+    if !have_nix() {
+        println!("skipped: nix-instantiate is not installed");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let configs = render(&device(home.path()));
+    let refused = check_all(home.path(), &configs, &json!({}), None);
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
+
+#[test]
+fn a_fuller_devices_configurations_pass_every_daemons_check() {
+    if !have_nix() {
+        println!("skipped: nix-instantiate is not installed");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let projects = home.path().join("projects");
+    let mail = home.path().join("mail");
+    fs::create_dir_all(&projects).unwrap();
+    fs::create_dir_all(&mail).unwrap();
+    // systemd's LoadCredential=api_key:<apiKeyFile> puts the key here and names the directory
+    // in $CREDENTIALS_DIRECTORY; the configuration itself never names the key.
+    let creds = home.path().join("credentials");
+    fs::create_dir_all(&creds).unwrap();
+    fs::write(creds.join("api_key"), "sk-test-not-a-real-key\n").unwrap();
+
+    let mut args = device(home.path());
+    args["inference"] = json!({
+        "provider": "openai",
+        "baseUrl": "http://127.0.0.1:8080/v1",
+        "apiKeyFile": "/run/keys/boxmaker-api-key",
+        "script": null,
+        "slots": {
+            "main": { "model": "qwen2.5-32b-instruct", "maxTokens": 4096, "contextTokens": 32768, "temperature": 0.7 },
+            "small": { "model": "qwen2.5-7b-instruct", "maxTokens": 1024, "contextTokens": 8192, "temperature": null }
+        }
+    });
+    args["tools"] = json!({
+        "web_fetch": { "enabled": false },
+        "workspace_write": { "approval": "always" }
+    });
+    let configs = render(&args);
+    assert!(
+        configs["inferproxy"]["provider"]
+            .get("api_key_file")
+            .is_none(),
+        "the key reaches inferproxy as a credential, never as a path in its configuration: {}",
+        configs["inferproxy"]
+    );
+    assert_eq!(configs["loopd"]["loop"]["context_tokens"], json!(32768));
+    let settings = json!({
+        "brokerd": { "workspace": { "roots": [
+            { "path": projects, "class": "private", "writable": true },
+            { "path": mail, "class": "private", "untrusted": true }
+        ] } }
+    });
+    let refused = check_all(home.path(), &configs, &settings, Some(&creds));
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
