@@ -115,7 +115,13 @@ pub fn threads(pid: u32) -> io::Result<Vec<ThreadStatus>> {
         };
         let text = match std::fs::read_to_string(entry.path().join("status")) {
             Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // the thread ended
+            // The thread ended between the listing and the read: the kernel says ENOENT or
+            // ESRCH, depending on how far its exit had gone.
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) =>
+            {
+                continue;
+            }
             Err(e) => return Err(e),
         };
         out.push(
@@ -165,6 +171,30 @@ mod tests {
         let me = threads(std::process::id()).unwrap();
         assert!(!me.is_empty());
         assert!(me.iter().all(|t| t.seccomp == 0 || t.seccomp == 2));
+    }
+
+    #[test]
+    fn threads_that_end_while_they_are_read_are_left_out_not_an_error() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let churn = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let short: Vec<_> = (0..8).map(|_| std::thread::spawn(|| {})).collect();
+                    for t in short {
+                        t.join().unwrap();
+                    }
+                }
+            })
+        };
+        let reads: Vec<_> = (0..2000).map(|_| threads(std::process::id())).collect();
+        stop.store(true, Ordering::SeqCst);
+        churn.join().unwrap();
+        for r in reads {
+            assert!(!r.unwrap().is_empty());
+        }
     }
 
     #[test]
