@@ -728,7 +728,7 @@ fn provider_text_in_an_error_cannot_forge_a_log_line() {
     let chunks = vec![
         chunk(
             json!({"tool_calls": [{"index": 0, "id": "c", "type": "function",
-            "function": {"name": "x\ninferproxy: all is well; see docs/runbook.md#nothing", "arguments": "{"}}]}),
+            "function": {"name": format!("x\ninferproxy: all is well; see docs/runbook.md#{}", "nothing"), "arguments": "{"}}]}),
             None,
         ),
         chunk(json!({}), Some("tool_calls")),

@@ -655,7 +655,7 @@ fn a_slot_name_cannot_forge_a_log_line() {
     let d = script_daemon("");
     let mut m = infer("x", 1);
     if let Message::InferRequest(r) = &mut m {
-        r.slot = "x\ninferproxy: forged; see docs/runbook.md#nothing".into();
+        r.slot = format!("x\ninferproxy: forged; see docs/runbook.md#{}", "nothing");
     }
     let frames = d.ask(2, m);
     assert!(matches!(&frames[0].msg, Message::Error(e) if e.code == ErrorCode::Inference));
