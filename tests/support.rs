@@ -74,8 +74,8 @@ pub fn said(out: &Output) -> String {
     )
 }
 
-/// The daemons of a dev box.
-pub const DAEMONS: [&str; 3] = ["brokerd", "inferproxy", "loopd"];
+/// The daemons of a dev box, as `bxctl dev` starts them.
+pub use bxctl::dev::DAEMONS;
 
 /// A dev box on its own temporary home.
 #[derive(Debug)]
@@ -130,11 +130,8 @@ impl DevBox {
 
     /// The pid in a daemon's pid file.
     pub fn pid(&self, daemon: &str) -> Option<u32> {
-        fs::read_to_string(self.home.join("dev").join(format!("{daemon}.pid")))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let home = bxctl::dev::DevHome::new(&self.home).ok()?;
+        bxctl::dev::procs::read_pid(&home.pid_file(daemon))
     }
 
     /// `bxctl` with `args` and `--home` this box.
@@ -154,7 +151,7 @@ impl Default for DevBox {
 
 impl Drop for DevBox {
     fn drop(&mut self) {
-        if self.home.join("dev/box.toml").exists() {
+        if bxctl::target::Target::resolve(Some(&self.home)).is_dev_box() {
             let _ = self.down();
         }
         // Whatever `down` could not stop is killed before the home goes.
