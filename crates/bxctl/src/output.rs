@@ -56,17 +56,3 @@ pub fn time_left(ms: i128) -> String {
         format!("{s}s")
     }
 }
-
-/// Text from the model, a tool or a peer, as one line that is safe to show on a terminal:
-/// control characters (escape sequences among them) and line breaks are shown as `\u{…}`.
-pub fn shown(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                format!("\\u{{{:x}}}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}

@@ -14,6 +14,7 @@ use bxcore::Message;
 use bxcore::client::{self, ClientError};
 use bxcore::layout::{self, SOCKETS};
 use bxcore::runbook::pointer;
+use bxcore::visible::{Mode, Shown};
 use serde::Serialize;
 
 use crate::dev::procs::find_daemon;
@@ -234,7 +235,7 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
             Ok(a) => Check {
                 check: "model answers".to_string(),
                 state: State::Ok,
-                detail: format!("{}: {}", m.describe(), crate::output::shown(&a.said)),
+                detail: format!("{}: {}", m.describe(), Shown(&a.said, Mode::Line)),
             },
             Err(ClientError::Connect { error, .. })
                 if error.kind() == io::ErrorKind::PermissionDenied =>

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bxcore::client::{self, ClientError};
 use bxcore::layout::{self, DAEMONS, SOCKETS};
+use bxcore::visible::{Mode, Shown};
 use bxcore::{Message, Pong};
 use serde::Serialize;
 
@@ -258,7 +259,7 @@ pub fn render(s: &Status) -> String {
                 version,
                 protocol,
             } => format!("answers ({daemon} {version}, protocol {protocol})"),
-            SocketState::Refuses { why } => format!("refuses: {why}"),
+            SocketState::Refuses { why } => format!("refuses: {}", Shown(why, Mode::Line)),
             SocketState::Absent => "absent".to_string(),
             SocketState::NotConfigured => "not part of this box".to_string(),
         };
@@ -305,7 +306,8 @@ pub fn render(s: &Status) -> String {
         )),
         Some(a) => out.push_str(&format!(
             "audit chain: BROKEN after {} records: {}\n",
-            a.records, a.detail
+            a.records,
+            Shown(&a.detail, Mode::Line)
         )),
         None => out.push_str("audit chain: unknown (admin.sock did not answer)\n"),
     }
@@ -322,7 +324,7 @@ pub fn render(s: &Status) -> String {
             s.problems.len()
         ));
         for p in &s.problems {
-            out.push_str(&format!("  - {p}\n"));
+            out.push_str(&format!("  - {}\n", Shown(p, Mode::Line)));
         }
     }
     out
@@ -333,7 +335,7 @@ pub fn verdict(s: &Status) -> Option<String> {
     (!s.healthy).then(|| {
         format!(
             "status: DEGRADED: {}; {}",
-            s.problems.join("; "),
+            Shown(&s.problems.join("; "), Mode::Line),
             bxcore::runbook::pointer(DEGRADED_ANCHOR)
         )
     })
