@@ -10,10 +10,19 @@ use std::time::{Duration, Instant};
 
 use bxcore::{Approval, ApprovalId, Timestamp};
 
+/// How a slot was closed by someone other than its waiter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Close {
+    Allow,
+    Deny,
+    /// The requester cancelled or went away.
+    Withdraw,
+}
+
 #[derive(Debug)]
 struct Slot {
     approval: Approval,
-    tx: SyncSender<bool>,
+    tx: SyncSender<Close>,
 }
 
 /// The pending approvals.
@@ -28,6 +37,8 @@ pub enum Verdict {
     Approved,
     Denied,
     Expired,
+    /// The requester cancelled, or went away, before the decision.
+    Withdrawn,
 }
 
 /// Why a decision was refused (`error forbidden`).
@@ -53,11 +64,19 @@ impl fmt::Display for DecideError {
 
 impl std::error::Error for DecideError {}
 
+fn verdict(close: Close) -> Verdict {
+    match close {
+        Close::Allow => Verdict::Approved,
+        Close::Deny => Verdict::Denied,
+        Close::Withdraw => Verdict::Withdrawn,
+    }
+}
+
 /// The waiting side of one approval.
 #[derive(Debug)]
 pub struct Waiter {
     id: ApprovalId,
-    rx: Receiver<bool>,
+    rx: Receiver<Close>,
     until: Instant,
 }
 
@@ -105,16 +124,27 @@ impl Approvals {
             .ok_or_else(|| DecideError::NotPending(id.clone()))?;
         // The waiter holds the receiver until it removed the slot itself, so this cannot fail
         // while the slot was still in the table.
-        let _ = slot.tx.send(allow);
+        let _ = slot.tx.send(if allow { Close::Allow } else { Close::Deny });
         Ok(slot.approval)
+    }
+
+    /// The requester of `id` cancelled or went away: the approval is no longer pending, and
+    /// its waiter ends with `Withdrawn`. False when it was not pending (decided or expired).
+    pub fn withdraw(&self, id: &ApprovalId) -> bool {
+        match self.slots().remove(id) {
+            Some(slot) => {
+                let _ = slot.tx.send(Close::Withdraw);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Wait for the decision on `w`, at most until its expiry.
     pub fn wait(&self, w: Waiter) -> Verdict {
         let left = w.until.saturating_duration_since(Instant::now());
         match w.rx.recv_timeout(left) {
-            Ok(true) => return Verdict::Approved,
-            Ok(false) => return Verdict::Denied,
+            Ok(close) => return verdict(close),
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
         // Out of time: whoever removes the slot first wins. If the owner's decision took it
@@ -123,8 +153,8 @@ impl Approvals {
             return Verdict::Expired;
         }
         match w.rx.try_recv() {
-            Ok(true) => Verdict::Approved,
-            _ => Verdict::Denied,
+            Ok(close) => verdict(close),
+            Err(_) => Verdict::Denied,
         }
     }
 

@@ -237,7 +237,10 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
                 }
                 return;
             }
-            match broker.approvals.wait(waiter) {
+            // The requester's end of input while it waits withdraws the approval: a turn
+            // cancelled, or a loopd gone. Watched by a thread until the wait is over.
+            let verdict = wait_watching(c.stream, broker, waiter, &aid);
+            match verdict {
                 Verdict::Approved => {
                     let approved = c.draft(
                         Event::Approved,
@@ -260,9 +263,52 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
                     let expired = c.draft(Event::Expired, json!({"approval": aid, "why": reason}));
                     c.record_then(vec![expired], ToolResponse::Denied { reason });
                 }
+                Verdict::Withdrawn => {
+                    let reason = "the requester cancelled or went away before the decision";
+                    let withdrawn =
+                        c.draft(Event::Withdrawn, json!({"approval": aid, "reason": reason}));
+                    // Nobody takes an answer: the record is what is left of the call.
+                    if let Err(e) = broker.ledger.record(vec![withdrawn]) {
+                        broker.fault(&e);
+                    }
+                }
             }
         }
     }
+}
+
+/// Wait for the decision on `waiter` while a thread watches the requester: its end of input
+/// (or any byte, which the protocol does not allow after the request) withdraws `approval`.
+/// Without a thread the wait goes on unwatched, as before.
+fn wait_watching(
+    stream: &UnixStream,
+    broker: &Broker,
+    waiter: crate::approvals::Waiter,
+    approval: &bxcore::ApprovalId,
+) -> Verdict {
+    use std::io::Read;
+    let (Ok(mut clone), Ok(own)) = (stream.try_clone(), stream.try_clone()) else {
+        return broker.approvals.wait(waiter);
+    };
+    std::thread::scope(|s| {
+        let watcher = std::thread::Builder::new().spawn_scoped(s, move || {
+            let mut byte = [0u8; 1];
+            while let Err(e) = clone.read(&mut byte) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    break;
+                }
+            }
+            broker.approvals.withdraw(approval);
+        });
+        let verdict = broker.approvals.wait(waiter);
+        // Shutting down our reading half wakes the watcher; the approval is decided by now,
+        // so its `withdraw` finds nothing pending.
+        let _ = own.shutdown(std::net::Shutdown::Read);
+        if let Ok(w) = watcher {
+            let _ = w.join();
+        }
+        verdict
+    })
 }
 
 /// Run an allowed call, raise the session by its result, and answer.

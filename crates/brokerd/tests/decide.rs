@@ -213,3 +213,30 @@ fn the_clock_wins_when_nobody_decides_and_a_late_decision_is_refused() {
     assert!(table.decide(&id, true).is_err());
     assert!(table.list().is_empty());
 }
+
+#[test]
+fn a_withdrawn_approval_ends_its_wait_and_cannot_be_decided_any_more() {
+    let table = Approvals::default();
+    let a = approval(60_000);
+    let id = a.approval.clone();
+    let w = table.open(a, Duration::from_secs(60));
+    assert!(table.withdraw(&id));
+    assert!(table.list().is_empty());
+    assert_eq!(table.wait(w), Verdict::Withdrawn);
+    assert_eq!(
+        table.decide(&id, true),
+        Err(DecideError::NotPending(id.clone()))
+    );
+    assert!(!table.withdraw(&id), "withdrawn once");
+}
+
+#[test]
+fn a_decision_that_came_first_wins_over_the_withdrawal() {
+    let table = Approvals::default();
+    let a = approval(60_000);
+    let id = a.approval.clone();
+    let w = table.open(a, Duration::from_secs(60));
+    table.decide(&id, false).unwrap();
+    assert!(!table.withdraw(&id));
+    assert_eq!(table.wait(w), Verdict::Denied);
+}

@@ -105,6 +105,11 @@ impl Exchange {
         }
     }
 
+    /// The connection, for a caller that must shut it down from another thread (a cancel).
+    pub fn stream(&self) -> &UnixStream {
+        &self.stream
+    }
+
     /// Move the deadline for the rest of the answer (after a pending approval, say).
     pub fn extend(&mut self, until: Instant) {
         self.until = until;

@@ -32,6 +32,9 @@ pub enum ErrorCode {
     Unavailable,
     /// A fault of the daemon itself: a damaged file, a failed write.
     Internal,
+    /// The requester cancelled (loop.sock: the channel shut down its writing half or went
+    /// away); nothing more was started for it.
+    Cancelled,
 }
 
 impl ErrorCode {
@@ -50,6 +53,7 @@ impl ErrorCode {
             ErrorCode::Inference => "inference",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::Cancelled => "cancelled",
         }
     }
 }

@@ -542,6 +542,18 @@ fn error() {
 }
 
 #[test]
+fn a_cancelled_turn_ends_with_a_cancelled_error_frame_with_the_turns_id() {
+    exact(
+        Envelope::error(
+            7,
+            ErrorCode::Cancelled,
+            "the turn was cancelled by its channel; no model or tool call was started after that",
+        ),
+        json!({"v":1,"id":7,"final":true,"msg":{"kind":"error","code":"cancelled","detail":"the turn was cancelled by its channel; no model or tool call was started after that"}}),
+    );
+}
+
+#[test]
 fn every_error_code_has_its_wire_name() {
     let codes = [
         (ErrorCode::BadFrame, "bad_frame"),
@@ -556,6 +568,7 @@ fn every_error_code_has_its_wire_name() {
         (ErrorCode::Inference, "inference"),
         (ErrorCode::Unavailable, "unavailable"),
         (ErrorCode::Internal, "internal"),
+        (ErrorCode::Cancelled, "cancelled"),
     ];
     for (code, name) in codes {
         assert_eq!(serde_json::to_value(code).unwrap(), json!(name));

@@ -4,8 +4,14 @@
 
 use std::fmt;
 use std::io::{self, BufRead, IsTerminal, Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{SigSet, Signal};
 
 use bxcore::client::{ClientError, Exchange};
 use bxcore::runbook::pointer;
@@ -29,6 +35,20 @@ pub enum ChatError {
     Refused(bxcore::WireError),
     /// Reading the message from standard input failed.
     Input(io::Error),
+    /// The owner cancelled the turn (Ctrl-C); loopd confirmed it.
+    Cancelled,
+    /// The model sent nothing for this long (`--model-timeout`): the turn was cancelled.
+    ModelTimeout(Duration),
+}
+
+impl ChatError {
+    /// The exit code: 130 for a turn the owner cancelled, as a shell reports Ctrl-C; else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            ChatError::Cancelled => 130,
+            _ => 1,
+        }
+    }
 }
 
 impl fmt::Display for ChatError {
@@ -47,6 +67,16 @@ impl fmt::Display for ChatError {
                 Shown(&e.detail, Mode::Line)
             ),
             ChatError::Input(e) => write!(f, "cannot read the message: {e}"),
+            ChatError::Cancelled => f.write_str(
+                "the turn was cancelled: nothing more was started, a pending approval was \
+                 withdrawn; the session takes the next message at once",
+            ),
+            ChatError::ModelTimeout(after) => write!(
+                f,
+                "the model sent nothing for {} s (--model-timeout), so the turn was cancelled; {}",
+                after.as_secs(),
+                pointer("inference-timeout")
+            ),
         }
     }
 }
@@ -69,6 +99,60 @@ pub struct TurnLog {
     pub usage: Usage,
 }
 
+/// How a turn waits: a spinner on a terminal, and how long the model may stay silent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Waiting {
+    /// Draw a spinner on stderr while nothing arrives (only on a terminal).
+    pub spinner: bool,
+    /// Cancel the turn when no frame arrives for this long, except while it waits for the
+    /// owner's approval.
+    pub model_timeout: Option<Duration>,
+}
+
+/// The connection of the turn in flight, so that Ctrl-C can cancel it from the signal thread.
+static IN_FLIGHT: Mutex<Option<UnixStream>> = Mutex::new(None);
+
+/// Cancel the turn in flight, as the protocol says: shut down the writing half of its
+/// connection and read on until loopd's final `cancelled`. False when no turn is in flight.
+pub fn cancel_in_flight() -> bool {
+    let slot = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
+    match slot.as_ref() {
+        Some(s) => s.shutdown(Shutdown::Write).is_ok(),
+        None => false,
+    }
+}
+
+/// Ctrl-C in `chat`: the first cancels the turn in flight (the next message is accepted as
+/// soon as loopd answers `cancelled`); one with no turn in flight, or a second one, ends bxctl
+/// with 130 as a shell would. SIGINT is blocked in every thread and taken by one that waits for
+/// it, so no handler runs in the middle of a write.
+pub fn catch_interrupts() {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    if set.thread_block().is_err() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("sigint".into())
+        .spawn(move || {
+            let mut cancelling = false;
+            loop {
+                if set.wait().is_err() {
+                    return;
+                }
+                if !cancelling && cancel_in_flight() {
+                    cancelling = true;
+                    eprintln!("\r(cancelling the turn; Ctrl-C again to leave at once)");
+                    continue;
+                }
+                std::process::exit(130);
+            }
+        });
+}
+
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+const TICK: Duration = Duration::from_millis(120);
+
 /// Send one turn and show its events on `out` as they arrive. `on_event` sees each event too
 /// (the demo answers approvals from it).
 pub fn turn(
@@ -77,6 +161,30 @@ pub fn turn(
     resume: bool,
     text: &str,
     style: Style,
+    out: &mut dyn Write,
+    on_event: impl FnMut(&TurnEvent),
+) -> Result<TurnLog, ChatError> {
+    turn_waiting(
+        loop_socket,
+        session,
+        resume,
+        text,
+        style,
+        Waiting::default(),
+        out,
+        on_event,
+    )
+}
+
+/// [`turn`], waiting as `waiting` says.
+#[allow(clippy::too_many_arguments)]
+pub fn turn_waiting(
+    loop_socket: &Path,
+    session: &SessionId,
+    resume: bool,
+    text: &str,
+    style: Style,
+    waiting: Waiting,
     out: &mut dyn Write,
     mut on_event: impl FnMut(&TurnEvent),
 ) -> Result<TurnLog, ChatError> {
@@ -90,28 +198,79 @@ pub fn turn(
         text: text.to_string(),
     });
     let mut ex = Exchange::start(loop_socket, TURN_TIMEOUT, 1, msg).map_err(unreachable)?;
+    let in_flight = InFlight::set(ex.stream());
+    // Frames are read by a thread and handed over, so that this one can draw the spinner and
+    // notice a silent model while it waits.
+    let (tx, rx) = mpsc::channel();
+    let reader = std::thread::Builder::new()
+        .name("turn-frames".into())
+        .spawn(move || {
+            loop {
+                let frame = ex.next_frame();
+                let end = !matches!(&frame, Ok(env) if !env.last);
+                if tx.send(frame).is_err() || end {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| unreachable(ClientError::Receive(bxcore::FrameError::Io(e))))?;
     let mut log = TurnLog::default();
     let mut painter = Painter {
         style,
         mid_text: false,
     };
-    loop {
-        let env = match ex.next_frame() {
-            Ok(env) => env,
-            Err(ClientError::Remote(e)) => {
+    let mut spinner = Spinner::new(waiting.spinner && !style.json);
+    let mut last = Instant::now();
+    let mut approval_pending = false;
+    let mut timed_out = None;
+    let result = loop {
+        let env = match rx.recv_timeout(TICK) {
+            Ok(Ok(env)) => env,
+            Ok(Err(ClientError::Remote(e))) => {
+                spinner.clear();
                 painter.end_text(out);
-                return Err(ChatError::Refused(e));
+                break match (e.code, timed_out) {
+                    (ErrorCode::Cancelled, Some(after)) => Err(ChatError::ModelTimeout(after)),
+                    (ErrorCode::Cancelled, None) => Err(ChatError::Cancelled),
+                    _ => Err(ChatError::Refused(e)),
+                };
             }
-            Err(e) => {
+            Ok(Err(e)) => {
+                spinner.clear();
                 painter.end_text(out);
-                return Err(unreachable(e));
+                break Err(unreachable(e));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Some(limit) = waiting.model_timeout {
+                    if !approval_pending && timed_out.is_none() && last.elapsed() >= limit {
+                        timed_out = Some(limit);
+                        cancel_in_flight();
+                    }
+                }
+                if painter.mid_text {
+                    // Streaming text is on this line: a spinner would overwrite it.
+                    continue;
+                }
+                spinner.tick(if approval_pending {
+                    "waiting for the owner's decision"
+                } else {
+                    "waiting for the model"
+                });
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                spinner.clear();
+                break Err(unreachable(ClientError::Unexpected("end of the frames")));
             }
         };
+        spinner.clear();
+        last = Instant::now();
         if style.json {
             let _ = writeln!(out, "{}", serde_json::to_string(&env).unwrap_or_default());
         }
         match env.msg {
             Message::TurnEvent { event } if !env.last => {
+                approval_pending = matches!(event, TurnEvent::ToolPending { .. });
                 if !style.json {
                     painter.event(&event, out);
                 }
@@ -123,12 +282,79 @@ pub fn turn(
                 if !style.json {
                     painter.done(&done.session, done.usage, out);
                 }
-                return Ok(log);
+                break Ok(log);
             }
             other => {
                 painter.end_text(out);
-                return Err(unreachable(ClientError::Unexpected(other.kind())));
+                break Err(unreachable(ClientError::Unexpected(other.kind())));
             }
+        }
+    };
+    drop(in_flight);
+    drop(rx);
+    let _ = reader.join();
+    result
+}
+
+/// The turn's connection is the one Ctrl-C cancels while this lives.
+struct InFlight;
+
+impl InFlight {
+    fn set(stream: &UnixStream) -> InFlight {
+        *IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner()) = stream.try_clone().ok();
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        *IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+/// A spinner on stderr, drawn and cleared on the same line; nothing when it is off.
+struct Spinner {
+    on: bool,
+    drawn: bool,
+    frame: usize,
+    since: Instant,
+}
+
+impl Spinner {
+    fn new(on: bool) -> Spinner {
+        Spinner {
+            on,
+            drawn: false,
+            frame: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self, what: &str) {
+        if !self.on {
+            return;
+        }
+        if !self.drawn {
+            self.since = Instant::now();
+        }
+        self.frame = (self.frame + 1) % SPINNER.len();
+        let mut err = io::stderr();
+        let _ = write!(
+            err,
+            "\r{} {what} ({} s; Ctrl-C cancels)\x1b[K",
+            SPINNER[self.frame],
+            self.since.elapsed().as_secs()
+        );
+        let _ = err.flush();
+        self.drawn = true;
+    }
+
+    fn clear(&mut self) {
+        if self.drawn {
+            let mut err = io::stderr();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+            self.drawn = false;
         }
     }
 }
@@ -223,6 +449,8 @@ pub struct ChatOptions {
     pub new: bool,
     pub text: Option<String>,
     pub json: bool,
+    /// Cancel a turn whose model sends nothing for this long.
+    pub model_timeout: Option<Duration>,
 }
 
 /// `bxctl chat`: one message (from the argument, or all of standard input when it is not a
@@ -243,22 +471,46 @@ pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
         json: opts.json,
         color: !opts.json && stdout.is_terminal(),
     };
+    let waiting = Waiting {
+        spinner: !opts.json && io::stderr().is_terminal(),
+        model_timeout: opts.model_timeout,
+    };
+    catch_interrupts();
     let mut out = stdout.lock();
     // Whether the next turn resumes: `--new` creates; otherwise an existing session is resumed
     // and a missing one created.
     let mut resume = if opts.new { Some(false) } else { None };
     let send = |text: &str, resume: &mut Option<bool>, out: &mut dyn Write| {
         let first = resume.unwrap_or(true);
-        let r = turn(loop_socket, &session, first, text, style, out, |_| {});
+        let r = turn_waiting(
+            loop_socket,
+            &session,
+            first,
+            text,
+            style,
+            waiting,
+            out,
+            |_| {},
+        );
         let r = match r {
             Err(ChatError::Refused(e))
                 if e.code == ErrorCode::NoSuchSession && resume.is_none() =>
             {
-                turn(loop_socket, &session, false, text, style, out, |_| {})
+                turn_waiting(
+                    loop_socket,
+                    &session,
+                    false,
+                    text,
+                    style,
+                    waiting,
+                    out,
+                    |_| {},
+                )
             }
             other => other,
         };
-        if r.is_ok() {
+        // A turn that reached loopd made the session, whatever its end.
+        if r.is_ok() || matches!(&r, Err(ChatError::Cancelled | ChatError::ModelTimeout(_))) {
             *resume = Some(true);
         }
         r.map(drop)

@@ -99,6 +99,10 @@ pub struct ChatArgs {
     /// Start a new session.
     #[arg(long)]
     pub new: bool,
+    /// Cancel the turn when the model sends nothing for this many seconds (not counting the
+    /// wait for an approval) [default: wait for loopd's own deadline].
+    #[arg(long, value_name = "SECONDS")]
+    pub model_timeout: Option<u64>,
     /// The message; without it, a prompt on a terminal, else all of standard input.
     pub text: Option<String>,
 }
@@ -188,10 +192,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 new: args.new,
                 text: args.text,
                 json: cli.json,
+                model_timeout: args.model_timeout.map(Duration::from_secs),
             };
             match chat::run(&target.socket(&bxcore::layout::LOOP), &opts) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) => failed(e),
+                Err(e) => {
+                    eprintln!("bxctl: {e}");
+                    ExitCode::from(e.exit_code())
+                }
             }
         }
         Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),

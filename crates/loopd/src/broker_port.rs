@@ -70,6 +70,12 @@ impl BrokerPort {
     /// Every U exit: log the line once, answer `Failed { UNAVAILABLE }`. The caller drops the
     /// stream by returning.
     fn unavailable(&self, why: &str) -> ToolResponse {
+        // The turn's cancel shut the connection down: not an outage, nothing to log.
+        if crate::cancel::cancelled() {
+            return ToolResponse::Failed {
+                message: crate::turn::CANCELLED_CALL.to_string(),
+            };
+        }
         (self.log)(&unavailable_line(why));
         ToolResponse::Failed {
             message: UNAVAILABLE.to_string(),
@@ -107,6 +113,8 @@ impl ToolPort for BrokerPort {
                     .unavailable(&format!("cannot connect to {}: {e}", self.socket.display()));
             }
         };
+        // A cancelled turn shuts this connection down: brokerd withdraws a pending approval.
+        let _cancel = crate::cancel::guard(&stream);
         // 3.
         if let Err(e) = stream.set_write_timeout(Some(self.timeout)) {
             return self.unavailable(&format!("cannot set a timeout: {e}"));

@@ -260,11 +260,17 @@ pub fn handle(mut stream: UnixStream, ctx: Arc<Context>) {
         );
         return;
     };
-    // 4.
-    let result = run(&ctx, &turn, &mut reply);
+    // 4. While it runs, the channel's end of input cancels it (`cancel`).
+    let token = crate::cancel::Cancel::new();
+    let watch = token.watch(&reply.stream);
+    let result = {
+        let _entered = token.enter();
+        run(&ctx, &turn, &mut reply)
+    };
     // 5. Release before the last frame: a channel that sends its next turn the moment it reads
     // the final frame must find the session free.
     drop(busy);
+    drop(watch);
     // 6.
     let last = match result {
         Ok(done) => Message::TurnDone(done),

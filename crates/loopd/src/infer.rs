@@ -82,6 +82,8 @@ impl Client {
             Message::InferRequest(request),
         )
         .map_err(InferError::Client)?;
+        // A cancelled turn shuts this connection down: the model call is abandoned.
+        let _cancel = crate::cancel::guard(ex.stream());
         loop {
             let env = ex.next_frame().map_err(InferError::Client)?;
             match (env.msg, env.last) {

@@ -8,6 +8,7 @@
 
 pub mod baseline;
 pub mod broker_port;
+pub mod cancel;
 pub mod channel;
 pub mod config;
 pub mod daemon;

@@ -15,6 +15,7 @@ use bxcore::{
 };
 
 use crate::baseline::BaselineError;
+use crate::cancel;
 use crate::config::Loop;
 use crate::infer::{Client, InferError};
 use crate::session::{Record, Session, SessionError};
@@ -61,7 +62,12 @@ pub enum TurnError {
     Session(SessionError),
     /// A new session's baseline could not be read.
     Baseline(BaselineError),
+    /// The channel cancelled the turn; nothing more was started.
+    Cancelled,
 }
+
+/// What the model is shown for a tool call its turn was cancelled before.
+pub const CANCELLED_CALL: &str = "the owner cancelled the turn before this call ran";
 
 impl fmt::Display for TurnError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -80,6 +86,9 @@ impl fmt::Display for TurnError {
             TurnError::Infer(e) => e.fmt(f),
             TurnError::Session(e) => e.fmt(f),
             TurnError::Baseline(e) => e.fmt(f),
+            TurnError::Cancelled => f.write_str(
+                "the turn was cancelled by its channel; no model or tool call was started after that",
+            ),
         }
     }
 }
@@ -96,6 +105,7 @@ impl TurnError {
             TurnError::Session(SessionError::Exists(_)) => ErrorCode::SessionExists,
             TurnError::Session(SessionError::NotFound(_)) => ErrorCode::NoSuchSession,
             TurnError::Session(_) | TurnError::Baseline(_) => ErrorCode::Internal,
+            TurnError::Cancelled => ErrorCode::Cancelled,
         }
     }
 }
@@ -165,6 +175,10 @@ fn rounds(
     let tools = rt.registry.offer(rt.port);
     let budget = rt.limits.context_tokens;
     for _ in 0..rt.limits.max_tool_rounds {
+        // A safe point: nothing of this round has started.
+        if cancel::cancelled() {
+            return Err(TurnError::Cancelled);
+        }
         let estimated = session.estimated_tokens();
         if estimated > budget {
             return Err(TurnError::SessionFull { estimated, budget });
@@ -188,7 +202,13 @@ fn rounds(
                     });
                 }
             })
-            .map_err(TurnError::Infer)?;
+            .map_err(|e| {
+                if cancel::cancelled() {
+                    TurnError::Cancelled
+                } else {
+                    TurnError::Infer(e)
+                }
+            })?;
         *usage = usage.plus(reply.usage);
         let (text, tool_calls) = (reply.text, reply.tool_calls);
         if !streamed && !text.is_empty() {
@@ -208,7 +228,15 @@ fn rounds(
                 tool: call.tool.clone(),
                 args: call.args.clone(),
             });
-            let response = answer(rt, session, turn, &tools, &call);
+            // A safe point: a call the turn was cancelled before is not started, but recorded
+            // as failed, so every call of the assistant message has its result.
+            let response = if cancel::cancelled() {
+                ToolResponse::Failed {
+                    message: CANCELLED_CALL.to_string(),
+                }
+            } else {
+                answer(rt, session, turn, &tools, &call)
+            };
             let (outcome, text) = shown(response);
             session.append(&Record::Tool {
                 call: call.call,
@@ -222,6 +250,9 @@ fn rounds(
                 text,
             });
         }
+    }
+    if cancel::cancelled() {
+        return Err(TurnError::Cancelled);
     }
     Err(TurnError::TurnLimit(rt.limits.max_tool_rounds))
 }

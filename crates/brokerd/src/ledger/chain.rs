@@ -288,7 +288,7 @@ fn follow(s: &mut Scan, open: &mut BTreeMap<String, OpenApproval>, rec: Record) 
                 },
             );
         }
-        (Event::Approved | Event::Expired | Event::Denied, Some(id)) => {
+        (Event::Approved | Event::Expired | Event::Denied | Event::Withdrawn, Some(id)) => {
             open.remove(id.as_str());
         }
         (Event::Accepted, _) => {

@@ -17,6 +17,8 @@ pub enum Event {
     Pending,
     Approved,
     Expired,
+    /// A pending approval its requester cancelled (or went away from) before the decision.
+    Withdrawn,
     Result,
     Failed,
     Recovered,
@@ -34,6 +36,7 @@ impl Event {
             Event::Pending => "pending",
             Event::Approved => "approved",
             Event::Expired => "expired",
+            Event::Withdrawn => "withdrawn",
             Event::Result => "result",
             Event::Failed => "failed",
             Event::Recovered => "recovered",

@@ -1,0 +1,169 @@
+//! Issue 17, finding 2: Ctrl-C in `chat`, and a channel that hangs up, cancel the turn at the
+//! next safe point. An in-flight model call is abandoned; a pending approval is withdrawn and
+//! recorded as `withdrawn` in the chain (and the write never runs); the session takes the next
+//! message at once, never `session_busy`.
+
+use std::fs;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use boxmaker_e2e::{DEADLINE, DevBox, bin_dir, said};
+use bxtest::Bounded;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// `bxctl chat` started in the background on this box.
+fn chat_in_background(b: &DevBox, args: &[&str]) -> Bounded {
+    let mut cmd = Command::new(bin_dir().join("bxctl"));
+    cmd.args(args)
+        .arg("--home")
+        .arg(b.home())
+        .env_remove("BOXMAKER_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    Bounded::spawn(&mut cmd, "bxctl chat").expect("bxctl starts")
+}
+
+/// Wait for `child` to end within `DEADLINE`; its exit code and what it printed.
+fn finish(child: Bounded) -> (Option<i32>, String) {
+    let out = child.finish(DEADLINE).unwrap_or_else(|e| panic!("{e}"));
+    (out.status.code(), said(&out))
+}
+
+fn wait(what: &str, cond: impl FnMut() -> bool) {
+    bxtest::wait_for(what, DEADLINE, cond);
+}
+
+/// A model server on loopback: the first request is read and never answered (a hanging model);
+/// every later one is refused with a 400 at once.
+fn hanging_model() -> (u16, mpsc::Receiver<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let mut held: Vec<TcpStream> = Vec::new();
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = [0u8; 4096];
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = conn.read(&mut buf);
+            if n == 0 {
+                held.push(conn);
+                let _ = tx.send(());
+            } else {
+                use std::io::Write;
+                let _ = conn.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 35\r\nconnection: close\r\n\r\n{\"error\":{\"message\":\"bad request\"}}",
+                );
+            }
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn ctrl_c_abandons_a_hanging_model_call_and_the_session_takes_the_next_message_at_once() {
+    let (port, asked) = hanging_model();
+    let b = DevBox::new();
+    let key = b.beside("key");
+    fs::write(&key, "sk-test\n").unwrap();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    b.up(&[
+        "--provider",
+        "openai",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--api-key-file",
+        key.to_str().unwrap(),
+    ]);
+    let chat = chat_in_background(&b, &["chat", "--session", "c1", "hello"]);
+    asked
+        .recv_timeout(DEADLINE)
+        .expect("the model server was asked");
+    kill(Pid::from_raw(chat.id() as i32), Signal::SIGINT).unwrap();
+    let (code, out) = finish(chat);
+    assert_eq!(code, Some(130), "{out}");
+    assert!(out.contains("the turn was cancelled"), "{out}");
+
+    // The next message is taken at once: the model refuses it, which is a failed turn (exit
+    // 1, the URL named), not `session_busy`.
+    let out = b.bxctl(&["chat", "--session", "c1", "again"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let text = said(&out);
+    assert!(!text.contains("session_busy"), "{text}");
+    assert!(text.contains("inference"), "{text}");
+
+    let log = fs::read_to_string(b.home().join("loop/sessions/c1.jsonl")).unwrap();
+    assert!(
+        log.contains("\"cancelled\""),
+        "the turn's end says cancelled: {log}"
+    );
+}
+
+const SCRIPT: &str = r#"
+[[step]]
+after = "user"
+text = "Let me read that email."
+tool_calls = [{ tool = "workspace_read", args = { path = "@WORKSPACE@/inbox/meeting.txt" } }]
+
+[[step]]
+after = "tool"
+text = "I will note that down."
+tool_calls = [{ tool = "workspace_write", args = { path = "@WORKSPACE@/notes/cancelled.txt", content = "written\n" } }]
+
+[[rule]]
+text = "Fine."
+"#;
+
+fn pending(b: &DevBox) -> Vec<Value> {
+    let out = b.bxctl(&["approvals", "--json"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["pending"].as_array().cloned().unwrap_or_default()
+}
+
+fn cancel_during_an_approval(signal: Signal) {
+    let b = DevBox::new();
+    let script = b.beside("script.toml");
+    fs::write(&script, SCRIPT).unwrap();
+    b.up(&["--script", script.to_str().unwrap()]);
+    let chat = chat_in_background(&b, &["chat", "--session", "a1", "read my mail"]);
+    wait("the write to wait for the owner", || pending(&b).len() == 1);
+    kill(Pid::from_raw(chat.id() as i32), signal).unwrap();
+    let (code, out) = finish(chat);
+    if signal == Signal::SIGINT {
+        assert_eq!(code, Some(130), "{out}");
+    }
+    wait("the approval to be withdrawn", || pending(&b).is_empty());
+    let chain = fs::read_to_string(b.home().join("broker/audit/chain.jsonl")).unwrap();
+    assert!(
+        chain.contains("\"event\":\"withdrawn\""),
+        "the chain records the withdrawal: {chain}"
+    );
+    let out = b.bxctl(&["chat", "--session", "a1", "never mind"]);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        !b.home().join("workspace/notes/cancelled.txt").exists(),
+        "the withdrawn write never ran"
+    );
+    let out = b.bxctl(&["audit", "verify"]);
+    assert!(out.status.success(), "{}", said(&out));
+}
+
+#[test]
+fn ctrl_c_during_an_approval_withdraws_it_and_records_that_in_the_chain() {
+    cancel_during_an_approval(Signal::SIGINT);
+}
+
+#[test]
+fn a_channel_that_hangs_up_during_an_approval_withdraws_it_too() {
+    cancel_during_an_approval(Signal::SIGKILL);
+}
