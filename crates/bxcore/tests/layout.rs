@@ -119,7 +119,12 @@ fn the_architecture_doc_lists_each_sockets_dispatch_table_and_cap() {
         let mut ours: BTreeSet<&str> = spec.accepts.iter().copied().collect();
         ours.insert("ping");
         assert_eq!(doc_kinds, ours, "{}: accepts", spec.file());
-        assert_eq!(cells[6], spec.max_connections.to_string(), "{}: cap", spec.file());
+        assert_eq!(
+            cells[6],
+            spec.max_connections.to_string(),
+            "{}: cap",
+            spec.file()
+        );
     }
 }
 
@@ -132,7 +137,10 @@ fn only_loop_sock_answers_a_wrong_kind_with_bad_message() {
             layout::WrongKind::Forbidden
         };
         assert_eq!(spec.wrong_kind, want, "{}", spec.file());
-        assert!(!spec.accepts.contains(&"ping"), "ping is every socket's, not a table's");
+        assert!(
+            !spec.accepts.contains(&"ping"),
+            "ping is every socket's, not a table's"
+        );
         assert!(spec.max_connections >= 1);
     }
 }
