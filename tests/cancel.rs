@@ -99,7 +99,14 @@ fn ctrl_c_abandons_a_hanging_model_call_and_the_session_takes_the_next_message_a
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     let text = said(&out);
     assert!(!text.contains("session_busy"), "{text}");
-    assert!(text.contains("inference"), "{text}");
+    // Finding 5: one error chain, at the place it happened: the URL asked, one runbook entry.
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        err.starts_with("bxctl: the turn failed: the model call failed: "),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{url}/chat/completions")), "{err}");
+    assert_eq!(err.matches("see docs/runbook.md#").count(), 1, "{err}");
 
     let log = fs::read_to_string(b.home().join("loop/sessions/c1.jsonl")).unwrap();
     assert!(

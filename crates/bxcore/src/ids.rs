@@ -197,6 +197,32 @@ impl Timestamp {
     pub fn plus_millis(self, ms: u64) -> Timestamp {
         Timestamp(self.0.saturating_add(ms))
     }
+
+    /// RFC 3339 in UTC with milliseconds, `YYYY-MM-DDTHH:MM:SS.mmmZ` (proleptic Gregorian): the
+    /// one way the box writes a time for a person (log lines, `audit tail`, `time_now`).
+    pub fn utc_text(self) -> String {
+        let ms = self.0;
+        let secs = ms / 1000;
+        let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+        let rem = secs % 86_400;
+        // Howard Hinnant's days-to-civil.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        let y = yoe + era * 400 + i64::from(m <= 2);
+        format!(
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+            rem / 3600,
+            rem / 60 % 60,
+            rem % 60,
+            ms % 1000
+        )
+    }
 }
 
 impl fmt::Display for Timestamp {

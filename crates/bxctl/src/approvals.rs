@@ -54,8 +54,9 @@ pub fn show(a: &Approval, now: Timestamp) -> String {
         s.push('\n');
     }
     s.push_str(&format!(
-        "  bxctl approve {0}   |   bxctl deny {0}\n",
-        a.approval
+        "  bxctl approve {0}{1}   |   bxctl deny {0}{1}\n",
+        a.approval,
+        crate::output::hint_home()
     ));
     s
 }

@@ -76,6 +76,14 @@ fn field(v: &Value, key: &str) -> String {
     }
 }
 
+/// A record's `time` (Unix milliseconds) as RFC 3339 in UTC; anything else as it is.
+fn time(v: &Value) -> String {
+    match v["time"].as_u64() {
+        Some(ms) => bxcore::Timestamp(ms).utc_text(),
+        None => field(v, "time"),
+    }
+}
+
 /// One record, for a person: `seq time event session/call tool detail`.
 pub fn show(v: &Value) -> String {
     let detail = match &v["detail"] {
@@ -86,7 +94,7 @@ pub fn show(v: &Value) -> String {
     let line = format!(
         "{:>6} {} {:<9} {}/{} {} {}",
         field(v, "seq"),
-        field(v, "time"),
+        time(v),
         field(v, "event"),
         field(v, "session"),
         field(v, "call"),
@@ -96,8 +104,66 @@ pub fn show(v: &Value) -> String {
     escape(&line, Mode::Line).into_owned()
 }
 
-/// `bxctl audit tail [-n N]`.
-pub fn tail(ctx: &Context, n: usize, chain: Option<&Path>) -> Outcome {
+/// How often `audit tail -f` looks for new records.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+fn print_record(ctx: &Context, l: &str) {
+    match serde_json::from_str::<Value>(l) {
+        Ok(v) if ctx.json => json_line(&v),
+        Ok(v) => println!("{}", show(&v)),
+        Err(_) if ctx.json => json_line(&json!({"unparsed": l})),
+        Err(_) => println!(
+            "(a line that does not parse: run bxctl audit verify) {}",
+            Shown(l, Mode::Line)
+        ),
+    }
+}
+
+/// Print every whole record appended to `path` after byte `from`, for ever (until Ctrl-C). A
+/// chain file that is replaced or cut shorter is read again from its start.
+fn follow(ctx: &Context, path: &Path, mut from: u64) -> Outcome {
+    use std::os::unix::fs::MetadataExt;
+    let mut inode = std::fs::metadata(path).map(|m| m.ino()).ok();
+    let mut partial = Vec::new();
+    loop {
+        std::thread::sleep(FOLLOW_EVERY);
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        if Some(meta.ino()) != inode || meta.len() < from {
+            inode = Some(meta.ino());
+            from = 0;
+            partial.clear();
+        }
+        if meta.len() == from {
+            continue;
+        }
+        let Ok(mut f) = std::fs::File::open(path) else {
+            continue;
+        };
+        if f.seek(SeekFrom::Start(from)).is_err() {
+            continue;
+        }
+        let mut more = Vec::new();
+        if f.read_to_end(&mut more).is_err() {
+            continue;
+        }
+        from += more.len() as u64;
+        partial.extend_from_slice(&more);
+        // Only whole lines are records; a tail without its newline waits for the rest.
+        while let Some(i) = partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = partial.drain(..=i).collect();
+            print_record(ctx, String::from_utf8_lossy(&line).trim_end());
+        }
+        use std::io::Write as _;
+        if std::io::stdout().flush().is_err() {
+            return Outcome::Done;
+        }
+    }
+}
+
+/// `bxctl audit tail [-n N] [-f]`.
+pub fn tail(ctx: &Context, n: usize, chain: Option<&Path>, follow_on: bool) -> Outcome {
     let path = chain
         .map(Path::to_path_buf)
         .unwrap_or_else(|| ctx.home.join("broker/audit/chain.jsonl"));
@@ -117,16 +183,13 @@ pub fn tail(ctx: &Context, n: usize, chain: Option<&Path>) -> Outcome {
             return Outcome::Failed;
         }
     };
-    for l in lines {
-        match serde_json::from_str::<Value>(&l) {
-            Ok(v) if ctx.json => json_line(&v),
-            Ok(v) => println!("{}", show(&v)),
-            Err(_) if ctx.json => json_line(&json!({"unparsed": l})),
-            Err(_) => println!(
-                "(a line that does not parse: run bxctl audit verify) {}",
-                Shown(&l, Mode::Line)
-            ),
-        }
+    for l in &lines {
+        print_record(ctx, l);
+    }
+    if follow_on {
+        // From the end as it is now (brokerd appends whole records, one write each).
+        let end = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        return follow(ctx, &path, end);
     }
     Outcome::Done
 }

@@ -3,10 +3,10 @@
 //! command that answers them), or printed as JSON lines with `--json`.
 
 use std::fmt;
-use std::io::{self, BufRead, IsTerminal, Read, Write};
+use std::io::{self, IsTerminal, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -60,9 +60,14 @@ impl fmt::Display for ChatError {
                 "cannot talk to loopd on {socket}: {why}; {}",
                 pointer("bxctl-unreachable")
             ),
+            // A turn that failed says so once, with loopd's reason (which names the cause where
+            // it happened and its runbook entry); a refusal names its code.
+            ChatError::Refused(e) if e.code == ErrorCode::Inference => {
+                write!(f, "the turn failed: {}", Shown(&e.detail, Mode::Line))
+            }
             ChatError::Refused(e) => write!(
                 f,
-                "loopd refused the turn: {}: {}",
+                "loopd refused the turn ({}): {}",
                 e.code,
                 Shown(&e.detail, Mode::Line)
             ),
@@ -407,9 +412,10 @@ impl Painter {
                     .unix_millis()
                     .saturating_sub(Timestamp::now().unix_millis())
                     / 1000;
+                let home = crate::output::hint_home();
                 let line = format!(
                     "⏸ [{call}] waits for the owner (approval {approval}, {left} s left): \
-                     bxctl approve {approval}   or   bxctl deny {approval}"
+                     bxctl approve {approval}{home}   or   bxctl deny {approval}{home}"
                 );
                 let _ = writeln!(out, "{}", self.paint("33", &line));
             }
@@ -451,10 +457,17 @@ pub struct ChatOptions {
     pub json: bool,
     /// Cancel a turn whose model sends nothing for this long.
     pub model_timeout: Option<Duration>,
+    /// The box's home (`/sessions` lists its sessions).
+    pub home: PathBuf,
+    /// brokerd's admin socket, where approvals asked in the chat are answered.
+    pub admin: PathBuf,
+    /// How long brokerd has to answer a decision.
+    pub broker_timeout: Duration,
 }
 
 /// `bxctl chat`: one message (from the argument, or all of standard input when it is not a
-/// terminal), or a prompt per line on a terminal.
+/// terminal), or the interactive prompt on a terminal. On a terminal an approval is answered
+/// where it is asked.
 pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
     let session = match (&opts.session, opts.new) {
         (Some(s), _) => {
@@ -475,37 +488,50 @@ pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
         spinner: !opts.json && io::stderr().is_terminal(),
         model_timeout: opts.model_timeout,
     };
+    let terminal = io::stdin().is_terminal() && !opts.json;
     catch_interrupts();
-    let mut out = stdout.lock();
+    let mut prompt = if terminal {
+        Some(crate::prompt::Prompt::new().map_err(|e| ChatError::Input(io::Error::other(e)))?)
+    } else {
+        None
+    };
     // Whether the next turn resumes: `--new` creates; otherwise an existing session is resumed
     // and a missing one created.
     let mut resume = if opts.new { Some(false) } else { None };
-    let send = |text: &str, resume: &mut Option<bool>, out: &mut dyn Write| {
+    let send = |text: &str,
+                resume: &mut Option<bool>,
+                prompt: &mut Option<crate::prompt::Prompt>,
+                out: &mut dyn Write| {
         let first = resume.unwrap_or(true);
-        let r = turn_waiting(
-            loop_socket,
-            &session,
-            first,
-            text,
-            style,
-            waiting,
-            out,
-            |_| {},
-        );
+        let go = |resume: bool, out: &mut dyn Write, prompt: &mut Option<crate::prompt::Prompt>| {
+            turn_waiting(
+                loop_socket,
+                &session,
+                resume,
+                text,
+                style,
+                waiting,
+                out,
+                |e| {
+                    // On a terminal, the owner answers where the call is asked.
+                    if let (Some(p), TurnEvent::ToolPending { approval, .. }) = (prompt.as_mut(), e)
+                    {
+                        p.approval(
+                            &opts.admin,
+                            opts.broker_timeout,
+                            approval,
+                            &mut io::stdout(),
+                        );
+                    }
+                },
+            )
+        };
+        let r = go(first, out, prompt);
         let r = match r {
             Err(ChatError::Refused(e))
                 if e.code == ErrorCode::NoSuchSession && resume.is_none() =>
             {
-                turn_waiting(
-                    loop_socket,
-                    &session,
-                    false,
-                    text,
-                    style,
-                    waiting,
-                    out,
-                    |_| {},
-                )
+                go(false, out, prompt)
             }
             other => other,
         };
@@ -515,41 +541,57 @@ pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
         }
         r.map(drop)
     };
-    match &opts.text {
-        Some(text) => send(text, &mut resume, &mut out),
-        None if io::stdin().is_terminal() => {
+    let mut out = stdout.lock();
+    match (&opts.text, prompt.is_some()) {
+        (Some(text), _) => send(text, &mut resume, &mut prompt, &mut out),
+        (None, true) => {
             let _ = writeln!(
                 out,
-                "session {session}; an empty line or end of input ends the chat"
+                "session {session}; /help lists the commands, /quit or Ctrl-D leaves"
             );
-            let stdin = io::stdin();
+            drop(out);
             loop {
-                let _ = write!(out, "you> ");
-                let _ = out.flush();
-                let mut line = String::new();
-                if stdin
-                    .lock()
-                    .read_line(&mut line)
-                    .map_err(ChatError::Input)?
-                    == 0
-                {
-                    return Ok(());
-                }
-                let line = line.trim();
-                if line.is_empty() {
-                    return Ok(());
-                }
-                if let Err(e) = send(line, &mut resume, &mut out) {
-                    let _ = writeln!(out, "{e}");
+                let read = match prompt.as_mut() {
+                    Some(p) => p.read("you> "),
+                    None => return Ok(()),
+                };
+                let mut out = io::stdout().lock();
+                let line = match read {
+                    crate::prompt::Read::Line(l) => l,
+                    crate::prompt::Read::Interrupted => continue,
+                    crate::prompt::Read::End => return Ok(()),
+                };
+                match crate::prompt::parse(&line) {
+                    crate::prompt::Line::Nothing => {}
+                    crate::prompt::Line::Help => {
+                        let _ = writeln!(out, "{}", crate::prompt::HELP);
+                    }
+                    crate::prompt::Line::Quit => return Ok(()),
+                    crate::prompt::Line::Sessions => crate::prompt::sessions(&opts.home, &mut out),
+                    crate::prompt::Line::Unknown(w) => {
+                        let _ = writeln!(
+                            out,
+                            "{} is not a command (/help lists them; //text sends /text)",
+                            Shown(&w, Mode::Line)
+                        );
+                    }
+                    crate::prompt::Line::Message(text) => {
+                        if let Some(p) = prompt.as_mut() {
+                            p.remember(&text);
+                        }
+                        if let Err(e) = send(&text, &mut resume, &mut prompt, &mut out) {
+                            let _ = writeln!(out, "{e}");
+                        }
+                    }
                 }
             }
         }
-        None => {
+        (None, false) => {
             let mut text = String::new();
             io::stdin()
                 .read_to_string(&mut text)
                 .map_err(ChatError::Input)?;
-            send(text.trim_end(), &mut resume, &mut out)
+            send(text.trim_end(), &mut resume, &mut prompt, &mut out)
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The command line: global options first, so every subcommand shares them; each subcommand is
-//! run by its module.
+//! The command line: `--home` for every subcommand; `--json`, `--admin` and `--timeout` only on
+//! the subcommands that use them, so every flag a subcommand lists does what it says. Each
+//! subcommand is run by its module.
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::chat::{self, ChatOptions};
 use crate::dev::{self, ModelChoice, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, demo, selftest, status};
+use crate::{Outcome, approvals, audit, demo, logs, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -20,17 +21,27 @@ pub struct Cli {
     /// ~/.local/state/boxmaker-dev].
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
-    /// brokerd's admin socket [default: <run>/owner-broker/admin.sock, <run> being /run/boxmaker on the device, else <home>/run].
-    #[arg(long, global = true, value_name = "PATH")]
-    pub admin: Option<PathBuf>,
-    /// Machine-readable output: one JSON document (or one per line for streams).
-    #[arg(long, global = true)]
-    pub json: bool,
-    /// How long to wait for an answer from brokerd, in seconds.
-    #[arg(long, global = true, default_value_t = 10, value_name = "SECONDS")]
-    pub timeout: u64,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--json`, on the subcommands that print JSON.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Json {
+    /// Machine-readable output: one JSON document (or one per line for streams).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How to reach brokerd's admin socket, on the subcommands that talk to it.
+#[derive(Debug, Clone, Args)]
+pub struct Broker {
+    /// brokerd's admin socket [default: <run>/owner-broker/admin.sock, <run> being /run/boxmaker on the device, else <home>/run].
+    #[arg(long, value_name = "PATH")]
+    pub admin: Option<PathBuf>,
+    /// How long to wait for an answer from brokerd, in seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub timeout: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -42,16 +53,28 @@ pub enum Command {
         /// Keep watching, printing the list again whenever it changes.
         #[arg(long)]
         watch: bool,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        broker: Broker,
     },
     /// Approve a pending call: it runs, exactly as shown.
     Approve {
         /// The approval's id (16 hex digits, from `bxctl approvals`).
         id: String,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        broker: Broker,
     },
     /// Deny a pending call: it is answered "the owner denied it".
     Deny {
         /// The approval's id.
         id: String,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        broker: Broker,
     },
     /// The audit chain.
     Audit {
@@ -61,13 +84,30 @@ pub enum Command {
     /// Which sockets answer, each daemon's sandbox, the model, the audit chain, pending
     /// approvals; exit 1 unless every socket answers, every daemon is confined and the chain
     /// verifies.
-    Status,
+    Status {
+        #[command(flatten)]
+        json: Json,
+    },
     /// Every socket answers, every daemon is confined, the model answers one minimal request,
     /// the audit chain verifies, loopd's own selftest passes; exit 1 unless all of them did.
     Selftest {
         /// How long the model has to answer, in seconds.
         #[arg(long, default_value_t = 120, value_name = "SECONDS")]
         model_timeout: u64,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// The daemons' log lines: the dev box's log files (each line with its time), or the
+    /// journal on the device.
+    Logs {
+        /// One daemon (loopd, brokerd, inferproxy) [default: all of them].
+        daemon: Option<String>,
+        /// How many of the last lines to show.
+        #[arg(short = 'n', default_value_t = 50)]
+        lines: usize,
+        /// Keep showing new lines as they come (until Ctrl-C).
+        #[arg(short = 'f', long)]
+        follow: bool,
     },
     /// Run the dev box through one scripted conversation that shows what the broker does.
     Demo,
@@ -79,7 +119,12 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Ask brokerd to verify the whole chain: records, head hash; exit 1 on a break.
-    Verify,
+    Verify {
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        broker: Broker,
+    },
     /// Print the last records of the chain.
     Tail {
         /// How many records.
@@ -88,6 +133,11 @@ pub enum AuditCommand {
         /// The chain file [default: <home>/broker/audit/chain.jsonl].
         #[arg(long, value_name = "PATH")]
         chain: Option<PathBuf>,
+        /// Keep showing new records as they are appended (until Ctrl-C).
+        #[arg(short = 'f', long)]
+        follow: bool,
+        #[command(flatten)]
+        json: Json,
     },
 }
 
@@ -105,6 +155,11 @@ pub struct ChatArgs {
     pub model_timeout: Option<u64>,
     /// The message; without it, a prompt on a terminal, else all of standard input.
     pub text: Option<String>,
+    #[command(flatten)]
+    pub json: Json,
+    /// Where approvals asked in an interactive chat are answered.
+    #[command(flatten)]
+    pub broker: Broker,
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,7 +171,7 @@ pub enum DevCommand {
     Down,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct UpArgs {
     /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
     #[arg(long, value_name = "NAME")]
@@ -148,17 +203,17 @@ pub struct Context {
 }
 
 impl Cli {
-    pub fn context(&self) -> Context {
+    /// The context of a subcommand with these `--json` and broker options.
+    pub fn context(&self, json: Json, broker: Option<&Broker>) -> Context {
         let target = Target::resolve(self.home.as_deref());
-        let admin = self
-            .admin
-            .clone()
+        let admin = broker
+            .and_then(|b| b.admin.clone())
             .unwrap_or_else(|| target.socket(&bxcore::layout::ADMIN));
         Context {
             home: target.home().to_path_buf(),
             admin,
-            json: self.json,
-            timeout: Duration::from_secs(self.timeout.max(1)),
+            json: json.json,
+            timeout: Duration::from_secs(broker.map_or(10, |b| b.timeout).max(1)),
         }
     }
 }
@@ -182,17 +237,23 @@ fn usage(why: &str) -> ExitCode {
 
 /// Run one parsed command.
 pub fn run(cli: Cli) -> ExitCode {
-    let ctx = cli.context();
-    let target = Target::resolve(Some(&ctx.home));
+    let target = Target::resolve(cli.home.as_deref());
+    if let Some(home) = &cli.home {
+        crate::output::set_hint_home(home);
+    }
     let mut out = io::stdout();
-    match cli.command {
+    match &cli.command {
         Command::Chat(args) => {
+            let ctx = cli.context(args.json, Some(&args.broker));
             let opts = ChatOptions {
-                session: args.session,
+                session: args.session.clone(),
                 new: args.new,
-                text: args.text,
-                json: cli.json,
+                text: args.text.clone(),
+                json: args.json.json,
                 model_timeout: args.model_timeout.map(Duration::from_secs),
+                home: ctx.home.clone(),
+                admin: ctx.admin.clone(),
+                broker_timeout: ctx.timeout,
             };
             match chat::run(&target.socket(&bxcore::layout::LOOP), &opts) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -202,18 +263,57 @@ pub fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),
-        Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
-        Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
+        Command::Approvals {
+            watch,
+            json,
+            broker,
+        } => exit(approvals::list(&cli.context(*json, Some(broker)), *watch)),
+        Command::Approve { id, json, broker } => exit(approvals::decide(
+            &cli.context(*json, Some(broker)),
+            id,
+            true,
+        )),
+        Command::Deny { id, json, broker } => exit(approvals::decide(
+            &cli.context(*json, Some(broker)),
+            id,
+            false,
+        )),
         Command::Audit {
-            command: AuditCommand::Verify,
-        } => exit(audit::verify(&ctx)),
+            command: AuditCommand::Verify { json, broker },
+        } => exit(audit::verify(&cli.context(*json, Some(broker)))),
         Command::Audit {
-            command: AuditCommand::Tail { n, chain },
-        } => exit(audit::tail(&ctx, n, chain.as_deref())),
-        Command::Status => {
+            command:
+                AuditCommand::Tail {
+                    n,
+                    chain,
+                    follow,
+                    json,
+                },
+        } => exit(audit::tail(
+            &cli.context(*json, None),
+            *n,
+            chain.as_deref(),
+            *follow,
+        )),
+        Command::Logs {
+            daemon,
+            lines,
+            follow,
+        } => {
+            let opts = logs::Options {
+                daemon: daemon.clone(),
+                lines: *lines,
+                follow: *follow,
+            };
+            match logs::run(&target, &opts, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failed(format!("bxctl logs: {e}")),
+            }
+        }
+        Command::Status { json } => {
+            let cli_json = json.json;
             let s = status::gather(&target);
-            if cli.json {
+            if cli_json {
                 let _ = writeln!(out, "{}", serde_json::to_string(&s).unwrap_or_default());
             } else {
                 let _ = write!(out, "{}", status::render(&s));
@@ -223,10 +323,13 @@ pub fn run(cli: Cli) -> ExitCode {
                 Some(line) => failed(line),
             }
         }
-        Command::Selftest { model_timeout } => {
+        Command::Selftest {
+            model_timeout,
+            json,
+        } => {
             let opts = selftest::Options {
-                json: cli.json,
-                model_timeout: Duration::from_secs(model_timeout.max(1)),
+                json: json.json,
+                model_timeout: Duration::from_secs((*model_timeout).max(1)),
             };
             match selftest::run(&target, opts, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -238,6 +341,15 @@ pub fn run(cli: Cli) -> ExitCode {
             Err(e) => failed(e),
         },
         Command::Dev(DevCommand::Up(args)) => {
+            let args = args.clone();
+            if args.provider == Provider::Script
+                && (args.model.is_some() || args.base_url.is_some() || args.api_key_file.is_some())
+            {
+                return usage(
+                    "--model, --base-url and --api-key-file go with --provider openai or \
+                     anthropic; the script provider answers from its script (--script FILE)",
+                );
+            }
             if args.provider != Provider::Script {
                 if args.model.is_none() || args.api_key_file.is_none() {
                     return usage(&format!(

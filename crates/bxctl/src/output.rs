@@ -56,3 +56,20 @@ pub fn time_left(ms: i128) -> String {
         format!("{s}s")
     }
 }
+
+/// The `--home` bxctl was run with, for every command a hint prints.
+static HINT_HOME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// ` --home DIR` when bxctl was run with `--home DIR`, else nothing: a printed hint then talks
+/// to the same box.
+pub fn hint_home() -> String {
+    HINT_HOME
+        .get()
+        .map(|h| format!(" --home {}", Shown(h, Mode::Line)))
+        .unwrap_or_default()
+}
+
+/// Remember the `--home` bxctl was run with, for the hints it prints.
+pub fn set_hint_home(home: &std::path::Path) {
+    let _ = HINT_HOME.set(home.display().to_string());
+}

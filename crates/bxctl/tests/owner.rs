@@ -163,7 +163,7 @@ fn approvals_shows_everything_the_owner_approves() {
     ] {
         assert!(out.contains(&want), "{want:?} not in:\n{out}");
     }
-    let (code, out, _) = bxctl(&b, &["--json", "approvals"]);
+    let (code, out, _) = bxctl(&b, &["approvals", "--json"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["pending"][0]["approval"], id);
@@ -218,7 +218,7 @@ fn approve_runs_the_call_and_deny_refuses_it() {
     );
 
     let (s, id) = pending_call(&b, "s2", "no");
-    let (code, out, _) = bxctl(&b, &["--json", "deny", &id]);
+    let (code, out, _) = bxctl(&b, &["deny", &id, "--json"]);
     assert_eq!(code, 0);
     assert_eq!(
         serde_json::from_str::<Value>(out.trim()).unwrap(),
@@ -238,7 +238,7 @@ fn a_decision_on_an_unknown_or_malformed_id_fails() {
     let (code, _, err) = bxctl(&b, &["approve", "0123456789abcdef"]);
     assert_eq!(code, 1);
     assert!(err.contains("no such pending approval"), "{err}");
-    let (code, out, _) = bxctl(&b, &["--json", "deny", "0123456789abcdef"]);
+    let (code, out, _) = bxctl(&b, &["deny", "0123456789abcdef", "--json"]);
     assert_eq!(code, 1);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["error"]["code"], "forbidden");
@@ -266,7 +266,7 @@ fn audit_verify_and_tail() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("records: 4"), "{out}");
     assert!(out.contains("the chain verifies"), "{out}");
-    let (code, out, _) = bxctl(&b, &["--json", "audit", "verify"]);
+    let (code, out, _) = bxctl(&b, &["audit", "verify", "--json"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["ok"], true);
@@ -284,7 +284,7 @@ fn audit_verify_and_tail() {
         lines[1].contains("denied") && lines[1].contains("the owner denied it"),
         "{out}"
     );
-    let (code, out, _) = bxctl(&b, &["--json", "audit", "tail", "-n", "10"]);
+    let (code, out, _) = bxctl(&b, &["audit", "tail", "-n", "10", "--json"]);
     assert_eq!(code, 0);
     let recs: Vec<Value> = out
         .lines()
@@ -299,9 +299,9 @@ fn audit_verify_and_tail() {
 fn a_box_that_is_not_running_is_a_clear_failure() {
     let dir = TempDir::new().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_bxctl"))
+        .arg("approvals")
         .arg("--admin")
         .arg(dir.path().join("nowhere.sock"))
-        .arg("approvals")
         .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -314,7 +314,7 @@ fn boxmaker_home_is_the_default_home() {
     let b = start("");
     let out = Command::new(env!("CARGO_BIN_EXE_bxctl"))
         .env("BOXMAKER_HOME", &b.home)
-        .args(["--json", "approvals"])
+        .args(["approvals", "--json"])
         .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
@@ -331,7 +331,7 @@ fn approvals_watch_prints_again_when_the_list_changes() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_bxctl"))
         .arg("--home")
         .arg(&b.home)
-        .args(["--json", "approvals", "--watch"])
+        .args(["approvals", "--json", "--watch"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

@@ -86,6 +86,19 @@ pub fn init(daemon: Daemon) -> Sink {
     })
 }
 
+/// A plain log line without the RFC 3339 time it starts with (`2026-11-30T22:50:29.123Z `); a
+/// line without one, as it is. For readers of log files that match on the text.
+pub fn without_time(line: &str) -> &str {
+    match line.split_once(' ') {
+        Some((stamp, rest))
+            if stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T' =>
+        {
+            rest
+        }
+        _ => line,
+    }
+}
+
 /// systemd's rule: stderr is the journal when `JOURNAL_STREAM` is `<device>:<inode>` of fd 2.
 pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
     let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else {
@@ -182,7 +195,10 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for StderrLines {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let mut v = LineVisitor::default();
         event.record(&mut v);
-        let mut out = v.message;
+        // RFC 3339 first, as a log file read later needs (the journal stamps its own).
+        let mut out = bxcore::Timestamp::now().utc_text();
+        out.push(' ');
+        out.push_str(&v.message);
         out.push_str(&v.rest);
         out.push('\n');
         // One write per line, so lines from threads never interleave.
@@ -192,6 +208,13 @@ impl<S: Subscriber> tracing_subscriber::Layer<S> for StderrLines {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_plain_line_is_read_back_without_its_time() {
+        let stamped = format!("{} loopd: serving", bxcore::Timestamp(0).utc_text());
+        assert_eq!(super::without_time(&stamped), "loopd: serving");
+        assert_eq!(super::without_time("loopd: serving"), "loopd: serving");
+    }
+
     use super::*;
 
     #[test]

@@ -320,7 +320,12 @@ impl Http {
                 .read_to_string(&mut text);
             // Redacted before anything is cut out of it, so no prefix of the key survives.
             let message = crate::stream::error_message(&self.key.redact(&text));
-            return Err(status_failure(status, message, retry_after));
+            return Err(status_failure(
+                status,
+                message,
+                retry_after,
+                &self.endpoint.url,
+            ));
         }
         // No byte limit on the body: a stream is read an event at a time (each bounded), what
         // it gathers is bounded by MAX_REPLY, and its duration by the deadline. A long reply's
@@ -436,7 +441,12 @@ fn io_is_timeout(e: &std::io::Error) -> bool {
 }
 
 /// What an HTTP status that is not success means.
-fn status_failure(status: u16, message: String, retry_after: Option<Duration>) -> Failure {
+fn status_failure(
+    status: u16,
+    message: String,
+    retry_after: Option<Duration>,
+    url: &str,
+) -> Failure {
     match status {
         401 | 403 => Failure::fatal(InferError::Auth { status, message }),
         408 | 409 | 429 | 500..=599 => Failure {
@@ -448,7 +458,11 @@ fn status_failure(status: u16, message: String, retry_after: Option<Duration>) -
             retryable: true,
             retry_after,
         },
-        _ => Failure::fatal(InferError::Refused { status, message }),
+        // A refusal names the URL it came from: a wrong base URL or model is seen at once.
+        _ => Failure::fatal(InferError::Refused {
+            status,
+            message: format!("{url}: {message}"),
+        }),
     }
 }
 

@@ -579,7 +579,7 @@ fn a_wrong_key_is_an_auth_error_with_the_providers_message_and_no_key() {
 
 #[test]
 fn another_4xx_is_refused_with_the_providers_message() {
-    let (_h, _p, inf) = setup(
+    let (_h, p, inf) = setup(
         vec![Answer::json(
             404,
             r#"{"error":{"message":"The model `test-model` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
@@ -589,7 +589,10 @@ fn another_4xx_is_refused_with_the_providers_message() {
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(
         e.to_string(),
-        "the provider refused the request (404): The model `test-model` does not exist; see docs/runbook.md#inference-request-refused"
+        format!(
+            "the provider refused the request (404): {}: The model `test-model` does not exist; see docs/runbook.md#inference-request-refused",
+            p.base_url("/v1/chat/completions")
+        )
     );
 }
 
@@ -648,7 +651,10 @@ fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
     assert!(other.seen().is_empty(), "the redirect was followed");
     assert_eq!(
         e.to_string(),
-        "the provider refused the request (307): (no message); see docs/runbook.md#inference-request-refused"
+        format!(
+            "the provider refused the request (307): {}: (no message); see docs/runbook.md#inference-request-refused",
+            p.base_url("/v1/chat/completions")
+        )
     );
 }
 

@@ -229,8 +229,8 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         Ok(done) => Message::TurnDone(done),
         Err(e) => {
             // An outage or a damaged file is logged too, so the journal finds it by its anchor.
-            if let Some(anchor) = e.anchor() {
-                bxharden::log::line(anchor, &format!("loopd: session {}: {e}", turn.session));
+            if let Some(anchor) = e.log_anchor() {
+                bxharden::log::line(&anchor, &format!("loopd: session {}: {e}", turn.session));
             }
             Message::Error(bxcore::WireError {
                 code: e.code(),

@@ -39,8 +39,35 @@ pub enum InferError {
     Reply(String),
 }
 
+impl InferError {
+    /// The runbook entry that names the cause: inferproxy's own when its answer carries one
+    /// (`inference-unreachable`, `inference-auth-refused`, ...), else `inference-unavailable`.
+    pub fn anchor(&self) -> String {
+        match self {
+            InferError::Client(ClientError::Remote(e)) => proxy_anchor(&e.detail)
+                .unwrap_or(INFERENCE_ANCHOR)
+                .to_string(),
+            _ => INFERENCE_ANCHOR.to_string(),
+        }
+    }
+}
+
+/// The anchor of the runbook pointer `detail` ends with, if it ends with one.
+fn proxy_anchor(detail: &str) -> Option<&str> {
+    let (_, anchor) = detail.rsplit_once(&bxcore::runbook::pointer(""))?;
+    (!anchor.is_empty() && anchor.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .then_some(anchor)
+}
+
 impl fmt::Display for InferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // inferproxy's answer names the cause where it happened, with its own runbook entry:
+        // shown once, as it is, with no second pointer.
+        if let InferError::Client(ClientError::Remote(e)) = self {
+            if proxy_anchor(&e.detail).is_some() {
+                return write!(f, "the model call failed: {}", e.detail);
+            }
+        }
         let why = match self {
             InferError::Client(e) => e.to_string(),
             InferError::Reply(why) => why.clone(),

@@ -111,6 +111,15 @@ impl TurnError {
 }
 
 impl TurnError {
+    /// The runbook entry the logged line ends with: [`TurnError::anchor`], except that a model
+    /// call's failure points where inferproxy's answer points.
+    pub fn log_anchor(&self) -> Option<String> {
+        match self {
+            TurnError::Infer(e) => Some(e.anchor()),
+            other => other.anchor().map(str::to_string),
+        }
+    }
+
     /// The runbook entry of an error loopd also logs: outages and damaged files, not the
     /// refusals a channel is told about (busy, full, the turn limit, exists, not found).
     pub fn anchor(&self) -> Option<&'static str> {

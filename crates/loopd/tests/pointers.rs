@@ -157,3 +157,19 @@ fn the_daemon_s_refusals_point_at_their_entries() {
         .unwrap_or_else(|| panic!("{log}"));
     assert_points(line, "state-dir-refused");
 }
+
+#[test]
+fn a_model_failure_inferproxy_explains_is_shown_once_with_its_own_entry() {
+    let detail = format!(
+        "the provider cannot be reached: http://127.0.0.1:9/v1/chat/completions: refused; {}",
+        bxcore::runbook::pointer("inference-unreachable")
+    );
+    let e =
+        loopd::infer::InferError::Client(bxcore::client::ClientError::Remote(bxcore::WireError {
+            code: bxcore::ErrorCode::Inference,
+            detail: detail.clone(),
+        }));
+    assert_eq!(e.to_string(), format!("the model call failed: {detail}"));
+    assert_eq!(e.anchor(), "inference-unreachable");
+    assert_eq!(e.to_string().matches("see docs/").count(), 1);
+}
