@@ -5,6 +5,7 @@
 {
   lib,
   rustPlatform,
+  installShellFiles,
 }:
 let
   workspace = lib.importTOML ../Cargo.toml;
@@ -31,7 +32,16 @@ rustPlatform.buildRustPackage {
   cargoLock.lockFile = ../Cargo.lock;
 
   # Every runbook pointer a daemon logs names docs/runbook.md: ship it beside them.
+  # Shell completions and the man page, generated from bxctl's own command line.
+  nativeBuildInputs = [ installShellFiles ];
+
   postInstall = ''
+    installShellCompletion --cmd bxctl \
+      --bash <($out/bin/bxctl completions bash) \
+      --zsh <($out/bin/bxctl completions zsh) \
+      --fish <($out/bin/bxctl completions fish)
+    $out/bin/bxctl man > bxctl.1
+    installManPage bxctl.1
     if [ -f docs/runbook.md ]; then
       install -Dm0644 docs/runbook.md $out/share/doc/boxmaker/runbook.md
     fi

@@ -92,3 +92,54 @@ fn the_script_provider_refuses_model_flags_before_it_makes_the_home() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--provider openai or anthropic"));
     assert!(!b.home().exists(), "nothing was written");
 }
+
+#[test]
+fn the_lines_shown_after_a_failed_start_are_that_runs_only() {
+    let b = DevBox::new();
+    b.up(&[]);
+    assert!(b.down().status.success());
+    let config = b.home().join("etc/brokerd.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("no_such_key = 1\n{text}")).unwrap();
+    let up = b.try_up(&[]);
+    assert_eq!(up.status.code(), Some(1), "{}", said(&up));
+    let err = String::from_utf8_lossy(&up.stderr).into_owned();
+    assert!(err.contains("no_such_key"), "{err}");
+    assert!(
+        !err.contains("serving tools on"),
+        "the first run's lines were shown again: {err}"
+    );
+}
+
+#[test]
+fn a_provider_that_reports_no_usage_shows_usage_unknown_not_zero_tokens() {
+    // The script provider reports none.
+    let b = DevBox::new();
+    b.up(&[]);
+    let out = b.bxctl(&["chat", "hello"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("usage unknown"), "{text}");
+    assert!(!text.contains("0 tokens"), "{text}");
+}
+
+#[test]
+fn completions_and_the_man_page_come_from_the_command_line() {
+    let out = bxctl(&["completions", "bash"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let bash = String::from_utf8_lossy(&out.stdout).into_owned();
+    for word in ["_bxctl", "selftest", "logs", "--model-timeout"] {
+        assert!(bash.contains(word), "{word} is not completed");
+    }
+    let out = bxctl(&["man"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let man = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        man.starts_with(".ie") || man.starts_with(".TH"),
+        "{}",
+        &man[..man.len().min(200)]
+    );
+    assert!(man.contains("bxctl"), "{man}");
+    let out = bxctl(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+}

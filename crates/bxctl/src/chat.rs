@@ -440,10 +440,15 @@ impl Painter {
 
     fn done(&mut self, session: &SessionId, usage: Usage, out: &mut dyn Write) {
         self.end_text(out);
-        let line = format!(
-            "(session {session}: {} tokens in, {} out)",
-            usage.input_tokens, usage.output_tokens
-        );
+        // A provider that reports no usage gives zeros (a real call always reads some tokens).
+        let line = if usage.input_tokens == 0 && usage.output_tokens == 0 {
+            format!("(session {session}: usage unknown, the provider reported none)")
+        } else {
+            format!(
+                "(session {session}: {} tokens in, {} out)",
+                usage.input_tokens, usage.output_tokens
+            )
+        };
         let _ = writeln!(out, "{}", self.paint("2", &line));
     }
 }

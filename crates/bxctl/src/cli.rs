@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
 use crate::dev::{self, ModelChoice, Provider, UpOptions};
@@ -109,6 +109,15 @@ pub enum Command {
         #[arg(short = 'f', long)]
         follow: bool,
     },
+    /// Print the shell completions for SHELL, generated from this command line (the package
+    /// installs them).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page bxctl(1) in roff, generated from this command line (the package
+    /// installs it).
+    Man,
     /// Run the dev box through one scripted conversation that shows what the broker does.
     Demo,
     /// The local dev box: the whole box on this machine.
@@ -295,6 +304,14 @@ pub fn run(cli: Cli) -> ExitCode {
             chain.as_deref(),
             *follow,
         )),
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "bxctl", &mut out);
+            ExitCode::SUCCESS
+        }
+        Command::Man => match clap_mangen::Man::new(Cli::command()).render(&mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => failed(format!("bxctl man: {e}")),
+        },
         Command::Logs {
             daemon,
             lines,

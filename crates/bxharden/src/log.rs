@@ -99,6 +99,15 @@ pub fn without_time(line: &str) -> &str {
     }
 }
 
+/// Every line of a plain log [`without_time`], for readers that match on the text.
+pub fn without_times(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        out.push_str(without_time(line));
+    }
+    out
+}
+
 /// systemd's rule: stderr is the journal when `JOURNAL_STREAM` is `<device>:<inode>` of fd 2.
 pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
     let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else {

@@ -308,6 +308,8 @@ impl Http {
                 .to_ascii_lowercase()
                 .starts_with("application/json")
         });
+        let html = header("content-type")
+            .is_some_and(|c| c.trim_start().to_ascii_lowercase().starts_with("text/html"));
         let body = resp.into_body();
         if !(200..300).contains(&status) {
             let mut text = String::new();
@@ -326,6 +328,15 @@ impl Http {
                 retry_after,
                 &self.endpoint.url,
             ));
+        }
+        // A web page where the API should answer (a base URL that names a site, not its API):
+        // said as such, not as a stream that was cut off.
+        if html {
+            return Err(Failure::fatal(InferError::malformed(format!(
+                "{} answered {status} with an HTML page, not the API's JSON or event stream: is \
+                 the base URL the API's (OpenAI-compatible ones end in /v1)?",
+                self.endpoint.url
+            ))));
         }
         // No byte limit on the body: a stream is read an event at a time (each bounded), what
         // it gathers is bounded by MAX_REPLY, and its duration by the deadline. A long reply's

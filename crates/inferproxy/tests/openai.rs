@@ -764,3 +764,20 @@ fn max_completion_tokens_replaces_max_tokens_when_configured() {
     assert_eq!(body["max_completion_tokens"], 512);
     assert!(body.get("max_tokens").is_none(), "{body}");
 }
+
+#[test]
+fn an_html_page_with_200_is_named_as_such_with_the_url() {
+    let page = Answer::Whole {
+        status: 200,
+        headers: vec![("content-type".into(), "text/html; charset=utf-8".into())],
+        body: "<!doctype html><html><body>Welcome</body></html>".into(),
+    };
+    let (_h, p, inf) = setup(vec![page], "retries = 0");
+    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    assert!(e.contains("answered 200 with an HTML page"), "{e}");
+    assert!(e.contains(&p.base_url("/v1/chat/completions")), "{e}");
+    assert!(
+        e.ends_with("see docs/runbook.md#inference-malformed"),
+        "{e}"
+    );
+}

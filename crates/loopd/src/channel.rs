@@ -213,17 +213,11 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         );
         return;
     };
-    // 4. While it runs, the channel's end of input cancels it (`cancel`).
-    let token = crate::cancel::Cancel::new();
-    let watch = token.watch(&reply.stream);
-    let result = {
-        let _entered = token.enter();
-        run(&ctx, &turn, &mut reply)
-    };
+    // 4.
+    let result = run(&ctx, &turn, &mut reply);
     // 5. Release before the last frame: a channel that sends its next turn the moment it reads
     // the final frame must find the session free.
     drop(busy);
-    drop(watch);
     // 6.
     let last = match result {
         Ok(done) => Message::TurnDone(done),
@@ -253,6 +247,11 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
         let baseline = Baseline::assemble(&ctx.cfg.loop_dir()).map_err(TurnError::Baseline)?;
         Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?
     };
+    // While the turn runs, the channel's end of input cancels it (`cancel`): watched from the
+    // moment there is a turn to cancel, so a refused open or create costs no thread.
+    let token = crate::cancel::Cancel::new();
+    let _watch = token.watch(&reply.stream);
+    let _entered = token.enter();
     let mut emit = |event: TurnEvent| reply.send(false, Message::TurnEvent { event });
     let mut rt = Runtime {
         limits: &ctx.cfg.turns,

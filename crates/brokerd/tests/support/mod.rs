@@ -159,8 +159,9 @@ impl Brokerd {
         );
     }
 
+    /// What it logged, each line without the time it starts with.
     pub fn stderr(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
+        bxharden::log::without_times(&fs::read_to_string(&self.log).unwrap_or_default())
     }
 
     /// Wait until the process exits on its own: its status code.

@@ -321,6 +321,7 @@ fn start_all(
     out: &mut dyn Write,
 ) -> Result<(), DevError> {
     let already = running(home);
+    let mut log_starts: Vec<(String, u64)> = Vec::new();
     for d in DAEMONS {
         // Only the daemons that are missing are started; the others keep running.
         if let Some((_, pid)) = already.iter().find(|(name, _)| name == d) {
@@ -328,6 +329,9 @@ fn start_all(
             continue;
         }
         let exe = procs::find_daemon(d).ok_or_else(|| DevError::NoExecutable(d.to_string()))?;
+        // Where this run's lines begin in the log, which earlier runs appended to.
+        let since = fs::metadata(home.log(d)).map_or(0, |m| m.len());
+        log_starts.push((d.to_string(), since));
         let child = procs::spawn_detached(&exe, &home.config(d), &home.log(d))
             .map_err(io_err(format!("cannot start {}", exe.display())))?;
         let pid = child.id();
@@ -337,8 +341,12 @@ fn start_all(
     let until = Instant::now() + START_DEADLINE;
     for (d, pid, child) in started.iter_mut() {
         let sockets = sockets_of(d);
+        let since = log_starts
+            .iter()
+            .find(|(name, _)| name == d)
+            .map_or(0, |(_, s)| *s);
         for spec in &sockets {
-            wait_for_ping(home, d, spec, child, until)?;
+            wait_for_ping(home, d, spec, child, until, since)?;
         }
         let paths: Vec<String> = sockets
             .iter()
@@ -359,6 +367,7 @@ fn wait_for_ping(
     spec: &SocketSpec,
     child: &mut Child,
     until: Instant,
+    since: u64,
 ) -> Result<(), DevError> {
     let socket = spec.path(home.root());
     loop {
@@ -367,7 +376,7 @@ fn wait_for_ping(
                 daemon: daemon.to_string(),
                 status,
                 log: home.log(daemon),
-                tail: procs::tail(&home.log(daemon), 20),
+                tail: procs::tail_since(&home.log(daemon), since, 20),
             });
         }
         let why = match client::ping(&socket, Duration::from_secs(2)) {

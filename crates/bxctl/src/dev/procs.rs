@@ -192,7 +192,25 @@ pub fn stop(which: Started, grace: Duration) -> Stopped {
     Stopped::Killed
 }
 
-/// The last `n` lines of a log file (for a daemon that died during start).
+/// The last `n` lines a log file gained after byte `since` (a daemon that died during start:
+/// only this run's lines, never an earlier run's, as the file is appended to).
+pub fn tail_since(path: &Path, since: u64, n: usize) -> Vec<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = fs::File::open(path) else {
+        return Vec::new();
+    };
+    let mut text = Vec::new();
+    if f.seek(SeekFrom::Start(since)).is_err() || f.read_to_end(&mut text).is_err() {
+        return Vec::new();
+    }
+    let lines: Vec<String> = String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
+}
+
+/// The last `n` lines of a log file.
 pub fn tail(path: &Path, n: usize) -> Vec<String> {
     let Ok(f) = fs::File::open(path) else {
         return Vec::new();

@@ -481,8 +481,9 @@ impl Daemon {
         self.child.as_ref().unwrap().id()
     }
 
+    /// What it logged, each line without the time it starts with.
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        bxharden::log::without_times(&std::fs::read_to_string(&self.log).unwrap_or_default())
     }
 
     /// Send one request; every frame of the answer, the final one last.

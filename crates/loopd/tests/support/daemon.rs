@@ -107,7 +107,7 @@ impl Loopd {
 
     /// What it logged so far.
     pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
+        bxharden::log::without_times(&fs::read_to_string(&self.log).unwrap_or_default())
     }
 
     /// `kill -9` and reap.
