@@ -42,12 +42,13 @@ pub struct Broker {
 impl Broker {
     /// A broker over an open ledger. The configuration was checked when it loaded.
     pub fn new(cfg: Config, registry: Registry, env: Env, ledger: Ledger) -> Broker {
+        let approvals = Approvals::new(cfg.approvals.limits());
         Broker {
             cfg,
             registry,
             env,
             ledger,
-            approvals: Approvals::default(),
+            approvals,
         }
     }
 
@@ -215,12 +216,23 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
                     "expires": expires,
                 }),
             );
+            // The table's bounds first: a call the owner's view cannot hold is denied, never
+            // queued (`approvals::Refused`).
+            let waiter = match broker.approvals.open(approval, Duration::from_millis(ttl)) {
+                Ok(w) => w,
+                Err(refused) => {
+                    let reason = refused.to_string();
+                    let denied = c.draft(Event::Denied, json!({"reason": reason}));
+                    c.record_then(vec![requested, denied], ToolResponse::Denied { reason });
+                    return;
+                }
+            };
             if let Err(e) = broker.ledger.record(vec![requested, pending]) {
+                broker.approvals.abandon(waiter);
                 broker.fault(&e);
                 c.internal(&e);
                 return;
             }
-            let waiter = broker.approvals.open(approval, Duration::from_millis(ttl));
             let interim = Message::ToolResponse(ToolResponse::PendingApproval {
                 approval: aid.clone(),
                 expires,

@@ -23,8 +23,8 @@ pub use error::{ErrorCode, WireError};
 pub use frame::{FrameError, MAX_FRAME, PROTOCOL_VERSION, read_frame, write_frame};
 pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
 pub use message::{
-    Approval, ApprovalAck, ApprovalDecision, Approvals, AuditReport, ChatMessage, Envelope,
-    FetchReply, FetchRequest, Header, InferDelta, InferReply, InferRequest, Message, Outcome, Pong,
-    SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
-    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary, Approvals, AuditReport,
+    ChatMessage, Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply, InferRequest,
+    Message, Outcome, Pong, SUMMARY_TEXT_MAX, SessionState, SessionStateReply, ToolCall, ToolDef,
+    ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
 };
