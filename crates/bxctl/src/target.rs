@@ -1,6 +1,7 @@
 //! Which box a command talks to: `--home DIR`, else `$BOXMAKER_HOME`, else the device's
-//! `/var/lib/boxmaker` when it exists, else the dev box's default home when that exists; its
-//! sockets are where `bxcore::layout` puts them under that home.
+//! `/var/lib/boxmaker` when it (or the device's `/run/boxmaker`) exists, else the dev box's
+//! default home when that exists; its sockets are where `bxcore::layout` puts them for that
+//! home (`/run/boxmaker` on the device).
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +9,9 @@ use bxcore::layout::{self, SocketSpec};
 
 /// The environment variable naming the home when `--home` is not given.
 pub const HOME_ENV: &str = "BOXMAKER_HOME";
+
+/// Where the NixOS module puts the daemons' configs on the device.
+pub const DEVICE_CONFIGS: &str = "/etc/boxmaker";
 
 /// The box a command talks to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +41,8 @@ impl Target {
         let home = named(home).unwrap_or_else(|| {
             let device = PathBuf::from(layout::DEVICE_HOME);
             let dev = dev_default();
-            if !device.exists() && dev.join("dev/box.toml").exists() {
+            let on_device = device.exists() || Path::new(layout::DEVICE_RUN).exists();
+            if !on_device && dev.join("dev/box.toml").exists() {
                 dev
             } else {
                 device
@@ -59,6 +64,17 @@ impl Target {
 
     pub fn socket(&self, spec: &SocketSpec) -> PathBuf {
         spec.path(&self.home)
+    }
+
+    /// A daemon's config file: `<home>/etc/<daemon>.toml` in a dev box, else the device's
+    /// `/etc/boxmaker/<daemon>.toml` (where the NixOS module puts them).
+    pub fn config(&self, daemon: &str) -> PathBuf {
+        let dir = if self.is_dev_box() {
+            self.home.join("etc")
+        } else {
+            PathBuf::from(DEVICE_CONFIGS)
+        };
+        dir.join(format!("{daemon}.toml"))
     }
 
     /// Whether this home is a dev box (`bxctl dev up` made it).
