@@ -55,11 +55,18 @@
         }
       );
 
-      # The module, with services.boxmaker.package defaulting to this flake's build.
-      nixosModules.default = {
-        imports = [ ./nixos-module ];
-        nixpkgs.overlays = [ self.overlays.default ];
-      };
+      # The module, with services.boxmaker.package defaulting to this flake's package built
+      # with the configuration's own pkgs. No nixpkgs.overlays: a configuration that brings its
+      # own nixpkgs.pkgs would ignore them (check-offline.sh holds this).
+      nixosModules.default =
+        { lib, pkgs, ... }:
+        {
+          imports = [ ./nixos-module ];
+          services.boxmaker.package = lib.mkDefault (pkgs.callPackage ./nix/package.nix { });
+        };
+
+      # `nix fmt`: nixfmt (the RFC 166 style nixpkgs uses) over every .nix file.
+      formatter = forAllSystems (pkgs: pkgs.nixfmt-tree);
 
       checks = forAllSystems (
         pkgs:
