@@ -375,6 +375,46 @@ step_module() {
       files = map toString pkg.src.fileset;
     in { docs = builtins.elem \"$repo/docs\" files; runbook = builtins.elem \"$repo/docs/runbook.md\" files; }" \
     '{"docs":false,"runbook":true}'
+  # The device images: mkDevice puts the module, device.nix and the system together, and the
+  # flake has both configurations.
+  expect_eval "flake: lib.mkDevice composes the module, device.nix and the system" \
+    "let
+      flake = import $repo/flake.nix;
+      lib = { nixosSystem = a: a; };
+      self = flake.outputs { inherit self; nixpkgs = { inherit lib; }; };
+      d = self.lib.mkDevice { system = \"aarch64-linux\"; modules = [ \"mine\" ]; };
+    in { n = builtins.length d.modules; device = toString (builtins.elemAt d.modules 1);
+         system = (builtins.elemAt d.modules 2).nixpkgs.hostPlatform; last = builtins.elemAt d.modules 3;
+         configurations = builtins.attrNames self.nixosConfigurations; }" \
+    '{"configurations":["device","device-aarch64","example"],"device":"'"$here"'/device.nix","last":"mine","n":4,"system":"aarch64-linux"}'
+  # device.nix with a stand-in for the NixOS module system's arguments: no password anywhere,
+  # SSH by key only, the API key a provisioned file outside the store, and nothing on the
+  # image's ESP under boxmaker/ but the README (no key baked in).
+  expect_eval "device.nix: no password, SSH by key, no secret in the image" \
+    "let
+      r = import $here/device.nix {
+        config = {
+          services.boxmaker = { owner = \"alice\"; inference.provider = \"openai\"; };
+          system.build = { toplevel = \"/nix/store/t\"; initialRamdisk = \"/nix/store/i\"; };
+          system.boot.loader = { kernelFile = \"bzImage\"; initrdFile = \"initrd\"; };
+          boot = { kernelParams = [ ]; kernelPackages.kernel = \"/nix/store/k\"; };
+          nix.package.out = \"/nix/store/n\";
+        };
+        lib = { mkDefault = v: v; mkIf = c: v: if c then v else null; toUpper = s: s; };
+        pkgs = { stdenv.hostPlatform.efiArch = \"x64\"; systemd = \"/nix/store/s\";
+                 writeText = n: t: \"/nix/store/\${n}\"; closureInfo = a: \"/nix/store/c\"; };
+        modulesPath = \"/m\";
+      };
+      esp = builtins.attrNames r.image.repart.partitions.\"10-esp\".contents;
+      ssh = r.services.openssh.settings;
+    in {
+      passwords = [ r.users.users.alice.hashedPassword r.users.users.root.hashedPassword r.users.mutableUsers ];
+      ssh = [ r.services.openssh.enable ssh.PasswordAuthentication ssh.KbdInteractiveAuthentication ssh.PermitRootLogin ];
+      key = r.services.boxmaker.inference.apiKeyFile;
+      drop = builtins.filter (p: builtins.match \"/boxmaker/.*\" p != null) esp;
+      root = r.image.repart.partitions.\"20-root\".storePaths;
+    }" \
+    '{"drop":["/boxmaker/README.txt"],"key":"/var/lib/boxmaker-provision/secrets/api-key","passwords":["!","!",false],"root":["/nix/store/t"],"ssh":[true,false,false,"prohibit-password"]}'
   if [[ -f "$repo/LICENSE" ]] && grep -q "Apache License" "$repo/LICENSE"; then
     echo "nix-check: LICENSE: the Apache-2.0 text the package's meta.license names"
   else

@@ -286,9 +286,9 @@ in
     systemd.services = unitsWithSuffix ".service" (u: {
       description = u.Unit.Description;
       unitConfig = removeAttrs u.Unit [ "Description" ];
-      serviceConfig = removeAttrs u.Service [ "X-NotSocketActivated" ];
-      # The same X-NotSocketActivated=true line, through NixOS's own option (units.nix says why).
-      notSocketActivated = u.Service.X-NotSocketActivated or false;
+      # Includes X-NotSocketActivated=true, which switch-to-configuration reads from [Service]
+      # (units.nix says why).
+      serviceConfig = u.Service;
       wantedBy = u.Install.WantedBy or [ ];
     });
 

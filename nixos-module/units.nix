@@ -303,8 +303,8 @@ let
             # switch-to-configuration stops a changed service that has Sockets= and restarts
             # only its sockets, so a broken configuration would show only at the next
             # connect. Not socket-activated: it restarts the sockets and starts the service,
-            # and a start that fails fails the switch. The module sets this through NixOS's
-            # notSocketActivated option, which writes the same line.
+            # and a start that fails fails the switch (nixpkgs' switch-to-configuration-ng,
+            # handle_modified_unit, reads this key from [Service]).
             X-NotSocketActivated = true;
             ExecStart = "${exe daemon} serve --config ${configFile daemon}";
             Sockets = servedSocketUnits daemon;
