@@ -7,15 +7,13 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 /// Generous: a loaded 2-core machine builds and starts slowly; nothing here measures speed.
-pub const DEADLINE: Duration = Duration::from_secs(120);
+pub use bxtest::DEADLINE;
 
 /// The directory holding the workspace's binaries.
 pub fn bin_dir() -> PathBuf {
@@ -37,42 +35,23 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
-/// `bxctl` with `args`, run to its end within `DEADLINE`.
+/// `bxctl` with `args`, run to its end within `DEADLINE`; past it, it is killed and the test
+/// fails saying so.
 pub fn bxctl(args: &[&str]) -> Output {
-    let mut child = Command::new(bin_dir().join("bxctl"))
-        .args(args)
-        .env_remove("BOXMAKER_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bxctl starts");
-    let until = Instant::now() + DEADLINE;
-    loop {
-        if child.try_wait().expect("wait for bxctl").is_some() {
-            return child.wait_with_output().expect("bxctl's output");
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("bxctl's output");
-            panic!(
-                "bxctl {args:?} did not finish within {DEADLINE:?}: {}",
-                said(&out)
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+    bxctl_with(args, &[])
 }
 
-/// Everything a command printed, for assertion messages.
-pub fn said(out: &Output) -> String {
-    format!(
-        "{}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+/// [`bxctl`] with `envs` added to its environment.
+pub fn bxctl_with(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(bin_dir().join("bxctl"));
+    cmd.args(args).env_remove("BOXMAKER_HOME");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    bxtest::run(&mut cmd, &format!("bxctl {args:?}"), DEADLINE).unwrap_or_else(|e| panic!("{e}"))
 }
+
+pub use bxtest::said;
 
 /// The daemons of a dev box, as `bxctl dev` starts them.
 pub use bxctl::dev::DAEMONS;
@@ -97,6 +76,13 @@ impl DevBox {
         DevBox { dir, home }
     }
 
+    /// A temporary home at `rel` under the temporary directory (whose parents may not exist).
+    pub fn at(rel: &str) -> DevBox {
+        let mut b = DevBox::new();
+        b.home = b.dir.path().join(rel);
+        b
+    }
+
     pub fn home(&self) -> &Path {
         &self.home
     }
@@ -118,10 +104,15 @@ impl DevBox {
     }
 
     pub fn try_up(&self, extra: &[&str]) -> Output {
+        self.try_up_with(extra, &[])
+    }
+
+    /// `dev up` with `envs` added to bxctl's environment.
+    pub fn try_up_with(&self, extra: &[&str], envs: &[(&str, &str)]) -> Output {
         let home = self.home_arg();
         let mut args = vec!["dev", "up", "--home", &home];
         args.extend_from_slice(extra);
-        bxctl(&args)
+        bxctl_with(&args, envs)
     }
 
     pub fn down(&self) -> Output {
