@@ -260,7 +260,7 @@ pub fn run_all(filters: &[String]) -> i32 {
             }
             Outcome::Skip(why) => {
                 print!("test {name} ... ");
-                if let Err(e) = bxtest::check_skip(why) {
+                if let Err(e) = bxtest::check_skip(&why) {
                     failed += 1;
                     failures.push(format!("---- {name} ----\n{e}"));
                 } else {
