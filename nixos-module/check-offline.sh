@@ -422,7 +422,7 @@ step_module() {
       esp = builtins.attrNames r.image.repart.partitions.\"10-esp\".contents;
       ssh = r.services.openssh.settings;
     in {
-      passwords = [ r.users.users.alice.hashedPassword r.users.users.root.hashedPassword r.users.mutableUsers ];
+      passwords = [ r.users.users.alice.hashedPassword (r.users.users.root.hashedPassword or \"!\") r.users.mutableUsers ];
       ssh = [ r.services.openssh.enable ssh.PasswordAuthentication ssh.KbdInteractiveAuthentication ssh.PermitRootLogin ];
       key = r.services.boxmaker.inference.apiKeyFile;
       drop = builtins.filter (p: builtins.match \"/boxmaker/.*\" p != null) esp;

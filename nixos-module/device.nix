@@ -74,7 +74,7 @@ in
     # "!" is a locked password: no password login, on the console or anywhere else.
     hashedPassword = "!";
   };
-  users.users.root.hashedPassword = "!";
+  # root keeps NixOS's default, a locked password ("!"): it logs in over SSH by key only.
 
   # --- SSH by key, for the owner and root only -----------------------------------------------
   services.openssh = {

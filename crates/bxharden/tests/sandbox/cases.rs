@@ -964,8 +964,28 @@ fn activated() -> Outcome {
     if let Err(e) = bxtest::try_wait_for("systemd-socket-activate to listen", WAIT, || a.exists()) {
         return Outcome::Fail(e);
     }
-    // The first connection starts the child; it answers ping through the shared path.
-    let pong = bxcore::client::ping(&a, WAIT);
+    // The first connection starts the child; it answers ping through the shared path. The
+    // file appears at bind(), before listen(): a connect in between is refused, so a refusal
+    // is retried until the deadline.
+    let mut answer = None;
+    let listening = bxtest::try_wait_for("systemd-socket-activate to accept", WAIT, || {
+        match bxcore::client::ping(&a, WAIT) {
+            Err(bxcore::client::ClientError::Connect { error, .. })
+                if error.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                false
+            }
+            other => {
+                answer = Some(other);
+                true
+            }
+        }
+    });
+    let pong = match (listening, answer) {
+        (Ok(()), Some(pong)) => pong,
+        (Err(e), _) => return Outcome::Fail(e),
+        (Ok(()), None) => return Outcome::Fail("ping: accepted but no answer kept".into()),
+    };
     // The child ends after the ping; one that does not is killed (with anything it started)
     // before its output is read, so a child past its deadline cannot hang the test.
     let (status, out, err) = match ch.finish(WAIT) {
