@@ -4,7 +4,9 @@
 
 use std::os::unix::net::UnixStream;
 
-use bxcore::{ApprovalAck, ApprovalDecision, Approvals, AuditReport, ErrorCode, Message, WireError};
+use bxcore::{
+    ApprovalAck, ApprovalDecision, Approvals, AuditReport, ErrorCode, Message, WireError,
+};
 
 use crate::approvals::Verdict;
 use crate::broker::{Broker, Redecision, forbid, read_request, send};

@@ -163,7 +163,7 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
         Decision::Failed { message, touched } => c.fail(vec![requested], message, touched),
         Decision::Allow { entry, plan } => c.allow(requested, entry, &plan),
         Decision::Ask {
-                entry,
+            entry,
             plan: _,
             rule,
             reason,
@@ -214,11 +214,14 @@ impl Call<'_> {
             }
         }
         let detail = failed_detail(&message);
-        match self
-            .broker
-            .ledger
-            .raise(&self.session, self.call, &self.tool, carried, Event::Failed, detail)
-        {
+        match self.broker.ledger.raise(
+            &self.session,
+            self.call,
+            &self.tool,
+            carried,
+            Event::Failed,
+            detail,
+        ) {
             Ok(_) => self.answer(ToolResponse::Failed { message }),
             Err(e) => {
                 self.broker.fault(&e);

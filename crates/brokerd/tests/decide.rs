@@ -61,7 +61,9 @@ fn bad_arguments_fail_before_the_flow_rules() {
         &json!({"url": 1}),
         state(DataClass::Secret, true),
     );
-    assert!(matches!(d, Decision::Failed { message: m, touched: None } if m.contains("web_fetch's schema")));
+    assert!(
+        matches!(d, Decision::Failed { message: m, touched: None } if m.contains("web_fetch's schema"))
+    );
 }
 
 #[test]
@@ -199,7 +201,10 @@ fn a_decision_reaches_its_waiter_once() {
     assert_eq!(table.list().len(), 1);
     table.decide(&id, Verdict::Approved { by: 1000 }).unwrap();
     assert_eq!(table.wait(w), Verdict::Approved { by: 1000 });
-    assert_eq!(table.decide(&id, Verdict::Approved { by: 1000 }), Err(DecideError::NotPending(id)));
+    assert_eq!(
+        table.decide(&id, Verdict::Approved { by: 1000 }),
+        Err(DecideError::NotPending(id))
+    );
     assert!(table.list().is_empty());
 }
 

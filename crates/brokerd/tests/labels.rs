@@ -184,7 +184,9 @@ fn a_plain_private_file_beside_nested_roots_stays_private() {
     let h = home();
     let _b = Brokerd::start(&h);
     match read(&h, "s", 1, "notes/a.txt") {
-        ToolResponse::Result { class, untrusted, .. } => {
+        ToolResponse::Result {
+            class, untrusted, ..
+        } => {
             assert_eq!(class, bxcore::DataClass::Private);
             assert!(!untrusted);
         }
@@ -309,7 +311,11 @@ fn an_approval_the_policy_now_denies_is_denied_with_the_new_reason_and_the_owner
         Message::Error(e) => {
             assert_eq!(e.code, ErrorCode::Forbidden);
             assert!(e.detail.contains("now denies"), "{}", e.detail);
-            assert!(e.detail.contains("write into a private place"), "{}", e.detail);
+            assert!(
+                e.detail.contains("write into a private place"),
+                "{}",
+                e.detail
+            );
         }
         o => panic!("{o:?}"),
     }

@@ -103,8 +103,15 @@ fn concurrent_raises_of_one_session_never_lose_each_other() {
             } else {
                 plan(DataClass::Public, true)
             };
-            l.raise(&sid("s"), CallId(i), "t", Carried::from(&p), Event::Result, json!({}))
-                .unwrap();
+            l.raise(
+                &sid("s"),
+                CallId(i),
+                "t",
+                Carried::from(&p),
+                Event::Result,
+                json!({}),
+            )
+            .unwrap();
         }));
     }
     for t in threads {

@@ -333,7 +333,13 @@ fn a_read_that_fails_in_a_root_raises_as_a_read_there_would() {
 fn a_tool_that_fails_without_touching_a_root_raises_nothing() {
     let h = home("");
     let _b = Brokerd::start(&h);
-    let r = call(&h, "s", 1, "web_fetch", json!({"url": "https://example.org/"}));
+    let r = call(
+        &h,
+        "s",
+        1,
+        "web_fetch",
+        json!({"url": "https://example.org/"}),
+    );
     assert!(
         matches!(outcome(&r), ToolResponse::Failed { message } if message.contains("no gateway"))
     );

@@ -9,12 +9,12 @@ pub mod record;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-use bxcore::{CallId, SessionId};
-use serde_json::Value;
 use crate::policy::{Carried, SessionState};
 use crate::state::{StateError, StateStore};
+use bxcore::{CallId, SessionId};
 use chain::{Audit, AuditError};
 use record::{Draft, Event};
+use serde_json::Value;
 
 /// Why the ledger could not do a step: the state store's error or the chain's.
 #[derive(Debug)]
@@ -112,13 +112,7 @@ impl Ledger {
             }
             let seq = self
                 .audit
-                .append(vec![Draft::call(
-                    session,
-                    call,
-                    tool,
-                    event,
-                    detail,
-                )])
+                .append(vec![Draft::call(session, call, tool, event, detail)])
                 .map_err(LedgerError::Audit)?;
             (seq, raised)
         };
