@@ -9,6 +9,7 @@ pub mod chat;
 pub mod cli;
 pub mod demo;
 pub mod dev;
+pub mod model;
 pub mod output;
 pub mod procfs;
 pub mod selftest;
