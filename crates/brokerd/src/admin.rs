@@ -5,21 +5,18 @@
 use std::os::unix::net::UnixStream;
 
 use bxcore::{
-    ApprovalAck, ApprovalDecision, Approvals, AuditReport, ErrorCode, Message, WireError,
+    ApprovalAck, ApprovalDecision, Approvals, AuditReport, Envelope, ErrorCode, Message, WireError,
 };
 
 use crate::approvals::Verdict;
-use crate::broker::{Broker, Redecision, forbid, read_request, send};
+use crate::broker::{Broker, Redecision, send};
 use crate::ledger::chain;
 
 /// The socket's name in the lines brokerd logs and the errors it sends.
 pub const SOCKET: &str = "admin.sock";
 
-/// Serve one `admin.sock` connection: one request, one final answer.
-pub fn handle(mut stream: UnixStream, broker: &Broker) {
-    let Some(envelope) = read_request(&mut stream) else {
-        return;
-    };
+/// Serve one `admin.sock` request (a kind its table accepts): one final answer.
+pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
     let id = envelope.id;
     let response = match envelope.msg {
         Message::ApprovalsList {} => Message::Approvals(Approvals {
@@ -31,7 +28,7 @@ pub fn handle(mut stream: UnixStream, broker: &Broker) {
         }
         Message::AuditVerify {} => verify(broker),
         other => {
-            forbid(&mut stream, id, &other, SOCKET);
+            bxharden::serve::unhandled(&mut stream, id, &other);
             return;
         }
     };
