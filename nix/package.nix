@@ -21,17 +21,16 @@ rustPlatform.buildRustPackage {
       ../Cargo.lock
       ../crates
       # The runbook test reads docs/runbook.md and the module's files for pointers; the
-      # end-to-end tests live in tests/.
-      (lib.fileset.maybeMissing ../docs)
-      (lib.fileset.maybeMissing ../nixos-module)
-      (lib.fileset.maybeMissing ../tests)
+      # end-to-end tests live in tests/. No other doc: editing one rebuilds nothing.
+      ../docs/runbook.md
+      ../nixos-module
+      ../tests
     ];
   };
 
   # No vendor hash to keep in step: the lock file pins every crate and its checksum.
   cargoLock.lockFile = ../Cargo.lock;
 
-  # Every runbook pointer a daemon logs names docs/runbook.md: ship it beside them.
   # Shell completions and the man page, generated from bxctl's own command line.
   nativeBuildInputs = [ installShellFiles ];
 
@@ -42,16 +41,12 @@ rustPlatform.buildRustPackage {
       --fish <($out/bin/bxctl completions fish)
     $out/bin/bxctl man > bxctl.1
     installManPage bxctl.1
-    if [ -f docs/runbook.md ]; then
-      install -Dm0644 docs/runbook.md $out/share/doc/boxmaker/runbook.md
-    fi
+    # Every runbook pointer a daemon logs names docs/runbook.md: ship it beside them.
+    install -Dm0644 docs/runbook.md $out/share/doc/boxmaker/runbook.md
     # The script provider's default script: the module's inferproxy.toml names it when the
     # owner sets no provider (the same file inferproxy::script::DEFAULT is built from).
     install -Dm0644 crates/inferproxy/scripts/default.toml \
       $out/share/boxmaker/inferproxy-default-script.toml
-    if [ -f docs/install.md ]; then
-      install -Dm0644 docs/install.md $out/share/doc/boxmaker/install.md
-    fi
   '';
 
   meta = {

@@ -61,7 +61,9 @@ fn bad_arguments_fail_before_the_flow_rules() {
         &json!({"url": 1}),
         state(DataClass::Secret, true),
     );
-    assert!(matches!(d, Decision::Failed(m) if m.contains("web_fetch's schema")));
+    assert!(
+        matches!(d, Decision::Failed { message: m, touched: None } if m.contains("web_fetch's schema"))
+    );
 }
 
 #[test]
@@ -195,11 +197,14 @@ fn a_decision_reaches_its_waiter_once() {
     let table = Approvals::default();
     let a = approval(60_000);
     let id = a.approval.clone();
-    let w = table.open(a, Duration::from_secs(60));
+    let w = table.open(a, Duration::from_secs(60)).unwrap();
     assert_eq!(table.list().len(), 1);
-    table.decide(&id, true).unwrap();
-    assert_eq!(table.wait(w), Verdict::Approved);
-    assert_eq!(table.decide(&id, true), Err(DecideError::NotPending(id)));
+    table.decide(&id, Verdict::Approved { by: 1000 }).unwrap();
+    assert_eq!(table.wait(w), Verdict::Approved { by: 1000 });
+    assert_eq!(
+        table.decide(&id, Verdict::Approved { by: 1000 }),
+        Err(DecideError::NotPending(id))
+    );
     assert!(table.list().is_empty());
 }
 
@@ -208,9 +213,9 @@ fn the_clock_wins_when_nobody_decides_and_a_late_decision_is_refused() {
     let table = Approvals::default();
     let a = approval(1);
     let id = a.approval.clone();
-    let w = table.open(a, Duration::from_millis(1));
+    let w = table.open(a, Duration::from_millis(1)).unwrap();
     assert_eq!(table.wait(w), Verdict::Expired);
-    assert!(table.decide(&id, true).is_err());
+    assert!(table.decide(&id, Verdict::Approved { by: 1000 }).is_err());
     assert!(table.list().is_empty());
 }
 
@@ -219,12 +224,12 @@ fn a_withdrawn_approval_ends_its_wait_and_cannot_be_decided_any_more() {
     let table = Approvals::default();
     let a = approval(60_000);
     let id = a.approval.clone();
-    let w = table.open(a, Duration::from_secs(60));
+    let w = table.open(a, Duration::from_secs(60)).unwrap();
     assert!(table.withdraw(&id));
     assert!(table.list().is_empty());
     assert_eq!(table.wait(w), Verdict::Withdrawn);
     assert_eq!(
-        table.decide(&id, true),
+        table.decide(&id, Verdict::Approved { by: 1000 }),
         Err(DecideError::NotPending(id.clone()))
     );
     assert!(!table.withdraw(&id), "withdrawn once");
@@ -235,8 +240,22 @@ fn a_decision_that_came_first_wins_over_the_withdrawal() {
     let table = Approvals::default();
     let a = approval(60_000);
     let id = a.approval.clone();
-    let w = table.open(a, Duration::from_secs(60));
-    table.decide(&id, false).unwrap();
+    let w = table.open(a, Duration::from_secs(60)).unwrap();
+    table
+        .decide(
+            &id,
+            Verdict::Denied {
+                by: 1000,
+                reason: None,
+            },
+        )
+        .unwrap();
     assert!(!table.withdraw(&id));
-    assert_eq!(table.wait(w), Verdict::Denied);
+    assert_eq!(
+        table.wait(w),
+        Verdict::Denied {
+            by: 1000,
+            reason: None
+        }
+    );
 }

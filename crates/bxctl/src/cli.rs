@@ -10,7 +10,8 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
-use crate::dev::{self, ModelChoice, Provider, UpOptions};
+use crate::context::Context;
+use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
 use crate::{Outcome, approvals, audit, demo, logs, selftest, status};
 
@@ -57,6 +58,8 @@ pub enum Command {
         json: Json,
         #[command(flatten)]
         broker: Broker,
+        #[command(subcommand)]
+        command: Option<ApprovalsCommand>,
     },
     /// Approve a pending call: it runs, exactly as shown.
     Approve {
@@ -126,6 +129,15 @@ pub enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// One pending approval with every argument whole.
+    Show {
+        /// The approval's id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Ask brokerd to verify the whole chain: records, head hash; exit 1 on a break.
     Verify {
@@ -178,16 +190,22 @@ pub enum DevCommand {
     Up(UpArgs),
     /// Stop the dev box's daemons (SIGTERM, then SIGKILL after a deadline).
     Down,
+    /// Stop the dev box, then start it again as it was made.
+    Restart {
+        /// As root: the user it was made with [default: bx-dev].
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
+    },
 }
 
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Args)]
 pub struct UpArgs {
     /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
-    /// The model provider.
-    #[arg(long, value_enum, default_value_t = Provider::Script)]
-    pub provider: Provider,
+    /// The model provider [default: script for a new home; a reused home keeps its own].
+    #[arg(long, value_enum)]
+    pub provider: Option<Provider>,
     /// For the script provider: the script to use instead of the shipped default.
     #[arg(long, value_name = "FILE")]
     pub script: Option<PathBuf>,
@@ -200,15 +218,6 @@ pub struct UpArgs {
     /// For openai and anthropic: the file that holds the API key.
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
-}
-
-/// What the approval and audit commands need to know.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub home: PathBuf,
-    pub admin: PathBuf,
-    pub json: bool,
-    pub timeout: Duration,
 }
 
 impl Cli {
@@ -273,9 +282,16 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Approvals {
+            command: Some(ApprovalsCommand::Show { id }),
+            json,
+            broker,
+            ..
+        } => exit(approvals::show_one(&cli.context(*json, Some(broker)), id)),
+        Command::Approvals {
             watch,
             json,
             broker,
+            command: None,
         } => exit(approvals::list(&cli.context(*json, Some(broker)), *watch)),
         Command::Approve { id, json, broker } => exit(approvals::decide(
             &cli.context(*json, Some(broker)),
@@ -328,9 +344,8 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Status { json } => {
-            let cli_json = json.json;
             let s = status::gather(&target);
-            if cli_json {
+            if json.json {
                 let _ = writeln!(out, "{}", serde_json::to_string(&s).unwrap_or_default());
             } else {
                 let _ = write!(out, "{}", status::render(&s));
@@ -358,43 +373,31 @@ pub fn run(cli: Cli) -> ExitCode {
             Err(e) => failed(e),
         },
         Command::Dev(DevCommand::Up(args)) => {
-            let args = args.clone();
-            if args.provider == Provider::Script
-                && (args.model.is_some() || args.base_url.is_some() || args.api_key_file.is_some())
-            {
-                return usage(
-                    "--model, --base-url and --api-key-file go with --provider openai or \
-                     anthropic; the script provider answers from its script (--script FILE)",
-                );
-            }
-            if args.provider != Provider::Script {
-                if args.model.is_none() || args.api_key_file.is_none() {
-                    return usage(&format!(
-                        "--provider {} needs --model NAME and --api-key-file FILE",
-                        args.provider
-                    ));
-                }
-                if args.script.is_some() {
-                    return usage("--script goes with --provider script");
-                }
-            }
-            let base_url = args.base_url.or_else(|| match args.provider {
-                Provider::Openai => Some("https://api.openai.com/v1".into()),
-                Provider::Anthropic => Some("https://api.anthropic.com".into()),
-                Provider::Script => None,
-            });
+            // dev::up checks every flag before it writes anything.
             let opts = UpOptions {
                 home: Target::for_dev(cli.home.as_deref()).home().to_path_buf(),
-                user: args.user,
-                model: ModelChoice {
+                user: args.user.clone(),
+                model: ModelFlags {
                     provider: args.provider,
-                    base_url,
-                    model: args.model,
-                    api_key_file: args.api_key_file,
-                    script: args.script,
+                    base_url: args.base_url.clone(),
+                    model: args.model.clone(),
+                    api_key_file: args.api_key_file.clone(),
+                    script: args.script.clone(),
                 },
             };
             match dev::up(&opts, &mut out) {
+                Ok(_) => ExitCode::SUCCESS,
+                // A flag that is wrong, or does not go with the others: exit 2, as clap's own.
+                Err(e @ dev::DevError::Usage(_)) => usage(&e.to_string()),
+                Err(e) => failed(e),
+            }
+        }
+        Command::Dev(DevCommand::Restart { user }) => {
+            match dev::restart(
+                Target::for_dev(cli.home.as_deref()).home(),
+                user.clone(),
+                &mut out,
+            ) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
             }

@@ -147,19 +147,16 @@ impl Prompt {
             };
             match answer.as_str() {
                 "show" | "s" => {
-                    let shown =
-                        match client::call(admin, timeout, 1, Message::ApprovalsList {}, |_| {}) {
-                            Ok(Message::Approvals(a)) => a
-                                .pending
-                                .iter()
-                                .find(|p| &p.approval == approval)
-                                .map(|p| crate::approvals::show(p, Timestamp::now()))
-                                .unwrap_or_else(|| {
-                                    format!("approval {approval} is no longer pending\n")
-                                }),
-                            Ok(other) => format!("brokerd answered {}\n", other.kind()),
-                            Err(e) => format!("cannot ask brokerd: {e}\n"),
-                        };
+                    let ask = Message::ApprovalShow(bxcore::ApprovalShow {
+                        approval: approval.clone(),
+                    });
+                    let shown = match client::call(admin, timeout, 1, ask, |_| {}) {
+                        Ok(Message::Approval(a)) => {
+                            crate::approvals::show(&a, Timestamp::now(), true)
+                        }
+                        Ok(other) => format!("brokerd answered {}\n", other.kind()),
+                        Err(e) => format!("approval {approval}: {e}\n"),
+                    };
                     let _ = write!(out, "{shown}");
                 }
                 yes_or_no => {
