@@ -19,6 +19,7 @@
 
 pub mod child_sandbox;
 pub mod config;
+pub mod daemon;
 pub mod dirs;
 pub mod identity;
 pub mod landlock_layer;
