@@ -197,6 +197,52 @@ let
       }
     ) socketNames;
 
+  # The exposure `systemd-analyze security` may give each service unit at most, times ten
+  # (its `--threshold=` takes it so): 1.5 on the 0 to 10 scale (nix.md).
+  securityThreshold = 15;
+
+  serviceUnit = daemon: "${daemon}.service";
+
+  # What the device check (`bxctl check`) reads to know the box it checks: the module
+  # installs it as /etc/boxmaker/device.json, the twin the same rendering. Every fact in it
+  # comes from this file, so the check expects what the units and tmpfiles rules make.
+  #   configFile daemon -> its generated TOML configuration
+  deviceManifest =
+    {
+      home,
+      ownerUser,
+      ownerGroup,
+      configFile,
+    }:
+    {
+      inherit home securityThreshold;
+      owner = {
+        user = ownerUser;
+        group = ownerGroup;
+      };
+      services = map (d: {
+        daemon = d;
+        unit = serviceUnit d;
+        user = daemons.${d}.user;
+        group = daemons.${d}.user;
+        config = configFile d;
+      }) daemonNames;
+      sockets = map (
+        s:
+        let
+          c = clientOf { inherit ownerUser ownerGroup; } s;
+        in
+        {
+          name = s;
+          unit = socketUnit s;
+          path = socketPath home s;
+          server = sockets.${s}.server;
+          inherit (c) user group;
+        }
+      ) socketNames;
+      directories = directories { inherit home ownerUser ownerGroup; };
+    };
+
   # What a daemon's unit may write: its own state directory and the directories of the
   # sockets it is the client of (the same set its Landlock ruleset allows).
   readWritePaths = home: daemon: [ (stateDir home daemon) ] ++ map (socketDir home) daemons.${daemon}.uses;
@@ -274,8 +320,8 @@ let
       usedSocketUnits = daemon: map socketUnit daemons.${daemon}.uses;
       servedSocketUnits = daemon: map socketUnit daemons.${daemon}.serves;
 
-      serviceUnit = daemon: {
-        name = "${daemon}.service";
+      serviceUnitOf = daemon: {
+        name = serviceUnit daemon;
         value = {
           Unit = {
             Description = daemons.${daemon}.description;
@@ -350,7 +396,7 @@ let
         };
       };
     in
-    builtins.listToAttrs (map serviceUnit daemonNames ++ map socketUnitOf socketNames ++ [ selftestUnit ]);
+    builtins.listToAttrs (map serviceUnitOf daemonNames ++ map socketUnitOf socketNames ++ [ selftestUnit ]);
 in
 {
   inherit
@@ -370,6 +416,9 @@ in
     stateDir
     clientOf
     directories
+    securityThreshold
+    serviceUnit
+    deviceManifest
     readWritePaths
     render
     ;

@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::chat::{self, ChatOptions};
 use crate::dev::{self, ModelChoice, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, demo, selftest, status};
+use crate::{Outcome, approvals, audit, check, demo, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -62,6 +62,13 @@ pub enum Command {
     Status,
     /// Ping every socket you may reach, then loopd's own selftest.
     Selftest,
+    /// The device check, as root after each `nixos-rebuild switch`: units, sandboxes, modes,
+    /// peers, answers, the audit chain and each unit's exposure; exit 1 on any failure.
+    Check {
+        /// What the module installed [default: /etc/boxmaker/device.json].
+        #[arg(long, value_name = "PATH")]
+        manifest: Option<PathBuf>,
+    },
     /// Run the dev box through one scripted conversation that shows what the broker does.
     Demo,
     /// The local dev box: the whole box on this machine.
@@ -209,6 +216,14 @@ pub fn run(cli: Cli) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failed(e),
         },
+        Command::Check { manifest } => {
+            let path = manifest.unwrap_or_else(|| check::manifest::DEFAULT_PATH.into());
+            match check::main(&path, cli.json, &mut out) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => usage(&e),
+            }
+        }
         Command::Demo => match demo::run(&mut out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failed(e),
