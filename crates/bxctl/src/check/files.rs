@@ -91,10 +91,12 @@ pub fn socket(sock: &Socket) -> Verdict {
     }
 }
 
-/// Nothing under the home is writable by a user other than its owner: no entry has the group
-/// or world write bit, and every entry belongs to the owner of the nearest layout directory
-/// above it (a socket, to that socket directory's client). The directories above the home
-/// belong to root (or the home's owner) and are writable by their owner alone.
+/// Nothing of the box is writable by a user other than its owner. The box is every layout
+/// directory with no layout directory above it (the home, and the sockets' run directory) and
+/// everything below: no entry has the group or world write bit, and every entry belongs to the
+/// owner of the nearest layout directory above it (a socket, to that socket directory's
+/// client). The directories above each of them belong to root (or the top directory's owner)
+/// and are writable by their owner alone.
 pub fn nobody_else_writes(m: &Manifest) -> Verdict {
     let mut owners: BTreeMap<PathBuf, Ids> = BTreeMap::new();
     for d in &m.directories {
@@ -105,35 +107,26 @@ pub fn nobody_else_writes(m: &Manifest) -> Verdict {
             Err(e) => return Verdict::Fail(format!("{}: {e}", d.path.display())),
         }
     }
+    let mut tops: Vec<PathBuf> = owners
+        .keys()
+        .filter(|p| !p.ancestors().skip(1).any(|a| owners.contains_key(a)))
+        .cloned()
+        .collect();
+    if !owners.contains_key(&m.home) {
+        tops.push(m.home.clone());
+    }
     let mut problems = Vec::new();
-    // Whoever owns the home could replace it anyway: above it, only root or that owner.
-    let home_owner = owners.get(&m.home).map_or(0, |ids| ids.uid);
-    for above in m.home.ancestors().skip(1) {
-        match fs::symlink_metadata(above) {
-            Ok(meta) if meta.uid() != 0 && meta.uid() != home_owner => problems.push(format!(
-                "{} belongs to {}, not root",
-                above.display(),
-                user_name(meta.uid())
-            )),
-            Ok(meta) if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 => {
-                problems.push(format!(
-                    "{} is {:04o}: writable by others",
-                    above.display(),
-                    meta.mode() & 0o7777
-                ))
-            }
-            Ok(_) => {}
-            Err(e) => problems.push(format!("{}: {e}", above.display())),
-        }
+    for top in &tops {
+        problems.extend(above(top, owners.get(top).map_or(0, |ids| ids.uid)));
     }
     let mut seen = 0usize;
-    let mut stack = vec![m.home.clone()];
+    let mut stack = tops.clone();
     while let Some(path) = stack.pop() {
         seen += 1;
         if seen > WALK_LIMIT {
             problems.push(format!(
-                "more than {WALK_LIMIT} entries under {}: the walk stopped there",
-                m.home.display()
+                "more than {WALK_LIMIT} paths: the walk stopped at {}",
+                path.display()
             ));
             break;
         }
@@ -170,10 +163,14 @@ pub fn nobody_else_writes(m: &Manifest) -> Verdict {
             }
         }
     }
+    let where_ = tops
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" and ");
     if problems.is_empty() {
         Verdict::Ok(format!(
-            "{seen} paths under {}, none writable by another user",
-            m.home.display()
+            "{seen} paths under {where_}, none writable by another user"
         ))
     } else {
         let n = problems.len();
@@ -187,6 +184,31 @@ pub fn nobody_else_writes(m: &Manifest) -> Verdict {
         }
         Verdict::Fail(text)
     }
+}
+
+/// What is wrong with the directories above `top`: each must belong to root or to `top`'s
+/// owner (who could replace `top` anyway), and be writable by its owner alone (or sticky).
+fn above(top: &Path, top_owner: u32) -> Vec<String> {
+    let mut problems = Vec::new();
+    for a in top.ancestors().skip(1) {
+        match fs::symlink_metadata(a) {
+            Ok(meta) if meta.uid() != 0 && meta.uid() != top_owner => problems.push(format!(
+                "{} belongs to {}, not root",
+                a.display(),
+                user_name(meta.uid())
+            )),
+            Ok(meta) if meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0 => {
+                problems.push(format!(
+                    "{} is {:04o}: writable by others",
+                    a.display(),
+                    meta.mode() & 0o7777
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => problems.push(format!("{}: {e}", a.display())),
+        }
+    }
+    problems
 }
 
 /// Who must own `path`: the layout directory it is, else the nearest one above it.
