@@ -62,7 +62,7 @@ impl Tool for WebFetch {
             writes_into: None,
         })
     }
-    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
+    fn run(&self, args: &Value, _plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         arg_str(args, "url")?;
         let url = arg_str(args, "url")?;
         let Some(socket) = &env.gateway else {
