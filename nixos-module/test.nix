@@ -7,11 +7,20 @@
 # file modes and root by each daemon's peer check, the refusal in the journal; ping on every
 # socket, tools_list, one scripted turn, the audit chain; `systemd-analyze security` of every
 # unit within the module's target. Then what only this test covers: the check fails when a
-# directory is loosened, `bxctl selftest` as the owner, and the serving notices.
+# directory is loosened, `bxctl selftest` as the owner, a configuration loopd refuses fails
+# `switch-to-configuration` and names the unit and the good one comes back (units.nix:
+# Type=notify, X-NotSocketActivated=true), bxharden's sandbox cases as root on the VM's kernel
+# (including those the Nix build sandbox skips on an older builder kernel, Landlock ABI 6), and
+# the serving notices.
 #
 # Called from the flake with the module itself (not nixosModules.default: runNixOSTest gives
 # the node the flake's pkgs, which already carry the overlay) and those pkgs.
-{ boxmakerModule, pkgs }:
+{
+  boxmakerModule,
+  pkgs,
+  # bxharden's sandbox test binary (the flake's packages.<system>.sandbox-tests).
+  sandboxTests,
+}:
 let
   units = import ./units.nix;
   owner = "alice";
@@ -35,6 +44,12 @@ in
     services.boxmaker = {
       enable = true;
       inherit owner;
+    };
+
+    # The same machine with a key loopd does not know: its start must fail, and the switch.
+    system.switch.enable = true;
+    specialisation.refused.configuration = {
+      services.boxmaker.settings.loopd.loop.no_such_key = true;
     };
   };
 
@@ -67,6 +82,20 @@ in
     with subtest("the selftest passes, as its unit and through bxctl as the owner"):
         machine.succeed("systemctl start boxmaker-selftest.service")
         machine.succeed("runuser -u ${owner} -- bxctl selftest")
+
+    with subtest("a configuration loopd refuses fails the switch, and the good one comes back"):
+        status, out = machine.execute("/run/booted-system/specialisation/refused/bin/switch-to-configuration test 2>&1")
+        assert status != 0 and "boxmaker-loopd.service" in out, f"switch to the refused configuration: status {status}: {out}"
+        # Its restarts while refused count against StartLimitBurst; start afresh.
+        machine.succeed("systemctl reset-failed boxmaker-loopd.service")
+        machine.succeed("/run/booted-system/bin/switch-to-configuration test")
+        machine.wait_for_unit("boxmaker-loopd.service")
+        machine.wait_for_file("${units.socketPath "loop"}")
+        machine.succeed("bxctl check")
+
+    with subtest("bxharden's sandbox cases run as root on this kernel, none skipped for its Landlock ABI"):
+        out = machine.succeed("cd /tmp && ${sandboxTests}/bin/bxharden-sandbox-tests 2>&1")
+        assert "needs Landlock ABI" not in out and "test result: ok" in out, out
 
     with subtest("the serving notices are in the journal"):
         for d in json.loads('${builtins.toJSON units.daemonNames}'):
