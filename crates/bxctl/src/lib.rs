@@ -8,6 +8,7 @@ pub mod audit;
 pub mod chat;
 pub mod check;
 pub mod cli;
+pub mod context;
 pub mod demo;
 pub mod dev;
 pub mod model;
