@@ -13,7 +13,7 @@ use crate::chat::{self, ChatOptions};
 use crate::context::Context;
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, demo, logs, selftest, status};
+use crate::{Outcome, approvals, audit, check, demo, logs, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -121,6 +121,15 @@ pub enum Command {
     /// Print the man page bxctl(1) in roff, generated from this command line (the package
     /// installs it).
     Man,
+    /// The device check, as root after each `nixos-rebuild switch`: units, sandboxes, modes,
+    /// peers, answers, the audit chain and each unit's exposure; exit 1 on any failure.
+    Check {
+        /// What the module installed [default: /etc/boxmaker/device.json].
+        #[arg(long, value_name = "PATH")]
+        manifest: Option<PathBuf>,
+        #[command(flatten)]
+        json: Json,
+    },
     /// Run the dev box through one scripted conversation that shows what the broker does.
     Demo,
     /// The local dev box: the whole box on this machine.
@@ -366,6 +375,16 @@ pub fn run(cli: Cli) -> ExitCode {
             match selftest::run(&target, opts, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
+            }
+        }
+        Command::Check { manifest, json } => {
+            let path = manifest
+                .clone()
+                .unwrap_or_else(|| check::manifest::DEFAULT_PATH.into());
+            match check::main(&path, json.json, &mut out) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => usage(&e),
             }
         }
         Command::Demo => match demo::run(&mut out) {

@@ -27,6 +27,7 @@ struct Server {
     socket: PathBuf,
     infer: ScriptedInfer,
     tools: Arc<FakeTools>,
+    ctx: Arc<Context>,
 }
 
 struct Shared(Arc<FakeTools>);
@@ -62,12 +63,14 @@ fn server_in(home: tempfile::TempDir, script: Vec<Step>, tools: FakeTools, extra
     let socket = home.path().join("loop.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let ctx = Arc::new(ctx);
-    std::thread::spawn(move || serve(listener, ctx));
+    let served = Arc::clone(&ctx);
+    std::thread::spawn(move || serve(listener, served));
     Server {
         home,
         socket,
         infer,
         tools,
+        ctx,
     }
 }
 
@@ -504,6 +507,7 @@ fn the_channel_going_away_mid_turn_cancels_it_with_its_log_whole_and_the_session
     );
     // The session is free once the turn's end is written and its busy mark released (no final
     // frame tells a channel that went away).
+    wait_until("the session to be free", || !s.ctx.is_busy(&sid("gone")));
     let mut frames = Vec::new();
     wait_until("the session to take the next turn", || {
         frames = turn(&s.socket, 2, "gone", true, "still there?");
