@@ -385,7 +385,7 @@ step_module() {
     "let
       lib = { importTOML = f: builtins.fromTOML (builtins.readFile f); licenses.asl20 = null; platforms.linux = null;
               fileset = { toSource = x: x; unions = l: l; maybeMissing = p: p; }; };
-      pkg = import $repo/nix/package.nix { inherit lib; rustPlatform.buildRustPackage = a: a; };
+      pkg = import $repo/nix/package.nix { inherit lib; rustPlatform.buildRustPackage = a: a; installShellFiles = null; };
       files = map toString pkg.src.fileset;
     in { docs = builtins.elem \"$repo/docs\" files; runbook = builtins.elem \"$repo/docs/runbook.md\" files; }" \
     '{"docs":false,"runbook":true}'
