@@ -9,29 +9,19 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use bxcore::DataClass;
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::{Mode, SFlag, fstat};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::args::{PathArgs, WriteArgs};
 use crate::workspace::open_beneath;
-use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError, arg_str};
+use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError};
 
 /// The most a read returns: what is left of a 1 MiB frame is for the envelope.
 pub const MAX_READ: u64 = 512 * 1024;
-/// The most a write takes.
-pub const MAX_WRITE: usize = 512 * 1024;
 /// The most entries a listing returns.
 pub const MAX_LIST: usize = 1000;
 
-fn path_schema(what: &str) -> Value {
-    json!({
-        "type": "string",
-        "minLength": 1,
-        "maxLength": 4096,
-        "description": format!("the absolute path of the {what}, inside a workspace root"),
-    })
-}
-
-fn read_plan(args: &Value, env: &Env) -> Result<Plan, ToolError> {
-    let at = env.roots.locate(arg_str(args, "path")?)?;
+fn read_plan(args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
+    let at = env.roots.locate(&args.path)?;
     Ok(Plan {
         reads: at.root.class,
         untrusted_output: at.root.untrusted,
@@ -50,6 +40,7 @@ fn is_kind(fd: &OwnedFd, kind: SFlag) -> Result<bool, ToolError> {
 pub struct WorkspaceList;
 
 impl Tool for WorkspaceList {
+    type Args = PathArgs;
     fn name(&self) -> &'static str {
         "workspace_list"
     }
@@ -57,12 +48,7 @@ impl Tool for WorkspaceList {
         "List a directory in the workspace: one entry per line, directories end in '/'."
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": path_schema("directory")},
-            "required": ["path"],
-            "additionalProperties": false,
-        })
+        PathArgs::schema("directory")
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -72,11 +58,11 @@ impl Tool for WorkspaceList {
             approval: ApprovalRule::Never,
         }
     }
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+    fn plan(&self, args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
         read_plan(args, env)
     }
-    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
-        let shown = arg_str(args, "path")?;
+    fn run(&self, args: &PathArgs, env: &Env) -> Result<Output, ToolError> {
+        let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         let fd = at.open(shown, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty())?;
         // `Dir` takes the descriptor over, and closes it on failure too.
@@ -108,6 +94,7 @@ impl Tool for WorkspaceList {
 pub struct WorkspaceRead;
 
 impl Tool for WorkspaceRead {
+    type Args = PathArgs;
     fn name(&self) -> &'static str {
         "workspace_read"
     }
@@ -115,12 +102,7 @@ impl Tool for WorkspaceRead {
         "Read a text file in the workspace."
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": path_schema("file")},
-            "required": ["path"],
-            "additionalProperties": false,
-        })
+        PathArgs::schema("file")
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -130,11 +112,11 @@ impl Tool for WorkspaceRead {
             approval: ApprovalRule::Never,
         }
     }
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+    fn plan(&self, args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
         read_plan(args, env)
     }
-    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
-        let shown = arg_str(args, "path")?;
+    fn run(&self, args: &PathArgs, env: &Env) -> Result<Output, ToolError> {
+        let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         // Non-blocking, so a FIFO planted in a root cannot hold the call; refused below anyway.
         let fd = at.open(shown, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty())?;
@@ -162,6 +144,7 @@ impl Tool for WorkspaceRead {
 pub struct WorkspaceWrite;
 
 impl Tool for WorkspaceWrite {
+    type Args = WriteArgs;
     fn name(&self) -> &'static str {
         "workspace_write"
     }
@@ -169,15 +152,7 @@ impl Tool for WorkspaceWrite {
         "Write a text file in a writable workspace root, replacing it whole if it exists."
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": path_schema("file"),
-                "content": {"type": "string", "maxLength": MAX_WRITE, "description": "the whole new content"},
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false,
-        })
+        WriteArgs::schema()
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -187,8 +162,8 @@ impl Tool for WorkspaceWrite {
             approval: ApprovalRule::Never,
         }
     }
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
-        let shown = arg_str(args, "path")?;
+    fn plan(&self, args: &WriteArgs, env: &Env) -> Result<Plan, ToolError> {
+        let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         if !at.root.writable {
             return Err(ToolError::Refused(format!(
@@ -203,9 +178,9 @@ impl Tool for WorkspaceWrite {
             writes_into: Some(at.root.class),
         })
     }
-    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
-        let shown = arg_str(args, "path")?;
-        let content = arg_str(args, "content")?;
+    fn run(&self, args: &WriteArgs, env: &Env) -> Result<Output, ToolError> {
+        let shown = args.path.as_str();
+        let content = args.content.as_str();
         // The plan's checks again: the run must not trust that nothing changed in between.
         self.plan(args, env)?;
         let at = env.roots.locate(shown)?;
