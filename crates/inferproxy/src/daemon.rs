@@ -12,7 +12,6 @@ use bxharden::socket::LISTEN_ANCHOR;
 use bxharden::{Daemon, Identity, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
-use crate::key::KEY_ANCHOR;
 use crate::provider::{Inference, Provider, SetupError};
 
 /// The socket's name in `[peers]` and in log lines.
@@ -32,8 +31,8 @@ fn load(config: &Path) -> Result<(Config, Inference), (&'static str, String)> {
     let cfg = Config::load(config).map_err(|e| (CONFIG_ANCHOR, e.to_string()))?;
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let inference = Inference::from_config(&cfg, creds.as_deref()).map_err(|e| {
-        let anchor = match e {
-            SetupError::Key(_) => KEY_ANCHOR,
+        let anchor = match &e {
+            SetupError::Key(k) => k.anchor(),
             SetupError::Script(_) | SetupError::Ca(_) => CONFIG_ANCHOR,
         };
         (anchor, e.to_string())
@@ -242,7 +241,7 @@ fn answer(stream: &mut UnixStream, id: u64, req: &InferRequest, inference: &Infe
 
 fn log_failure(slot: &str, e: &crate::InferError) {
     // The slot is the client's text: escaped and bounded, it stays on its one line.
-    let slot = crate::stream::excerpt(slot);
+    let slot = crate::error::excerpt(slot);
     bxharden::log::line(e.anchor(), &format!("inferproxy: slot {slot}: {e}"));
 }
 

@@ -15,6 +15,7 @@ pub mod error;
 pub mod key;
 pub mod openai;
 pub mod provider;
+pub mod redact;
 pub mod reply;
 pub mod retry;
 pub mod script;
