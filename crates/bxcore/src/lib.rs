@@ -16,6 +16,7 @@ mod ids;
 pub mod layout;
 mod message;
 pub mod runbook;
+pub mod visible;
 
 pub use class::DataClass;
 pub use error::{ErrorCode, WireError};

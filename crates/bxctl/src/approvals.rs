@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use bxcore::client::{self, ClientError};
+use bxcore::visible::{Mode, Shown};
 use bxcore::{Approval, ApprovalDecision, ApprovalId, Message, Timestamp};
 use serde_json::json;
 
@@ -33,7 +34,7 @@ pub fn show(a: &Approval, now: Timestamp) -> String {
         "approval {}  ({} left)\n  tool     {} (call {} of session {})\n  session  taint {}, {}\n  rule     {}: {}\n  digest   sha256 {}\n  args\n",
         a.approval,
         time_left(left),
-        a.tool,
+        Shown(&a.tool, Mode::Line),
         a.call,
         a.session,
         a.taint,
@@ -42,13 +43,14 @@ pub fn show(a: &Approval, now: Timestamp) -> String {
         } else {
             "trusted"
         },
-        a.rule,
-        a.reason,
+        Shown(&a.rule, Mode::Line),
+        Shown(&a.reason, Mode::Line),
         a.digest,
     );
     for line in args.lines() {
         s.push_str("    ");
-        s.push_str(line);
+        // JSON escapes C0 controls, `"` and `\`; the rest (C1, DEL, bidi, zero-width) here.
+        s.push_str(&Shown(line, Mode::Line).to_string());
         s.push('\n');
     }
     s.push_str(&format!(

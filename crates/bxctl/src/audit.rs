@@ -6,6 +6,7 @@ use std::path::Path;
 
 use bxcore::Message;
 use bxcore::client::{self, ClientError};
+use bxcore::visible::{Mode, Shown, escape};
 use serde_json::{Value, json};
 
 use crate::Outcome;
@@ -21,7 +22,7 @@ pub fn verify(ctx: &Context) -> Outcome {
             } else {
                 println!("records: {}", r.records);
                 println!("head: {}", r.head);
-                println!("{}", r.detail);
+                println!("{}", Shown(&r.detail, Mode::Line));
             }
             if r.ok { Outcome::Done } else { Outcome::Failed }
         }
@@ -82,7 +83,7 @@ pub fn show(v: &Value) -> String {
         Value::Null => String::new(),
         d => d.to_string(),
     };
-    format!(
+    let line = format!(
         "{:>6} {} {:<9} {}/{} {} {}",
         field(v, "seq"),
         field(v, "time"),
@@ -91,7 +92,8 @@ pub fn show(v: &Value) -> String {
         field(v, "call"),
         field(v, "tool"),
         detail
-    )
+    );
+    escape(&line, Mode::Line).into_owned()
 }
 
 /// `bxctl audit tail [-n N]`.
@@ -120,7 +122,10 @@ pub fn tail(ctx: &Context, n: usize, chain: Option<&Path>) -> Outcome {
             Ok(v) if ctx.json => json_line(&v),
             Ok(v) => println!("{}", show(&v)),
             Err(_) if ctx.json => json_line(&json!({"unparsed": l})),
-            Err(_) => println!("(a line that does not parse: run bxctl audit verify) {l}"),
+            Err(_) => println!(
+                "(a line that does not parse: run bxctl audit verify) {}",
+                Shown(&l, Mode::Line)
+            ),
         }
     }
     Outcome::Done

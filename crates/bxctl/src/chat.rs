@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bxcore::client::{ClientError, Exchange};
 use bxcore::runbook::pointer;
+use bxcore::visible::{Mode, Shown};
 use bxcore::{ErrorCode, Message, Outcome, SessionId, Timestamp, Turn, TurnEvent, Usage};
 
 /// The longest a turn may take as seen from the channel: a turn may wait for the owner's
@@ -39,7 +40,12 @@ impl fmt::Display for ChatError {
                 "cannot talk to loopd on {socket}: {why}; {}",
                 pointer("bxctl-unreachable")
             ),
-            ChatError::Refused(e) => write!(f, "loopd refused the turn: {}: {}", e.code, e.detail),
+            ChatError::Refused(e) => write!(
+                f,
+                "loopd refused the turn: {}: {}",
+                e.code,
+                Shown(&e.detail, Mode::Line)
+            ),
             ChatError::Input(e) => write!(f, "cannot read the message: {e}"),
         }
     }
@@ -151,13 +157,18 @@ impl Painter {
     fn event(&mut self, event: &TurnEvent, out: &mut dyn Write) {
         match event {
             TurnEvent::AssistantText { text } => {
-                let _ = write!(out, "{text}");
+                let _ = write!(out, "{}", Shown(text, Mode::Text));
                 let _ = out.flush();
                 self.mid_text = true;
             }
             TurnEvent::ToolCall { call, tool, args } => {
                 self.end_text(out);
-                let line = format!("→ [{call}] {tool} {args}");
+                let args = args.to_string();
+                let line = format!(
+                    "→ [{call}] {} {}",
+                    Shown(tool, Mode::Line),
+                    Shown(&args, Mode::Line)
+                );
                 let _ = writeln!(out, "{}", self.paint("36", &line));
             }
             TurnEvent::ToolPending {
@@ -189,7 +200,7 @@ impl Painter {
                 };
                 let first = text.lines().next().unwrap_or_default();
                 let more = if text.lines().count() > 1 { " …" } else { "" };
-                let line = format!("{mark} [{call}]: {first}{more}");
+                let line = format!("{mark} [{call}]: {}{more}", Shown(first, Mode::Line));
                 let _ = writeln!(out, "{}", self.paint(color, &line));
             }
         }

@@ -2,6 +2,7 @@
 //! `{"error": {...}}` on stdout for scripts.
 
 use bxcore::client::ClientError;
+use bxcore::visible::{Mode, Shown};
 use serde::Serialize;
 use serde_json::json;
 
@@ -26,7 +27,11 @@ pub fn failed(ctx: &Context, what: &str, e: &ClientError) -> Outcome {
     if ctx.json {
         json_line(&json!({"error": {"code": code, "detail": detail, "what": what}}));
     } else {
-        eprintln!("bxctl: {what}: {detail}");
+        eprintln!(
+            "bxctl: {}: {}",
+            Shown(what, Mode::Line),
+            Shown(&detail, Mode::Line)
+        );
         if matches!(e, ClientError::Connect { .. }) {
             eprintln!(
                 "bxctl: is brokerd running, and is {} yours? (--home or --admin name another)",

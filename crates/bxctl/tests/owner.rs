@@ -100,6 +100,11 @@ fn bxctl(b: &Box_, args: &[&str]) -> (i32, String, String) {
 
 /// A call that waits for the owner (the session is untrusted); its connection.
 fn pending_call(b: &Box_, session: &str, content: &str) -> (UnixStream, String) {
+    pending_write(b, session, "notes/out.txt", content)
+}
+
+/// A `workspace_write` of `rel` (under the home) that waits for the owner; its connection.
+fn pending_write(b: &Box_, session: &str, rel: &str, content: &str) -> (UnixStream, String) {
     fs::create_dir_all(b.home.join("broker/sessions")).unwrap();
     fs::write(
         b.home.join(format!("broker/sessions/{session}.json")),
@@ -116,7 +121,7 @@ fn pending_call(b: &Box_, session: &str, content: &str) -> (UnixStream, String) 
                 session: SessionId::new(session).unwrap(),
                 call: CallId(2),
                 tool: "workspace_write".into(),
-                args: json!({"path": b.home.join("notes/out.txt").display().to_string(), "content": content}),
+                args: json!({"path": b.home.join(rel).display().to_string(), "content": content}),
             }),
         ),
     )
@@ -166,6 +171,34 @@ fn approvals_shows_everything_the_owner_approves() {
         v["pending"][0]["digest"],
         bxcore::canonical::digest(&v["pending"][0]["args"])
     );
+}
+
+#[test]
+fn the_approval_view_shows_controls_and_bidi_characters_escaped() {
+    let b = start("");
+    let (_s, _id) = pending_write(
+        &b,
+        "s1",
+        "notes/\u{202e}txt.tsil-gnippohs",
+        "a\u{1b}]52;c;cHduZWQ=\u{7}b\u{9b}2J\u{200b}\u{2028}\u{7f}\u{2066}",
+    );
+    let (code, out, _) = bxctl(&b, &["approvals"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("notes/\\u{202e}txt.tsil-gnippohs"), "{out}");
+    for raw in [
+        '\u{1b}', '\u{7}', '\u{9b}', '\u{200b}', '\u{2028}', '\u{7f}', '\u{202e}', '\u{2066}',
+    ] {
+        assert!(!out.contains(raw), "{raw:?} reached the terminal:\n{out}");
+    }
+    for shown in [
+        "\\u{9b}2J",
+        "\\u{200b}",
+        "\\u{2028}",
+        "\\u{7f}",
+        "\\u{2066}",
+    ] {
+        assert!(out.contains(shown), "{shown} not in:\n{out}");
+    }
 }
 
 #[test]
