@@ -79,6 +79,14 @@ required_service_patterns=(
   '^SyslogIdentifier=[a-z]+$'
   '^ExecStart=/'
 )
+# A service that serves sockets (Sockets=) must be one switch-to-configuration starts itself:
+# READY=1 awaited (a refused configuration fails the start job) and not treated as
+# socket-activated (which would stop it and restart only its sockets: nixpkgs'
+# switch-to-configuration-ng, handle_modified_unit).
+socket_service_lines=(
+  "Type=notify"
+  "X-NotSocketActivated=true"
+)
 # No unit may have a line matching any of these. PrivateUsers= breaks the peer checks
 # (SO_PEERCRED reports unmapped uids as 65534); DynamicUser= gives no stable uid.
 forbidden_patterns=(
@@ -94,11 +102,14 @@ required_socket_lines=(
   "DirectoryMode=0700"
 )
 required_socket_patterns=(
-  '^ListenStream=/.*/run/[a-z-]+/[a-z]+\.sock$'
+  '^ListenStream=/run/boxmaker/[a-z]+-[a-z]+/[a-z]+\.sock$'
   '^SocketUser=[a-z_][a-z0-9_-]*$'
   '^FileDescriptorName=[a-z]+$'
-  '^Service=[a-z]+\.service$'
+  '^Service=boxmaker-[a-z]+\.service$'
 )
+# Every unit's file name: the boxmaker- prefix (generic names like loopd.service collide).
+unit_name_pattern='^boxmaker-[a-z]+\.(service|socket)$'
+
 
 # --- 1. parse ---------------------------------------------------------------------------
 step_parse() {
@@ -185,9 +196,17 @@ check_lines() {
         }
       done
     fi
+    if grep -q '^Sockets=' "$f"; then
+      for line in "${socket_service_lines[@]}"; do
+        grep -qxF -- "$line" "$f" || {
+          echo "$(basename "$f"): serves sockets but lacks '$line'"
+          rc=1
+        }
+      done
+    fi
     # Everything it may write must be made by the tmpfiles rules or be a workspace root.
     while IFS= read -r path; do
-      [[ "$path" == /var/lib/boxmaker/* ]] || continue
+      [[ "$path" == /var/lib/boxmaker/* || "$path" == /run/boxmaker/* ]] || continue
       grep -qE "^d $path 0700 " "$dir/tmpfiles.conf" || {
         echo "$(basename "$f"): ReadWritePaths=$path has no 0700 tmpfiles rule"
         rc=1
@@ -195,6 +214,10 @@ check_lines() {
     done < <(sed -n 's/^ReadWritePaths=//p' "$f")
   done
   for f in "$dir"/units/*.service "$dir"/units/*.socket; do
+    [[ "$(basename "$f")" =~ $unit_name_pattern ]] || {
+      echo "$(basename "$f"): unit name without the boxmaker- prefix"
+      rc=1
+    }
     for pat in "${forbidden_patterns[@]}"; do
       if grep -qE -- "$pat" "$f"; then
         echo "$(basename "$f"): forbidden line matching '$pat'"
@@ -257,16 +280,37 @@ expect_caught() {
   fi
 }
 
+# expect_renamed_caught FROM TO: a unit renamed from FROM to TO (the old generic names) in a
+# copy of the rendered units must fail check_lines.
+expect_renamed_caught() {
+  local copy="$work/broken-renamed" out
+  rm -rf "$copy"
+  cp -a "$work/full" "$copy"
+  mv "$copy/units/$1" "$copy/units/$2"
+  if out="$(check_lines "$copy" 2>&1)"; then
+    fail "self-test unprefixed-unit-name: check_lines passed a unit named $2"
+  elif ! grep -qF -- "$2: unit name without the boxmaker- prefix" <<<"$out"; then
+    fail "self-test unprefixed-unit-name: check_lines failed without naming $2: $out"
+  else
+    echo "nix-check: self-test unprefixed-unit-name: caught by check_lines"
+  fi
+}
+
 self_test() {
-  expect_caught misspelled-key check_verify "Unknown key" 's/^RestartSec=/RestartSecs=/' brokerd.service
+  expect_caught misspelled-key check_verify "Unknown key" 's/^RestartSec=/RestartSecs=/' boxmaker-brokerd.service
   expect_caught misspelled-socket-key check_verify "Unknown key" 's/^SocketMode=/SocketMod=/' boxmaker-broker.socket
-  expect_caught removed-hardening-line check_lines "missing hardening line 'NoNewPrivileges=true'" '/^NoNewPrivileges=/d' loopd.service
-  expect_caught removed-syscall-deny check_lines "missing hardening line 'SystemCallFilter=~@privileged" '/^SystemCallFilter=~/d' inferproxy.service
-  expect_caught private-users check_lines "forbidden line matching '^PrivateUsers='" 's/^\[Service\]$/[Service]\nPrivateUsers=true/' brokerd.service
-  expect_caught network-without-namespace check_lines "lacks 'PrivateNetwork=true'" '/^PrivateNetwork=/d' loopd.service
+  expect_caught removed-hardening-line check_lines "missing hardening line 'NoNewPrivileges=true'" '/^NoNewPrivileges=/d' boxmaker-loopd.service
+  expect_caught removed-syscall-deny check_lines "missing hardening line 'SystemCallFilter=~@privileged" '/^SystemCallFilter=~/d' boxmaker-inferproxy.service
+  expect_caught private-users check_lines "forbidden line matching '^PrivateUsers='" 's/^\[Service\]$/[Service]\nPrivateUsers=true/' boxmaker-brokerd.service
+  expect_caught network-without-namespace check_lines "lacks 'PrivateNetwork=true'" '/^PrivateNetwork=/d' boxmaker-loopd.service
+  expect_caught socket-activated-service check_lines "serves sockets but lacks 'X-NotSocketActivated=true'" '/^X-NotSocketActivated=/d' boxmaker-brokerd.service
+  expect_caught simple-service check_lines "serves sockets but lacks 'Type=notify'" 's/^Type=notify$/Type=simple/' boxmaker-loopd.service
+  expect_caught socket-among-state check_lines "no line matching '^ListenStream=/run/boxmaker/" 's|^ListenStream=/run/boxmaker/|ListenStream=/var/lib/boxmaker/run/|' boxmaker-broker.socket
+  expect_caught unprefixed-service-name check_lines "no line matching '^Service=boxmaker-" 's/^Service=boxmaker-/Service=/' boxmaker-infer.socket
+  expect_renamed_caught boxmaker-loopd.service loopd.service
   expect_caught wide-socket check_lines "missing 'SocketMode=0600'" 's/^SocketMode=0600$/SocketMode=0666/' boxmaker-admin.socket
   expect_caught gutted-sandbox check_security "over the exposure target" \
-    '/^\(SystemCallFilter\|RestrictNamespaces\|ProtectSystem\|ProtectHome\|PrivateDevices\|CapabilityBoundingSet\|RestrictAddressFamilies\|PrivateNetwork\|IPAddressDeny\)=/d' loopd.service
+    '/^\(SystemCallFilter\|RestrictNamespaces\|ProtectSystem\|ProtectHome\|PrivateDevices\|CapabilityBoundingSet\|RestrictAddressFamilies\|PrivateNetwork\|IPAddressDeny\)=/d' boxmaker-loopd.service
 }
 
 # --- 4. the flake, offline ----------------------------------------------------------------

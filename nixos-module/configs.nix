@@ -53,7 +53,7 @@ let
       sockets = builtins.listToAttrs (
         map (s: {
           name = keyOf s;
-          value = units.socketPath home s;
+          value = units.socketPath s;
         }) d.serves
       );
       peers = builtins.listToAttrs (
@@ -74,8 +74,8 @@ let
 in
 {
   loopd = common "loopd" // {
-    broker.socket = units.socketPath home "broker";
-    inference.socket = units.socketPath home "infer";
+    broker.socket = units.socketPath "broker";
+    inference.socket = units.socketPath "infer";
   }
   # A session's budget is the window of the slot it runs on (loopd's [slots] main = "main").
   // (

@@ -274,7 +274,9 @@ in
     systemd.services = unitsWithSuffix ".service" (u: {
       description = u.Unit.Description;
       unitConfig = removeAttrs u.Unit [ "Description" ];
-      serviceConfig = u.Service;
+      serviceConfig = removeAttrs u.Service [ "X-NotSocketActivated" ];
+      # The same X-NotSocketActivated=true line, through NixOS's own option (units.nix says why).
+      notSocketActivated = u.Service.X-NotSocketActivated or false;
       wantedBy = u.Install.WantedBy or [ ];
     });
 

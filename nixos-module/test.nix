@@ -25,7 +25,7 @@ let
   socketFacts = map (name: {
     inherit name;
     unit = units.socketUnit name;
-    path = units.socketPath home name;
+    path = units.socketPath name;
     server = units.sockets.${name}.server;
     inherit (client name) user group;
   }) units.socketNames;
@@ -35,7 +35,7 @@ let
     ownerUser = owner;
   };
 
-  serviceUnits = map (d: "${d}.service") units.daemonNames ++ [ "boxmaker-selftest.service" ];
+  serviceUnits = map units.serviceUnit units.daemonNames ++ [ "boxmaker-selftest.service" ];
 
   # One `ping` frame (protocol.md: 4-byte big-endian length, then the JSON envelope);
   # prints the reply's `msg`.
@@ -112,7 +112,7 @@ in
 
     with subtest("every daemon is running"):
         for d in daemons:
-            machine.wait_for_unit(f"{d}.service")
+            machine.wait_for_unit(f"boxmaker-{d}.service")
 
     with subtest("each socket answers its client"):
         for s in sockets:
@@ -132,7 +132,7 @@ in
 
     with subtest("every daemon runs with no capabilities, no_new_privs and seccomp"):
         for d in daemons:
-            pid = machine.succeed(f"systemctl show -p MainPID --value {d}.service").strip()
+            pid = machine.succeed(f"systemctl show -p MainPID --value boxmaker-{d}.service").strip()
             status = machine.succeed(f"cat /proc/{pid}/status")
             for line in ["NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000000",
                          "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000",
@@ -148,8 +148,8 @@ in
             machine.succeed(f"systemd-analyze security --threshold=15 {u}")
 
     with subtest("the serving notices are in the journal"):
-        machine.wait_until_succeeds("journalctl -u brokerd.service --grep 'serving tools on .*broker.sock and approvals on .*admin.sock'", timeout=30)
-        machine.wait_until_succeeds("journalctl -u brokerd.service --grep 'serving session state on .*state.sock'", timeout=30)
+        machine.wait_until_succeeds("journalctl -u boxmaker-brokerd.service --grep 'serving tools on .*broker.sock and approvals on .*admin.sock'", timeout=30)
+        machine.wait_until_succeeds("journalctl -u boxmaker-brokerd.service --grep 'serving session state on .*state.sock'", timeout=30)
         for d in daemons:
             machine.wait_until_succeeds(f"journalctl SYSLOG_IDENTIFIER={d} --grep 'serving'", timeout=30)
   '';

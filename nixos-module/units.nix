@@ -125,12 +125,18 @@ let
     daemons
     ;
 
+  # Where the sockets live on the device: /run/boxmaker, not among the state under <home>
+  # (bxcore::layout::DEVICE_RUN says the same; its test reads this file).
+  runDir = layout.device.run;
+
   daemonNames = builtins.attrNames daemons;
   socketNames = builtins.attrNames sockets;
 
+  # Every unit carries the boxmaker- prefix: generic names (loopd.service) would collide.
   socketUnit = name: "boxmaker-${name}.socket";
-  socketDir = home: name: "${home}/run/${sockets.${name}.dir}";
-  socketPath = home: name: "${socketDir home name}/${name}.sock";
+  serviceUnit = daemon: "boxmaker-${daemon}.service";
+  socketDir = name: "${runDir}/${sockets.${name}.dir}";
+  socketPath = name: "${socketDir name}/${name}.sock";
   stateDir = home: daemon: "${home}/${daemons.${daemon}.state_dir}";
 
   # The user and group a socket belongs to, with "@owner" resolved.
@@ -153,7 +159,8 @@ let
 
   # The directories of daemons.md: path, mode, user, group. systemd-tmpfiles makes them
   # (and tightens them when they exist) before any socket unit starts, so a socket unit's
-  # DirectoryMode= never makes one owned by root.
+  # DirectoryMode= never makes one owned by root. The state under <home>, the sockets under
+  # runDir (a tmpfs: tmpfiles makes it again at every boot).
   directories =
     {
       home,
@@ -168,7 +175,7 @@ let
         group = "root";
       }
       {
-        path = "${home}/run";
+        path = runDir;
         mode = "0711";
         user = "root";
         group = "root";
@@ -191,7 +198,7 @@ let
         c = clientOf { inherit ownerUser ownerGroup; } s;
       in
       {
-        path = socketDir home s;
+        path = socketDir s;
         mode = "0700";
         inherit (c) user group;
       }
@@ -199,7 +206,7 @@ let
 
   # What a daemon's unit may write: its own state directory and the directories of the
   # sockets it is the client of (the same set its Landlock ruleset allows).
-  readWritePaths = home: daemon: [ (stateDir home daemon) ] ++ map (socketDir home) daemons.${daemon}.uses;
+  readWritePaths = home: daemon: [ (stateDir home daemon) ] ++ map socketDir daemons.${daemon}.uses;
 
   # The network part of the hardening: no IP at all unless the daemon needs it.
   networkKeys =
@@ -274,8 +281,8 @@ let
       usedSocketUnits = daemon: map socketUnit daemons.${daemon}.uses;
       servedSocketUnits = daemon: map socketUnit daemons.${daemon}.serves;
 
-      serviceUnit = daemon: {
-        name = "${daemon}.service";
+      serviceUnitOf = daemon: {
+        name = serviceUnit daemon;
         value = {
           Unit = {
             Description = daemons.${daemon}.description;
@@ -287,7 +294,15 @@ let
             StartLimitBurst = 5;
           };
           Service = sandbox daemon // {
-            Type = "simple";
+            # READY=1 comes once every socket is served: a start (at boot, at switch) waits
+            # for it, so a daemon that refuses its configuration fails the start job.
+            Type = "notify";
+            # switch-to-configuration stops a changed service that has Sockets= and restarts
+            # only its sockets, so a broken configuration would show only at the next
+            # connect. Not socket-activated: it restarts the sockets and starts the service,
+            # and a start that fails fails the switch. The module sets this through NixOS's
+            # notSocketActivated option, which writes the same line.
+            X-NotSocketActivated = true;
             ExecStart = "${exe daemon} serve --config ${configFile daemon}";
             Sockets = servedSocketUnits daemon;
             Restart = "on-failure";
@@ -316,13 +331,13 @@ let
               ];
             };
             Socket = {
-              ListenStream = socketPath home name;
+              ListenStream = socketPath name;
               SocketUser = c.user;
               SocketGroup = c.group;
               SocketMode = "0600";
               DirectoryMode = "0700";
               FileDescriptorName = name;
-              Service = "${s.server}.service";
+              Service = serviceUnit s.server;
               RemoveOnStop = true;
             };
             Install = {
@@ -350,7 +365,7 @@ let
         };
       };
     in
-    builtins.listToAttrs (map serviceUnit daemonNames ++ map socketUnitOf socketNames ++ [ selftestUnit ]);
+    builtins.listToAttrs (map serviceUnitOf daemonNames ++ map socketUnitOf socketNames ++ [ selftestUnit ]);
 in
 {
   inherit
@@ -365,6 +380,8 @@ in
     daemonNames
     socketNames
     socketUnit
+    serviceUnit
+    runDir
     socketDir
     socketPath
     stateDir

@@ -1,4 +1,8 @@
-//! Where every socket lives under the box's home, who serves it and who is its one client.
+//! Where every socket lives, who serves it and who is its one client.
+//!
+//! A box keeps its sockets in its run directory: `/run/boxmaker` on the device (the NixOS
+//! module's home is `/var/lib/boxmaker`, and sockets live under `/run`, not among state), and
+//! `<home>/run` for any other home (a dev box, a test).
 //!
 //! The daemons' default socket paths, `bxctl` and the NixOS module all follow this table; the
 //! module keeps the same facts as data in `nixos-module/layout.json`, and `tests/layout.rs`
@@ -6,13 +10,13 @@
 
 use std::path::{Path, PathBuf};
 
-/// One socket: `<home>/run/<dir>/<name>.sock`, handed over by systemd under the descriptor
-/// name `name`.
+/// One socket: `<run>/<dir>/<name>.sock` (see [`run_dir`]), handed over by systemd under the
+/// descriptor name `name`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SocketSpec {
     /// The activation name (systemd's `FileDescriptorName`), and the file's stem.
     pub name: &'static str,
-    /// The 0700 directory under `<home>/run`, named `<client>-<server>`.
+    /// The 0700 directory under the run directory, named `<client>-<server>`.
     pub dir: &'static str,
     /// The daemon that serves it.
     pub server: &'static str,
@@ -26,9 +30,9 @@ impl SocketSpec {
         format!("{}.sock", self.name)
     }
 
-    /// The socket's default path under `home`.
+    /// The socket's default path for the box at `home`: in [`run_dir`]`(home)`.
     pub fn path(&self, home: &Path) -> PathBuf {
-        home.join("run").join(self.dir).join(self.file())
+        run_dir(home).join(self.dir).join(self.file())
     }
 }
 
@@ -132,3 +136,16 @@ pub fn daemon(name: &str) -> Option<&'static DaemonSpec> {
 
 /// The device's home.
 pub const DEVICE_HOME: &str = "/var/lib/boxmaker";
+
+/// The device's run directory: its socket directories, made by systemd-tmpfiles at boot.
+pub const DEVICE_RUN: &str = "/run/boxmaker";
+
+/// Where the box at `home` keeps its socket directories: [`DEVICE_RUN`] for the device's home,
+/// `<home>/run` for any other.
+pub fn run_dir(home: &Path) -> PathBuf {
+    if home == Path::new(DEVICE_HOME) {
+        PathBuf::from(DEVICE_RUN)
+    } else {
+        home.join("run")
+    }
+}

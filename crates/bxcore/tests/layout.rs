@@ -71,12 +71,26 @@ fn every_daemon_of_the_module_has_its_state_dir_user_and_sockets() {
 }
 
 #[test]
-fn socket_paths_and_names() {
-    let home = Path::new("/var/lib/boxmaker");
+fn the_devices_home_and_run_directory_are_the_modules() {
+    let l = module_layout();
+    assert_eq!(l["device"]["home"], layout::DEVICE_HOME);
+    assert_eq!(l["device"]["run"], layout::DEVICE_RUN);
+}
+
+#[test]
+fn the_devices_sockets_live_under_run_and_any_other_homes_under_the_home() {
     assert_eq!(
-        layout::BROKER.path(home),
-        Path::new("/var/lib/boxmaker/run/loop-broker/broker.sock")
+        layout::BROKER.path(Path::new(layout::DEVICE_HOME)),
+        Path::new("/run/boxmaker/loop-broker/broker.sock")
     );
+    assert_eq!(
+        layout::BROKER.path(Path::new("/tmp/box")),
+        Path::new("/tmp/box/run/loop-broker/broker.sock")
+    );
+}
+
+#[test]
+fn socket_paths_and_names() {
     assert_eq!(layout::STATE.file(), "state.sock");
     let dirs: BTreeSet<&str> = SOCKETS.iter().map(|s| s.dir).collect();
     assert_eq!(

@@ -20,7 +20,7 @@ pub struct Cli {
     /// ~/.local/state/boxmaker-dev].
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
-    /// brokerd's admin socket [default: <home>/run/owner-broker/admin.sock].
+    /// brokerd's admin socket [default: <run>/owner-broker/admin.sock, <run> being /run/boxmaker on the device, else <home>/run].
     #[arg(long, global = true, value_name = "PATH")]
     pub admin: Option<PathBuf>,
     /// Machine-readable output: one JSON document (or one per line for streams).

@@ -1,6 +1,7 @@
 //! Which box a command talks to: `--home DIR`, else `$BOXMAKER_HOME`, else the device's
-//! `/var/lib/boxmaker` when it exists, else the dev box's default home when that exists; its
-//! sockets are where `bxcore::layout` puts them under that home.
+//! `/var/lib/boxmaker` when it (or the device's `/run/boxmaker`) exists, else the dev box's
+//! default home when that exists; its sockets are where `bxcore::layout` puts them for that
+//! home (`/run/boxmaker` on the device).
 
 use std::path::{Path, PathBuf};
 
@@ -37,7 +38,8 @@ impl Target {
         let home = named(home).unwrap_or_else(|| {
             let device = PathBuf::from(layout::DEVICE_HOME);
             let dev = dev_default();
-            if !device.exists() && dev.join("dev/box.toml").exists() {
+            let on_device = device.exists() || Path::new(layout::DEVICE_RUN).exists();
+            if !on_device && dev.join("dev/box.toml").exists() {
                 dev
             } else {
                 device

@@ -55,7 +55,7 @@ pub struct Paths {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sockets {
-    /// Default `<home>/run/loop-infer/infer.sock`.
+    /// Default `<run>/loop-infer/infer.sock` (`bxcore::layout::run_dir`).
     #[serde(default)]
     pub infer: Option<PathBuf>,
 }
@@ -364,7 +364,7 @@ impl Config {
         Ok(())
     }
 
-    /// The socket path: `[sockets] infer`, else `<home>/run/loop-infer/infer.sock`.
+    /// The socket path: `[sockets] infer`, else `<run>/loop-infer/infer.sock`.
     pub fn infer_socket(&self) -> PathBuf {
         match &self.sockets.infer {
             Some(p) if !p.as_os_str().is_empty() => p.clone(),
@@ -518,7 +518,7 @@ context_tokens = 100000
         let c = parse(SCRIPT).unwrap();
         assert_eq!(
             c.infer_socket(),
-            Path::new("/var/lib/boxmaker/run/loop-infer/infer.sock")
+            Path::new("/run/boxmaker/loop-infer/infer.sock")
         );
         assert_eq!(c.own_dir(), Path::new("/var/lib/boxmaker/infer"));
         assert_eq!(c.limits, Limits::default());
@@ -551,7 +551,7 @@ context_tokens = 100000
         let c = parse(&format!("{SCRIPT}\n[sockets]\ninfer = \"\"\n")).unwrap();
         assert_eq!(
             c.infer_socket(),
-            Path::new("/var/lib/boxmaker/run/loop-infer/infer.sock")
+            Path::new("/run/boxmaker/loop-infer/infer.sock")
         );
         let c = parse(&format!("{SCRIPT}\n[sockets]\ninfer = \"/tmp/x/i.sock\"\n")).unwrap();
         assert_eq!(c.infer_socket(), Path::new("/tmp/x/i.sock"));

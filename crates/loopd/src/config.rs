@@ -107,7 +107,7 @@ impl Default for Broker {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Inference {
-    /// Empty or absent: `<home>/run/loop-infer/infer.sock`.
+    /// Empty or absent: `<run>/loop-infer/infer.sock` (`bxcore::layout::run_dir`).
     pub socket: PathBuf,
     pub timeout_ms: u64,
 }
@@ -143,7 +143,7 @@ impl Default for Memory {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Sockets {
-    /// Empty or absent: `<home>/run/channel-loop/loop.sock`.
+    /// Empty or absent: `<run>/channel-loop/loop.sock` (`bxcore::layout::run_dir`).
     pub channel: PathBuf,
 }
 

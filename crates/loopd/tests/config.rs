@@ -30,13 +30,13 @@ fn defaults_fill_every_key_but_home() {
     assert_eq!(c.broker.timeout_ms, 120_000);
     assert_eq!(
         c.inference.socket,
-        PathBuf::from("/var/lib/boxmaker/run/loop-infer/infer.sock")
+        PathBuf::from("/run/boxmaker/loop-infer/infer.sock")
     );
     assert_eq!(c.inference.timeout_ms, 300_000);
     assert_eq!(c.memory.socket, None);
     assert_eq!(
         c.sockets.channel,
-        PathBuf::from("/var/lib/boxmaker/run/channel-loop/loop.sock")
+        PathBuf::from("/run/boxmaker/channel-loop/loop.sock")
     );
     assert!(c.peers.0.is_empty());
     assert!(c.sandbox.require);
@@ -101,11 +101,11 @@ fn empty_socket_paths_mean_their_defaults() {
     let c = parse("[sockets]\nchannel = \"\"\n[inference]\nsocket = \"\"\n").unwrap();
     assert_eq!(
         c.sockets.channel,
-        PathBuf::from("/var/lib/boxmaker/run/channel-loop/loop.sock")
+        PathBuf::from("/run/boxmaker/channel-loop/loop.sock")
     );
     assert_eq!(
         c.inference.socket,
-        PathBuf::from("/var/lib/boxmaker/run/loop-infer/infer.sock")
+        PathBuf::from("/run/boxmaker/loop-infer/infer.sock")
     );
 }
 
