@@ -17,6 +17,7 @@ pub mod openai;
 pub mod provider;
 pub mod redact;
 pub mod reply;
+pub mod resolve;
 pub mod retry;
 pub mod script;
 pub mod sse;

@@ -22,6 +22,7 @@ use crate::error::InferError;
 use crate::key::ApiKey;
 use crate::openai;
 use crate::reply::Draft;
+use crate::resolve::Pinned;
 use crate::retry;
 use crate::script::Script;
 use crate::sse;
@@ -137,7 +138,8 @@ pub fn load_roots(
 impl Http {
     /// The client for `endpoint`: no proxy from the environment (Landlock allows the
     /// provider's port only), no redirects (a redirect could carry the key elsewhere), TLS
-    /// with `roots` for `https`.
+    /// with `roots` for `https`, and a resolver that knows the provider's host alone, looked up
+    /// now: call it before the sandbox closes.
     pub fn new(
         kind: ProviderKind,
         max_tokens_key: MaxTokensKey,
@@ -160,13 +162,20 @@ impl Http {
                     .build(),
             );
         }
+        // The provider's host, looked up now (before the sandbox), is the one name the client
+        // can resolve (resolve.rs).
+        let agent = ureq::Agent::with_parts(
+            cfg.build(),
+            ureq::unversioned::transport::DefaultConnector::default(),
+            Pinned::new(&endpoint.host, endpoint.port),
+        );
         Http {
             kind,
             max_tokens_key,
             endpoint,
             key,
             key_source,
-            agent: cfg.build().new_agent(),
+            agent,
         }
     }
 
