@@ -35,6 +35,20 @@ fail() {
   failures=$((failures + 1))
 }
 have() { command -v "$1" >/dev/null 2>&1; }
+# What cannot run here. Under CI=true a skip fails the check unless its reason starts with a
+# line of .ci/allowed-skips (the same rule as the tests' bxtest::skip).
+skipped() {
+  echo "skipped: $*"
+  if [[ "${CI:-}" == "true" || "${CI:-}" == "1" ]]; then
+    local line
+    while IFS= read -r line; do
+      line="${line#"${line%%[![:space:]]*}"}"
+      [[ -z "$line" || "$line" == \#* ]] && continue
+      [[ "$*" == "$line"* ]] && return 0
+    done <"$repo/.ci/allowed-skips"
+    fail "skipped on CI: $*; CI must provide it (.ci/run), or the reason goes into .ci/allowed-skips with why"
+  fi
+}
 
 # --- the design's hardening set, written out independently of units.nix -----------------
 # Every .service line that must appear exactly as written.
@@ -318,11 +332,11 @@ step_flake() {
   local src="$work/flake" out
   local nixflags=(--extra-experimental-features 'nix-command flakes' --offline)
   if ! have nix; then
-    echo "skipped: nix flake metadata/show: no nix command"
+    skipped "nix flake metadata/show: no nix command"
     return
   fi
   if ! have git || ! git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "skipped: nix flake metadata/show: $repo is not a git checkout (the flake's files are the tracked ones)"
+    skipped "nix flake metadata/show: $repo is not a git checkout (the flake's files are the tracked ones)"
     return
   fi
   # The tracked and unignored files only: a path flake of the whole tree would copy target/.
@@ -350,14 +364,14 @@ step_flake() {
       fail "nix flake metadata does not show the locked nixpkgs revision $rev: $out"
     fi
   elif offline_error "$out" >/dev/null; then
-    echo "skipped: nix flake metadata --offline: $(offline_error "$out")"
+    skipped "nix flake metadata --offline: $(offline_error "$out")"
   else
     fail "nix flake metadata: $out"
   fi
   if out="$(nix "${nixflags[@]}" flake show --no-update-lock-file "path:$src" 2>&1)"; then
     echo "nix-check: nix flake show: ok"
   elif offline_error "$out" >/dev/null; then
-    echo "skipped: nix flake show --offline (it needs the nixpkgs source, which is not in this store): $(offline_error "$out")"
+    skipped "nix flake show --offline (it needs the nixpkgs source, which is not in this store): $(offline_error "$out")"
   else
     fail "nix flake show: $out"
   fi
@@ -370,8 +384,8 @@ offline_error() {
 
 # --- run ----------------------------------------------------------------------------------
 if ! have nix-instantiate; then
-  echo "skipped: nix checks: nix-instantiate not installed (apt-get install nix-bin)"
-  exit 0
+  skipped "nix checks: nix-instantiate not installed (apt-get install nix-bin)"
+  exit $((failures > 0))
 fi
 if ! have jq; then
   fail "jq is needed to write the rendered units (apt-get install jq)"
@@ -414,7 +428,7 @@ if have systemd-analyze; then
   done
   self_test
 else
-  echo "skipped: systemd-analyze verify/security: systemd-analyze not installed"
+  skipped "systemd-analyze verify/security: systemd-analyze not installed"
   if out="$(check_lines "$work/full" 2>&1)"; then
     echo "nix-check: hardening lines ok"
   else

@@ -224,3 +224,53 @@ fn a_home_not_made_by_dev_up_is_refused_and_left_alone() {
         .collect();
     assert_eq!(names, ["precious.txt"], "nothing was written into it");
 }
+
+/// A system user made for one test, removed when dropped (no other test knows its name).
+struct FreshUser(String);
+
+impl FreshUser {
+    fn new() -> FreshUser {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let name = format!("bxt-{}-{}", std::process::id(), nanos % 100_000);
+        assert!(
+            nix::unistd::User::from_name(&name).unwrap().is_none(),
+            "{name} exists already"
+        );
+        FreshUser(name)
+    }
+}
+
+impl Drop for FreshUser {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("userdel")
+            .arg(&self.0)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+#[test]
+fn two_ups_at_once_as_root_for_a_user_that_does_not_exist_yet_both_come_up() {
+    if !bxtest::is_root() {
+        bxtest::skip("needs root (dev up creates its user only as root)");
+        return;
+    }
+    // Both create the user at once: without the lock one of them gave its home to a uid its
+    // daemons did not run as, and brokerd could not open its own state directory.
+    for _ in 0..3 {
+        let user = FreshUser::new();
+        let (a, b) = (DevBox::new(), DevBox::new());
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| a.try_up(&["--user", &user.0]));
+            let tb = s.spawn(|| b.try_up(&["--user", &user.0]));
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        assert!(ra.status.success(), "the first: {}", said(&ra));
+        assert!(rb.status.success(), "the second: {}", said(&rb));
+        drop((a, b));
+    }
+}

@@ -9,6 +9,7 @@
 //! Debian's Nix 2.8 is enough (builtins only); without `nix-instantiate` the test says
 //! `skipped: nix-instantiate is not installed`.
 
+use bxtest::OutputBounded;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -29,7 +30,7 @@ fn repo() -> PathBuf {
 fn have_nix() -> bool {
     Command::new("nix-instantiate")
         .arg("--version")
-        .output()
+        .output_bounded()
         .is_ok_and(|o| o.status.success())
 }
 
@@ -48,7 +49,7 @@ fn render(args: &Value) -> Value {
             "--eval", "--strict", "--json", "-E", &expr, "--argstr", "args",
         ])
         .arg(args.to_string())
-        .output()
+        .output_bounded()
         .expect("nix-instantiate runs");
     assert!(
         out.status.success(),
@@ -98,7 +99,7 @@ fn check_all(
             Some(dir) => cmd.env("CREDENTIALS_DIRECTORY", dir),
             None => cmd.env_remove("CREDENTIALS_DIRECTORY"),
         };
-        let out = cmd.output().expect("the daemon runs");
+        let out = cmd.output_bounded().expect("the daemon runs");
         if !out.status.success() {
             refused.push(format!(
                 "{daemon} check refused the module's configuration:\n{text}\n--- stdout:\n{}--- stderr:\n{}",
@@ -126,7 +127,7 @@ fn merge(base: &mut Value, settings: &Value) {
 #[test]
 fn the_modules_default_configurations_pass_every_daemons_check() {
     if !have_nix() {
-        println!("skipped: nix-instantiate is not installed");
+        bxtest::skip("nix-instantiate is not installed");
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -138,7 +139,7 @@ fn the_modules_default_configurations_pass_every_daemons_check() {
 #[test]
 fn a_fuller_devices_configurations_pass_every_daemons_check() {
     if !have_nix() {
-        println!("skipped: nix-instantiate is not installed");
+        bxtest::skip("nix-instantiate is not installed");
         return;
     }
     let home = tempfile::tempdir().unwrap();

@@ -7,15 +7,13 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 /// Generous: a loaded 2-core machine builds and starts slowly; nothing here measures speed.
-pub const DEADLINE: Duration = Duration::from_secs(120);
+pub use bxtest::DEADLINE;
 
 /// The directory holding the workspace's binaries.
 pub fn bin_dir() -> PathBuf {
@@ -37,42 +35,15 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
-/// `bxctl` with `args`, run to its end within `DEADLINE`.
+/// `bxctl` with `args`, run to its end within `DEADLINE`; past it, it is killed and the test
+/// fails saying so.
 pub fn bxctl(args: &[&str]) -> Output {
-    let mut child = Command::new(bin_dir().join("bxctl"))
-        .args(args)
-        .env_remove("BOXMAKER_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("bxctl starts");
-    let until = Instant::now() + DEADLINE;
-    loop {
-        if child.try_wait().expect("wait for bxctl").is_some() {
-            return child.wait_with_output().expect("bxctl's output");
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("bxctl's output");
-            panic!(
-                "bxctl {args:?} did not finish within {DEADLINE:?}: {}",
-                said(&out)
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
+    let mut cmd = Command::new(bin_dir().join("bxctl"));
+    cmd.args(args).env_remove("BOXMAKER_HOME");
+    bxtest::run(&mut cmd, &format!("bxctl {args:?}"), DEADLINE).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Everything a command printed, for assertion messages.
-pub fn said(out: &Output) -> String {
-    format!(
-        "{}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
+pub use bxtest::said;
 
 /// The daemons of a dev box, as `bxctl dev` starts them.
 pub use bxctl::dev::DAEMONS;

@@ -149,7 +149,7 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
 #[test]
 fn as_root_with_no_user_it_refuses_to_start_while_the_sandbox_is_required() {
     if !is_root() {
-        println!("skipped: needs root");
+        bxtest::skip("needs root");
         return;
     }
     let h = Home::new("");

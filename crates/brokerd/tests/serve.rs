@@ -85,7 +85,7 @@ fn its_directories_are_made_0700_and_a_wider_one_is_tightened() {
 #[test]
 fn a_directory_of_another_user_is_refused() {
     if !is_root() {
-        println!("skipped: needs root");
+        bxtest::skip("needs root");
         return;
     }
     let h = Home::new("");

@@ -1,6 +1,7 @@
 //! bxctl against a real brokerd on a temporary home: the approval view, approve and deny, audit
 //! verify and tail, with and without `--json`, and the exit codes.
 
+use bxtest::OutputBounded;
 use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -89,7 +90,7 @@ fn bxctl(b: &Box_, args: &[&str]) -> (i32, String, String) {
         .arg("--home")
         .arg(&b.home)
         .args(args)
-        .output()
+        .output_bounded()
         .unwrap();
     (
         out.status.code().unwrap_or(-1),
@@ -301,7 +302,7 @@ fn a_box_that_is_not_running_is_a_clear_failure() {
         .arg("--admin")
         .arg(dir.path().join("nowhere.sock"))
         .arg("approvals")
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -314,7 +315,7 @@ fn boxmaker_home_is_the_default_home() {
     let out = Command::new(env!("CARGO_BIN_EXE_bxctl"))
         .env("BOXMAKER_HOME", &b.home)
         .args(["--json", "approvals"])
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(

@@ -72,7 +72,7 @@ fn a_file_in_its_place_is_refused_and_left_alone() {
 #[test]
 fn as_root_a_directory_of_another_user_is_refused_whoever_the_owner() {
     if !is_root() {
-        println!("skipped: needs root");
+        bxtest::skip("needs root");
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -113,7 +113,7 @@ fn as_root_a_directory_of_another_user_is_refused_whoever_the_owner() {
 #[test]
 fn as_root_a_directory_of_root_or_of_the_owner_is_given_to_the_owner() {
     if !is_root() {
-        println!("skipped: needs root");
+        bxtest::skip("needs root");
         return;
     }
     let t = tempfile::tempdir().unwrap();

@@ -141,7 +141,7 @@ fn final_reply(frames: &[bxcore::Envelope]) -> bxcore::InferReply {
 
 fn two_turns(kind: &str, base: &str) {
     let Some(exe) = fakellm() else {
-        println!("skipped: fakellm is not installed (set FAKELLM, or let .ci/run install it)");
+        bxtest::skip("fakellm is not installed (set FAKELLM, or let .ci/run install it)");
         return;
     };
     let fake = Fake::start(&exe);

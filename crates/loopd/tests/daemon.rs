@@ -181,7 +181,7 @@ fn is_root() -> bool {
 #[test]
 fn as_root_it_drops_to_its_user_under_the_whole_sandbox() {
     if !is_root() {
-        println!("skipped: needs root");
+        bxtest::skip("needs root");
         return;
     }
     let home = support::home();

@@ -71,7 +71,7 @@ fn start_inferproxy(bin: &Path, home: &Path, layout: &Layout, script: &str) -> G
 #[test]
 fn a_turn_with_the_real_inferproxy_and_its_script_provider() {
     let Some(bin) = sibling("inferproxy") else {
-        println!("skipped: the inferproxy binary is not built (run the workspace's tests)");
+        bxtest::skip("the inferproxy binary is not built (run the workspace's tests)");
         return;
     };
     let home = support::home();
@@ -150,9 +150,7 @@ fn start_brokerd(bin: &Path, home: &Path, layout: &Layout) -> Guard {
 #[test]
 fn a_tool_call_decided_and_run_by_the_real_brokerd() {
     let (Some(proxy_bin), Some(broker_bin)) = (sibling("inferproxy"), sibling("brokerd")) else {
-        println!(
-            "skipped: the inferproxy or brokerd binary is not built (run the workspace's tests)"
-        );
+        bxtest::skip("the inferproxy or brokerd binary is not built (run the workspace's tests)");
         return;
     };
     let home = tempfile::tempdir().unwrap();
@@ -224,9 +222,7 @@ fn an_approval_asked_by_the_real_brokerd_reaches_the_channel_and_the_turn_waits_
     use bxcore::deadline::Deadline;
     use bxcore::{ApprovalDecision, Envelope, Turn, read_frame, write_frame};
     let (Some(proxy_bin), Some(broker_bin)) = (sibling("inferproxy"), sibling("brokerd")) else {
-        println!(
-            "skipped: the inferproxy or brokerd binary is not built (run the workspace's tests)"
-        );
+        bxtest::skip("the inferproxy or brokerd binary is not built (run the workspace's tests)");
         return;
     };
     let home = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! Real brokerd processes on temporary homes, and a client that reads through a deadline.
 #![allow(dead_code)]
 
+use bxtest::OutputBounded;
 use std::fs;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -87,7 +88,7 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
         .env_remove("JOURNAL_STREAM")
         .env_remove("LISTEN_PID")
         .env_remove("NOTIFY_SOCKET")
-        .output()
+        .output_bounded()
         .unwrap();
     (
         out.status.code().unwrap_or(-1),

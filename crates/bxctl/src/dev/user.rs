@@ -1,14 +1,22 @@
 //! Single-user mode as root: the dev box's daemons drop to one unprivileged user, which this
 //! creates (or takes, when it exists) and gives the home to.
+//!
+//! Two `dev up` may run at once (the end-to-end tests do). Creating a user is serialised by a
+//! machine-wide lock, and the user is looked up only after `useradd` has finished under that
+//! lock: the uid the home is given to is the uid the daemons drop to.
 
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::unix::fs::{MetadataExt, lchown};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, lchown};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use nix::fcntl::{Flock, FlockArg};
 use nix::unistd::User;
+
+/// The lock every `dev up` holds while it creates or takes its users.
+pub const USERS_LOCK: &str = "/run/lock/boxmaker-dev-users.lock";
 
 /// The user `bxctl dev up` creates when run as root and given no `--user`.
 pub const DEFAULT_USER: &str = "bx-dev";
@@ -35,6 +43,8 @@ pub enum UserError {
     },
     /// Giving the home to the user failed.
     Chown { path: PathBuf, error: io::Error },
+    /// The lock that serialises user creation could not be taken.
+    Lock { path: PathBuf, error: io::Error },
 }
 
 impl fmt::Display for UserError {
@@ -54,6 +64,11 @@ impl fmt::Display for UserError {
             UserError::Chown { path, error } => {
                 write!(f, "cannot give {} to the dev user: {error}", path.display())
             }
+            UserError::Lock { path, error } => write!(
+                f,
+                "cannot take the lock {} that keeps two `dev up` from creating users at once: {error}",
+                path.display()
+            ),
         }
     }
 }
@@ -68,8 +83,36 @@ fn lookup(name: &str) -> Option<DevUser> {
     })
 }
 
+/// The machine-wide lock for creating users, held until the returned value is dropped.
+fn lock_users() -> Result<Flock<fs::File>, UserError> {
+    let path = Path::new(USERS_LOCK);
+    let err = |error| UserError::Lock {
+        path: path.to_path_buf(),
+        error,
+    };
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(err)?;
+    }
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)
+        .map_err(err)?;
+    Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| err(io::Error::from(e)))
+}
+
 /// The user `name`, created as a system user with no shell and no home when it does not exist.
+/// Creating or taking happens under [`USERS_LOCK`], so a concurrent `dev up` either made the
+/// user completely before this looks, or finds the user this one made.
 pub fn create_or_take(name: &str) -> Result<DevUser, UserError> {
+    let _lock = lock_users()?;
     if let Some(u) = lookup(name) {
         return checked(u);
     }
@@ -91,7 +134,8 @@ pub fn create_or_take(name: &str) -> Result<DevUser, UserError> {
             name: name.to_string(),
             why: format!("useradd: {e}"),
         })?;
-    // Another `dev up` may have made it in the meantime: taking it is as good.
+    // A `dev up` of another version (without the lock) may have made it in the meantime:
+    // taking it is as good.
     match lookup(name) {
         Some(u) => checked(u),
         None => Err(UserError::Create {

@@ -1,19 +1,21 @@
 //! The runner: each case starts children of this binary and checks what they print, how they
 //! end, and what `/proc` and the filesystem say about them.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bxharden::SeccompProfile;
 
 const NOBODY: u32 = 65534;
 const WAIT: Duration = Duration::from_secs(60);
+/// The most one case may take, all its waits together, before the watchdog ends the run.
+const CASE_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 type Case = (&'static str, fn() -> Outcome);
 
@@ -233,14 +235,21 @@ pub fn run_all(filters: &[String]) -> i32 {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     let mut failures = Vec::new();
     for (name, case) in chosen {
+        // Every wait inside has its deadline; this ends the run, naming the case, if one hangs.
+        let _watchdog = bxtest::Watchdog::arm(&format!("the sandbox case {name}"), CASE_LIMIT);
         match case() {
             Outcome::Pass => {
                 passed += 1;
                 println!("test {name} ... ok");
             }
             Outcome::Skip(why) => {
-                skipped += 1;
-                println!("test {name} ... skipped: {why}");
+                print!("test {name} ... ");
+                if let Err(e) = bxtest::check_skip(why) {
+                    failed += 1;
+                    failures.push(format!("---- {name} ----\n{e}"));
+                } else {
+                    skipped += 1;
+                }
             }
             Outcome::Fail(why) => {
                 failed += 1;
@@ -278,24 +287,10 @@ fn child(scenario: &str, envs: &[(&str, String)]) -> Command {
     c
 }
 
-/// Run to the end, with a deadline: a child still running then is killed and reported.
+/// Run to the end, with a deadline: a child still running then is killed (with its process
+/// group) before its output is read, and reported.
 fn output(mut cmd: Command) -> Result<Output, String> {
-    let mut ch = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match ch.try_wait() {
-            Ok(Some(_)) => return ch.wait_with_output().map_err(|e| e.to_string()),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-            _ => {
-                let _ = ch.kill();
-                let out = ch.wait_with_output().map_err(|e| e.to_string())?;
-                return Err(format!(
-                    "the child did not end within {WAIT:?}: {}",
-                    show(&out)
-                ));
-            }
-        }
-    }
+    bxtest::Bounded::spawn(&mut cmd, "the child")?.finish(WAIT)
 }
 
 fn show(out: &Output) -> String {
@@ -598,20 +593,14 @@ fn every_thread_shows_the_sandbox() -> Outcome {
         let world = World::new();
         let mut cmd = child("status", &world.envs(profile.name(), "kill", ""));
         cmd.stdin(Stdio::piped());
-        let mut ch = Guard(cmd.spawn().unwrap());
-        let mut lines = BufReader::new(ch.0.stdout.take().unwrap());
-        let mut seen = String::new();
-        loop {
-            let mut line = String::new();
-            if lines.read_line(&mut line).unwrap_or(0) == 0 {
-                return Outcome::Fail(format!("{profile}: the child ended early: {seen}"));
-            }
-            seen.push_str(&line);
-            if line == "ready\n" {
-                break;
-            }
+        let mut ch = match bxtest::Bounded::spawn(&mut cmd, "the status child") {
+            Ok(ch) => ch,
+            Err(e) => return Outcome::Fail(e),
+        };
+        if let Err(e) = ch.wait_for_stdout("ready\n", WAIT) {
+            return Outcome::Fail(format!("{profile}: {e}"));
         }
-        let pid = ch.0.id();
+        let pid = ch.id();
         let threads = bxharden::proc_status::threads(pid).unwrap();
         ensure!(
             threads.len() == 3,
@@ -626,9 +615,12 @@ fn every_thread_shows_the_sandbox() -> Outcome {
                 t.tid
             );
         }
-        drop(ch.0.stdin.take());
-        let status = ch.0.wait().unwrap();
-        ensure!(status.success(), "{profile}: the child ended {status:?}");
+        ch.close_stdin();
+        let out = match ch.finish(WAIT) {
+            Ok(out) => out,
+            Err(e) => return Outcome::Fail(format!("{profile}: {e}")),
+        };
+        ensure!(out.status.success(), "{profile}: {}", show(&out));
     }
     Outcome::Pass
 }
@@ -972,40 +964,25 @@ fn activated() -> Outcome {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut ch = Guard(cmd.spawn().unwrap());
-    let deadline = Instant::now() + WAIT;
-    while !a.exists() {
-        if Instant::now() > deadline {
-            return Outcome::Fail("systemd-socket-activate never listened".into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    let ch = match bxtest::Bounded::spawn(&mut cmd, "systemd-socket-activate and its child") {
+        Ok(ch) => ch,
+        Err(e) => return Outcome::Fail(e),
+    };
+    if let Err(e) = bxtest::try_wait_for("systemd-socket-activate to listen", WAIT, || a.exists()) {
+        return Outcome::Fail(e);
     }
     // The first connection starts the child; it answers ping through the shared path.
     let pong = bxcore::client::ping(&a, WAIT);
-    let status = {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            match ch.0.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => break None,
-            }
-        }
+    // The child ends after the ping; one that does not is killed (with anything it started)
+    // before its output is read, so a child past its deadline cannot hang the test.
+    let (status, out, err) = match ch.finish(WAIT) {
+        Ok(o) => (
+            Some(o.status),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        ),
+        Err(e) => (None, e, String::new()),
     };
-    let mut out = String::new();
-    ch.0.stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut err = String::new();
-    ch.0.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
     ensure!(
         matches!(&pong, Ok(p) if p.daemon == "testd"),
         "ping: {pong:?}\n{out}\n{err}"
@@ -1039,14 +1016,8 @@ fn exchange(peers: &str, uid: u32, kind: &str) -> Result<(String, String), Strin
             ("BXH_PEERS", peers.to_owned()),
         ],
     );
-    let mut sv = Guard(server.spawn().unwrap());
-    let mut first = String::new();
-    BufReader::new(sv.0.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    if first != "serving\n" {
-        return Err(format!("the server did not start: {first}"));
-    }
+    let mut sv = bxtest::Bounded::spawn(&mut server, "the server child")?;
+    sv.wait_for_stdout("serving\n", WAIT)?;
     let mut client = child(
         "client",
         &[
@@ -1060,14 +1031,7 @@ fn exchange(peers: &str, uid: u32, kind: &str) -> Result<(String, String), Strin
     let out = output(client)?;
     let answer = stdout(&out);
     // The refusal line is written before the answer is sent: it is on stderr by now.
-    let _ = sv.0.kill();
-    let _ = sv.0.wait();
-    let mut err = String::new();
-    sv.0.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = String::from_utf8_lossy(&sv.kill_and_collect().stderr).into_owned();
     Ok((answer, err))
 }
 

@@ -1,6 +1,7 @@
 //! The real loopd binary on a temporary home, under a guard that kills and reaps it before the
 //! home goes.
 
+use bxtest::OutputBounded;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -141,7 +142,7 @@ pub fn run(home: &Path, config_text: &str, command: &str) -> (i32, String) {
         .arg("--config")
         .arg(&config)
         .env_remove("JOURNAL_STREAM")
-        .output()
+        .output_bounded()
         .unwrap();
     (
         out.status.code().unwrap_or(-1),
