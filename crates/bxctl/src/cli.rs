@@ -9,9 +9,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
+#[cfg(feature = "devbox")]
+use crate::demo;
+#[cfg(feature = "devbox")]
 use crate::dev::{self, ModelChoice, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, demo, selftest, status};
+use crate::{Outcome, approvals, audit, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -63,8 +66,10 @@ pub enum Command {
     /// Ping every socket you may reach, then loopd's own selftest.
     Selftest,
     /// Run the dev box through one scripted conversation that shows what the broker does.
+    #[cfg(feature = "devbox")]
     Demo,
     /// The local dev box: the whole box on this machine.
+    #[cfg(feature = "devbox")]
     #[command(subcommand)]
     Dev(DevCommand),
 }
@@ -96,6 +101,7 @@ pub struct ChatArgs {
     pub text: Option<String>,
 }
 
+#[cfg(feature = "devbox")]
 #[derive(Debug, Subcommand)]
 pub enum DevCommand {
     /// Write default configs into a fresh home (or reuse one made before), start every daemon
@@ -105,6 +111,7 @@ pub enum DevCommand {
     Down,
 }
 
+#[cfg(feature = "devbox")]
 #[derive(Debug, Args)]
 pub struct UpArgs {
     /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
@@ -209,10 +216,12 @@ pub fn run(cli: Cli) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failed(e),
         },
+        #[cfg(feature = "devbox")]
         Command::Demo => match demo::run(&mut out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failed(e),
         },
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Up(args)) => {
             if args.provider != Provider::Script {
                 if args.model.is_none() || args.api_key_file.is_none() {
@@ -246,6 +255,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Down) => {
             match dev::down(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
                 Ok(_) => ExitCode::SUCCESS,

@@ -7,6 +7,7 @@ pub mod approvals;
 pub mod audit;
 pub mod chat;
 pub mod cli;
+#[cfg(feature = "devbox")]
 pub mod demo;
 pub mod dev;
 pub mod output;
