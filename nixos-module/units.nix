@@ -343,6 +343,12 @@ let
             Sockets = servedSocketUnits daemon;
             Restart = "on-failure";
             RestartSec = 5;
+            # The kernel's line behind the daemon's own bounds (docs/architecture.md): each
+            # socket's connection cap (at most 56 connections over brokerd's three sockets,
+            # each a thread) plus the accept threads, and the frame budget (4 MiB of frames
+            # being read) with room for the heap at rest.
+            TasksMax = 96;
+            MemoryMax = "128M";
           };
           Install = {
             WantedBy = [ "multi-user.target" ];

@@ -274,3 +274,98 @@ fn two_ups_at_once_as_root_for_a_user_that_does_not_exist_yet_both_come_up() {
         drop((a, b));
     }
 }
+
+#[test]
+fn every_daemon_starts_with_a_clean_environment() {
+    if !bxtest::is_root() {
+        bxtest::skip(
+            "needs root (a daemon's environment is readable only by root once it has dropped)",
+        );
+        return;
+    }
+    let b = DevBox::new();
+    let up = b.try_up_with(
+        &[],
+        &[
+            ("BX_CANARY", "the caller's secret"),
+            ("LD_PRELOAD", ""),
+            ("RUST_LOG", "info"),
+        ],
+    );
+    assert!(up.status.success(), "{}", said(&up));
+    for d in DAEMONS {
+        let pid = b.pid(d).expect("a pid file");
+        let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let names: Vec<String> = environ
+            .split(|b| *b == 0)
+            .filter(|v| !v.is_empty())
+            .map(|v| {
+                let v = String::from_utf8_lossy(v);
+                v.split_once('=')
+                    .map_or(v.to_string(), |(k, _)| k.to_string())
+            })
+            .collect();
+        assert_eq!(names, ["RUST_LOG"], "{d}'s environment");
+    }
+}
+
+#[test]
+fn up_after_a_daemon_died_starts_only_that_daemon() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let (broker, looper) = (b.pid("brokerd").unwrap(), b.pid("loopd").unwrap());
+    let dead = b.pid("inferproxy").unwrap();
+    kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
+    bxtest::wait_for("the killed inferproxy to be gone", bxtest::DEADLINE, || {
+        fs::read(format!("/proc/{dead}/cmdline")).map_or(true, |c| c.is_empty())
+    });
+    let again = b.up(&[]);
+    let (out, _) = text(&again);
+    assert!(out.contains("brokerd: runs already"), "{out}");
+    assert!(out.contains("loopd: runs already"), "{out}");
+    assert!(out.contains("inferproxy: up"), "{out}");
+    assert_eq!(b.pid("brokerd"), Some(broker), "brokerd was left alone");
+    assert_eq!(b.pid("loopd"), Some(looper), "loopd was left alone");
+    assert_ne!(b.pid("inferproxy"), Some(dead));
+    let chat = b.bxctl(&["chat", "--session", "s1", "hello"]);
+    assert!(chat.status.success(), "{}", said(&chat));
+}
+
+#[test]
+fn missing_parents_of_the_home_are_made_0755_before_anything_starts() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = DevBox::at("a/b/home");
+    b.up(&[]);
+    for dir in ["a", "a/b"] {
+        let mode = fs::metadata(b.beside(dir)).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o755, "{dir} is {mode:04o}");
+    }
+    let status = b.bxctl(&["status"]);
+    assert!(status.status.success(), "{}", said(&status));
+}
+
+#[test]
+fn a_pid_file_naming_a_process_dev_up_did_not_start_is_not_taken_for_a_daemon() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = DevBox::new();
+    b.up(&[]);
+    let down = b.down();
+    assert!(down.status.success(), "{}", said(&down));
+    // A process that looks like loopd by name, in a pid file without the start time dev up
+    // records: dev down must not signal it.
+    let fake = b.beside("loopd");
+    fs::copy("/bin/sleep", &fake).unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut cmd = std::process::Command::new(&fake);
+    cmd.arg("600");
+    let other = bxtest::Bounded::spawn(&mut cmd, "a process named loopd").unwrap();
+    let pid = other.id();
+    fs::write(b.home().join("dev/loopd.pid"), format!("{pid}\n")).unwrap();
+    let down = b.down();
+    assert!(down.status.success(), "{}", said(&down));
+    let (out, _) = text(&down);
+    assert!(out.contains("loopd: was not running"), "{out}");
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    assert!(!stat.contains(") Z"), "it was killed: {stat}");
+    drop(other);
+}

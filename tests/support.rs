@@ -38,8 +38,16 @@ pub fn bin_dir() -> PathBuf {
 /// `bxctl` with `args`, run to its end within `DEADLINE`; past it, it is killed and the test
 /// fails saying so.
 pub fn bxctl(args: &[&str]) -> Output {
+    bxctl_with(args, &[])
+}
+
+/// [`bxctl`] with `envs` added to its environment.
+pub fn bxctl_with(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(bin_dir().join("bxctl"));
     cmd.args(args).env_remove("BOXMAKER_HOME");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
     bxtest::run(&mut cmd, &format!("bxctl {args:?}"), DEADLINE).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -68,6 +76,13 @@ impl DevBox {
         DevBox { dir, home }
     }
 
+    /// A temporary home at `rel` under the temporary directory (whose parents may not exist).
+    pub fn at(rel: &str) -> DevBox {
+        let mut b = DevBox::new();
+        b.home = b.dir.path().join(rel);
+        b
+    }
+
     pub fn home(&self) -> &Path {
         &self.home
     }
@@ -89,10 +104,15 @@ impl DevBox {
     }
 
     pub fn try_up(&self, extra: &[&str]) -> Output {
+        self.try_up_with(extra, &[])
+    }
+
+    /// `dev up` with `envs` added to bxctl's environment.
+    pub fn try_up_with(&self, extra: &[&str], envs: &[(&str, &str)]) -> Output {
         let home = self.home_arg();
         let mut args = vec!["dev", "up", "--home", &home];
         args.extend_from_slice(extra);
-        bxctl(&args)
+        bxctl_with(&args, envs)
     }
 
     pub fn down(&self) -> Output {

@@ -4,19 +4,16 @@
 
 use std::os::unix::net::UnixStream;
 
-use bxcore::{ApprovalAck, Approvals, AuditReport, ErrorCode, Message, WireError};
+use bxcore::{ApprovalAck, Approvals, AuditReport, Envelope, ErrorCode, Message, WireError};
 
-use crate::broker::{Broker, forbid, read_request, send};
+use crate::broker::{Broker, send};
 use crate::ledger::chain;
 
 /// The socket's name in the lines brokerd logs and the errors it sends.
 pub const SOCKET: &str = "admin.sock";
 
-/// Serve one `admin.sock` connection: one request, one final answer.
-pub fn handle(mut stream: UnixStream, broker: &Broker) {
-    let Some(envelope) = read_request(&mut stream) else {
-        return;
-    };
+/// Serve one `admin.sock` request (a kind its table accepts): one final answer.
+pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
     let id = envelope.id;
     let response = match envelope.msg {
         Message::ApprovalsList {} => Message::Approvals(Approvals {
@@ -33,7 +30,7 @@ pub fn handle(mut stream: UnixStream, broker: &Broker) {
         },
         Message::AuditVerify {} => verify(broker),
         other => {
-            forbid(&mut stream, id, &other, SOCKET);
+            bxharden::serve::unhandled(&mut stream, id, &other);
             return;
         }
     };

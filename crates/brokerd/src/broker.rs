@@ -8,13 +8,13 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use bxcore::{
-    Approval, ApprovalId, CallId, ErrorCode, Message, SessionId, Timestamp, ToolRequest,
+    Approval, ApprovalId, CallId, Envelope, ErrorCode, Message, SessionId, Timestamp, ToolRequest,
     ToolResponse, Tools, WireError, canonical,
 };
 use serde_json::{Value, json};
 use toolkit::{Entry, Env, Plan, Registry};
 
-pub use bxharden::serve::{forbid, read_request, send};
+pub use bxharden::serve::send;
 
 use crate::approvals::{Approvals, Verdict};
 use crate::config::Config;
@@ -78,11 +78,9 @@ impl Broker {
     }
 }
 
-/// Serve one `broker.sock` connection from loopd: one request, its frames, then the close.
-pub fn handle(mut stream: UnixStream, broker: &Broker) {
-    let Some(envelope) = read_request(&mut stream) else {
-        return;
-    };
+/// Serve one `broker.sock` request from loopd (a kind its table accepts): its frames, then the
+/// close.
+pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
     let id = envelope.id;
     match envelope.msg {
         Message::ToolRequest(req) => tool_request(&mut stream, broker, id, req),
@@ -90,7 +88,7 @@ pub fn handle(mut stream: UnixStream, broker: &Broker) {
             let tools = broker.registry.defs();
             let _ = send(&mut stream, id, true, Message::Tools(Tools { tools }));
         }
-        other => forbid(&mut stream, id, &other, SOCKET),
+        other => bxharden::serve::unhandled(&mut stream, id, &other),
     }
 }
 

@@ -6,7 +6,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use bxcore::layout;
-use bxharden::{Peers, SandboxConfig};
+use bxharden::{Peers, SandboxConfig, ServeConfig};
 use serde::Deserialize;
 use toolkit::{Registry, Root, Roots, Tightening};
 
@@ -83,6 +83,8 @@ pub struct Config {
     pub gateway: GatewayConfig,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub serve: ServeConfig,
 }
 
 /// A configuration that cannot be used.
@@ -142,6 +144,9 @@ impl Config {
         cfg.peers
             .check_sockets(&SOCKET_NAMES)
             .map_err(|e| invalid(e.to_string()))?;
+        cfg.serve
+            .check(&[layout::BROKER, layout::ADMIN, layout::STATE])
+            .map_err(invalid)?;
         Ok(cfg)
     }
 

@@ -9,7 +9,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bxcore::layout;
+use bxcore::{Envelope, layout};
 use bxharden::identity::LookupError;
 use bxharden::peers::PeerError;
 use bxharden::sandbox::SandboxError;
@@ -139,6 +139,7 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
         };
     }
     let report = bxharden::apply(&cfg.sandbox, &profile).map_err(ServeError::Sandbox)?;
+    bxharden::serve::set_frame_budget(cfg.serve.frame_budget);
 
     audit
         .commit(vec![Draft::broker(
@@ -208,23 +209,17 @@ impl Started {
             ));
         }
         let serve = |(listener, policy): (UnixListener, PeerPolicy),
-                     name: &str,
-                     socket: &str,
-                     handler: fn(UnixStream, &Broker)| {
+                     spec: layout::SocketSpec,
+                     handler: fn(UnixStream, Envelope, &Broker)| {
             let broker = Arc::clone(&self.broker);
-            bxharden::serve::accept_loop(listener, socket, name, policy, move |s| {
-                handler(s, &broker)
-            })
+            let cap = cfg.serve.max_connections(&spec);
+            let socket = bxharden::serve::Socket::new(listener, spec, policy, cap);
+            bxharden::serve::accept_loop(socket, move |s, env| handler(s, env, &broker))
         };
         let spawned = [
-            serve(
-                self.state,
-                "accept-state",
-                state_socket::SOCKET,
-                state_socket::handle,
-            ),
-            serve(self.tools, "accept-broker", broker::SOCKET, broker::handle),
-            serve(self.admin, "accept-admin", admin::SOCKET, admin::handle),
+            serve(self.state, layout::STATE, state_socket::handle),
+            serve(self.tools, layout::BROKER, broker::handle),
+            serve(self.admin, layout::ADMIN, admin::handle),
         ];
         for s in &spawned {
             if let Err(e) = s {

@@ -4,32 +4,29 @@
 
 use std::os::unix::net::UnixStream;
 
-use bxcore::{ErrorCode, Message, SessionStateReply, WireError};
+use bxcore::{Envelope, ErrorCode, Message, SessionStateReply, WireError};
 
-use crate::broker::{Broker, forbid, read_request, send};
+use crate::broker::{Broker, send};
 use crate::state::StateStore;
 
 /// The socket's name in the lines `brokerd` logs and the errors it sends.
 pub const SOCKET: &str = "state.sock";
 
-/// Serve one `state.sock` connection from `memoryd`: one question, one final answer, then the
+/// Serve one `state.sock` question from `memoryd` (the accept path read it, answered a malformed
+/// frame or `ping`, and refused every kind but `session_state`): one final answer, then the
 /// connection is closed.
-pub fn handle(mut stream: UnixStream, broker: &Broker) {
-    // 1. The peer is gone before it speaks, or its frame is malformed: answered, then return.
-    let Some(envelope) = read_request(&mut stream) else {
-        return;
-    };
+pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
     let id = envelope.id;
     let msg = envelope.msg;
 
-    // 2. Only the question belongs here. `bxcore::SessionState` is matched through `Message`, so
-    //    this file names neither it nor `policy::SessionState`, which the store returns.
+    // 1. `bxcore::SessionState` is matched through `Message`, so this file names neither it nor
+    //    `policy::SessionState`, which the store returns.
     let Message::SessionState(question) = msg else {
-        forbid(&mut stream, id, &msg, SOCKET);
+        bxharden::serve::unhandled(&mut stream, id, &msg);
         return;
     };
 
-    // 3. The store the ledger writes. A session without a file is the store's default, `private`
+    // 2. The store the ledger writes. A session without a file is the store's default, `private`
     //    and trusted; a file that cannot be read is an error, never that default. Its own store:
     //    the ledger's lock is never taken, so a question never waits behind a tool call.
     let store = StateStore::new(&broker.cfg().state_dir());
@@ -47,6 +44,6 @@ pub fn handle(mut stream: UnixStream, broker: &Broker) {
         }
     };
 
-    // 4. The final frame; a failed send is ignored, as the peer is gone.
+    // 3. The final frame; a failed send is ignored, as the peer is gone.
     let _ = send(&mut stream, id, true, response);
 }

@@ -98,6 +98,13 @@ pub fn write_frame(w: &mut impl Write, env: &Envelope) -> Result<(), FrameError>
 /// Read one frame and decode its envelope. `v` is checked before the rest is decoded: a JSON body
 /// with another `v` is `BadVersion`, whatever else is wrong with it.
 pub fn read_frame(r: &mut impl Read) -> Result<Envelope, FrameError> {
+    let n = read_frame_len(r)?;
+    read_frame_body(r, n)
+}
+
+/// Read a frame's length and check it (`1..=MAX_FRAME`): the first half of [`read_frame`], for a
+/// server that must reserve the body's memory before it reads it.
+pub fn read_frame_len(r: &mut impl Read) -> Result<usize, FrameError> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < len.len() {
@@ -121,6 +128,12 @@ pub fn read_frame(r: &mut impl Read) -> Result<Envelope, FrameError> {
     if n > MAX_FRAME {
         return Err(FrameError::TooLarge(n));
     }
+    Ok(n)
+}
+
+/// Read a body of `n` bytes (a length [`read_frame_len`] checked) and decode its envelope: the
+/// second half of [`read_frame`].
+pub fn read_frame_body(r: &mut impl Read, n: usize) -> Result<Envelope, FrameError> {
     // Grown as bytes arrive, never allocated up front from a length a peer chose.
     let mut body = Vec::new();
     r.take(n as u64)

@@ -10,6 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::ErrorCode;
+
 /// One socket: `<run>/<dir>/<name>.sock` (see [`run_dir`]), handed over by systemd under the
 /// descriptor name `name`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +24,43 @@ pub struct SocketSpec {
     pub server: &'static str,
     /// Its one client: a daemon, or `@owner` for the owner's login account.
     pub client: &'static str,
+    /// Its dispatch table: the request kinds it accepts besides `ping` (which every socket
+    /// answers). The accept path checks it before a handler sees the request.
+    pub accepts: &'static [&'static str],
+    /// How it answers a kind the table does not list.
+    pub wrong_kind: WrongKind,
+    /// Its connection cap when the configuration names none: sized for one owner's device.
+    pub max_connections: usize,
+}
+
+/// How a socket answers a request kind its table does not list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrongKind {
+    /// `error forbidden`, logged with the `socket-forbidden` pointer: every socket but loop.sock.
+    Forbidden,
+    /// `error bad_message`, not logged: loop.sock, as the channel server's plan fixes.
+    BadMessage,
+}
+
+impl WrongKind {
+    /// The error code it answers with.
+    pub fn code(self) -> ErrorCode {
+        match self {
+            WrongKind::Forbidden => ErrorCode::Forbidden,
+            WrongKind::BadMessage => ErrorCode::BadMessage,
+        }
+    }
 }
 
 impl SocketSpec {
     /// The file name, e.g. `broker.sock`; `[peers]` tables name sockets this way.
     pub fn file(&self) -> String {
         format!("{}.sock", self.name)
+    }
+
+    /// Whether its table lists `kind`.
+    pub fn accepts(&self, kind: &str) -> bool {
+        self.accepts.contains(&kind)
     }
 
     /// The socket's default path for the box at `home`: in [`run_dir`]`(home)`.
@@ -44,42 +77,63 @@ pub const LOOP: SocketSpec = SocketSpec {
     dir: "channel-loop",
     server: "loopd",
     client: OWNER,
+    accepts: &["turn"],
+    wrong_kind: WrongKind::BadMessage,
+    max_connections: 16,
 };
 pub const BROKER: SocketSpec = SocketSpec {
     name: "broker",
     dir: "loop-broker",
     server: "brokerd",
     client: "loopd",
+    accepts: &["tool_request", "tools_list"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 32,
 };
 pub const INFER: SocketSpec = SocketSpec {
     name: "infer",
     dir: "loop-infer",
     server: "inferproxy",
     client: "loopd",
+    accepts: &["infer_request"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 16,
 };
 pub const MEMORY: SocketSpec = SocketSpec {
     name: "memory",
     dir: "loop-memory",
     server: "memoryd",
     client: "loopd",
+    accepts: &["turn_record"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 16,
 };
 pub const STATE: SocketSpec = SocketSpec {
     name: "state",
     dir: "memory-broker",
     server: "brokerd",
     client: "memoryd",
+    accepts: &["session_state"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 16,
 };
 pub const ADMIN: SocketSpec = SocketSpec {
     name: "admin",
     dir: "owner-broker",
     server: "brokerd",
     client: OWNER,
+    accepts: &["approvals_list", "approval_decision", "audit_verify"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 8,
 };
 pub const GATEWAY: SocketSpec = SocketSpec {
     name: "gateway",
     dir: "broker-gateway",
     server: "gatewayd",
     client: "brokerd",
+    accepts: &["fetch_request"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 16,
 };
 
 /// Every socket of the box.

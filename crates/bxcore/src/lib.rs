@@ -20,7 +20,10 @@ pub mod visible;
 
 pub use class::DataClass;
 pub use error::{ErrorCode, WireError};
-pub use frame::{FrameError, MAX_FRAME, PROTOCOL_VERSION, read_frame, write_frame};
+pub use frame::{
+    FrameError, MAX_FRAME, PROTOCOL_VERSION, read_frame, read_frame_body, read_frame_len,
+    write_frame,
+};
 pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
 pub use message::{
     Approval, ApprovalAck, ApprovalDecision, Approvals, AuditReport, ChatMessage, Envelope,

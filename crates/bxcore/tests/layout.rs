@@ -99,3 +99,48 @@ fn socket_paths_and_names() {
         "no two sockets share a directory"
     );
 }
+
+/// `docs/architecture.md`'s socket table and each socket's dispatch table and cap in
+/// `bxcore::layout` say the same thing.
+#[test]
+fn the_architecture_doc_lists_each_sockets_dispatch_table_and_cap() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/architecture.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    for spec in SOCKETS {
+        let row = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", spec.file())))
+            .unwrap_or_else(|| panic!("docs/architecture.md has no row for {}", spec.file()));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let doc_kinds: BTreeSet<&str> = cells[5]
+            .split(',')
+            .map(|k| k.trim().trim_matches('`'))
+            .collect();
+        let mut ours: BTreeSet<&str> = spec.accepts.iter().copied().collect();
+        ours.insert("ping");
+        assert_eq!(doc_kinds, ours, "{}: accepts", spec.file());
+        assert_eq!(
+            cells[6],
+            spec.max_connections.to_string(),
+            "{}: cap",
+            spec.file()
+        );
+    }
+}
+
+#[test]
+fn only_loop_sock_answers_a_wrong_kind_with_bad_message() {
+    for spec in SOCKETS {
+        let want = if spec.name == "loop" {
+            layout::WrongKind::BadMessage
+        } else {
+            layout::WrongKind::Forbidden
+        };
+        assert_eq!(spec.wrong_kind, want, "{}", spec.file());
+        assert!(
+            !spec.accepts.contains(&"ping"),
+            "ping is every socket's, not a table's"
+        );
+        assert!(spec.max_connections >= 1);
+    }
+}

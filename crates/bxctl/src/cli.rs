@@ -61,10 +61,17 @@ pub enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
-    /// Which sockets answer, each daemon's sandbox, the audit chain, pending approvals.
+    /// Which sockets answer, each daemon's sandbox, the model, the audit chain, pending
+    /// approvals; exit 1 unless every socket answers, every daemon is confined and the chain
+    /// verifies.
     Status,
-    /// Ping every socket you may reach, then loopd's own selftest.
-    Selftest,
+    /// Every socket answers, every daemon is confined, the model answers one minimal request,
+    /// the audit chain verifies, loopd's own selftest passes; exit 1 unless all of them did.
+    Selftest {
+        /// How long the model has to answer, in seconds.
+        #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+        model_timeout: u64,
+    },
     /// Run the dev box through one scripted conversation that shows what the broker does.
     #[cfg(feature = "devbox")]
     Demo,
@@ -210,12 +217,21 @@ pub fn run(cli: Cli) -> ExitCode {
             } else {
                 let _ = write!(out, "{}", status::render(&s));
             }
-            ExitCode::SUCCESS
+            match status::verdict(&s) {
+                None => ExitCode::SUCCESS,
+                Some(line) => failed(line),
+            }
         }
-        Command::Selftest => match selftest::run(&target, &mut out) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => failed(e),
-        },
+        Command::Selftest { model_timeout } => {
+            let opts = selftest::Options {
+                json: cli.json,
+                model_timeout: Duration::from_secs(model_timeout.max(1)),
+            };
+            match selftest::run(&target, opts, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => failed(e),
+            }
+        }
         #[cfg(feature = "devbox")]
         Command::Demo => match demo::run(&mut out) {
             Ok(()) => ExitCode::SUCCESS,

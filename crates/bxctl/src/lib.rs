@@ -10,6 +10,7 @@ pub mod cli;
 #[cfg(feature = "devbox")]
 pub mod demo;
 pub mod dev;
+pub mod model;
 pub mod output;
 pub mod procfs;
 pub mod selftest;

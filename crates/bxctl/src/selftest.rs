@@ -1,18 +1,25 @@
-//! `bxctl selftest`: `ping` on every socket the caller may reach, then `loopd selftest` (in the
-//! dev box directly; on the device by starting its oneshot unit, which runs as loopd's user),
-//! and one verdict.
+//! `bxctl selftest`: what the owner cares about, each as one check: every socket of the box
+//! answers `ping` as its own daemon, every daemon runs confined, the model answers one minimal
+//! request through inferproxy, the audit chain verifies, and `loopd selftest` passes (in the dev
+//! box directly; on the device by starting its oneshot unit, which runs as loopd's user). A
+//! check that could not run (a socket that is not the caller's to reach) is `skipped`, and a
+//! skipped check is never `ok`: the verdict is `ok` only when every check passed.
 
 use std::fmt;
 use std::io::{self, Write};
 use std::process::Command;
 use std::time::Duration;
 
-use bxcore::PROTOCOL_VERSION;
+use bxcore::Message;
 use bxcore::client::{self, ClientError};
-use bxcore::layout::SOCKETS;
+use bxcore::layout::{self, SOCKETS};
 use bxcore::runbook::pointer;
+use bxcore::visible::{Mode, Shown};
+use serde::Serialize;
 
 use crate::dev::procs::find_daemon;
+use crate::model::{self, ModelLine};
+use crate::status::{self, SocketState};
 use crate::target::Target;
 
 /// The device's unit that runs `loopd selftest` as loopd's user.
@@ -20,7 +27,10 @@ pub const UNIT: &str = "boxmaker-selftest.service";
 
 const PING: Duration = Duration::from_secs(5);
 
-/// Why the selftest failed.
+/// How long the model has to answer the minimal request, unless `--model-timeout` says.
+pub const MODEL_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Why the selftest failed: every check that did not pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failed(pub String);
 
@@ -37,71 +47,272 @@ impl fmt::Display for Failed {
 
 impl std::error::Error for Failed {}
 
-/// Run the selftest against `target`; one line per check goes to `out`.
-pub fn run(target: &Target, out: &mut dyn Write) -> Result<(), Failed> {
-    let mut failures = Vec::new();
-    let mut answered = 0;
+/// How one check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Ok,
+    Failed,
+    /// It could not run; never counted as ok.
+    Skipped,
+}
+
+/// One check and what it found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Check {
+    pub check: String,
+    pub state: State,
+    pub detail: String,
+}
+
+/// The whole selftest, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub home: String,
+    pub ok: bool,
+    pub model: Option<ModelLine>,
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// `Err` with every check that did not pass, when one did not.
+    pub fn verdict(&self) -> Result<(), Failed> {
+        let bad: Vec<String> = self
+            .checks
+            .iter()
+            .filter(|c| c.state != State::Ok)
+            .map(|c| match c.state {
+                State::Skipped => format!("{}: skipped ({})", c.check, c.detail),
+                _ => format!("{}: {}", c.check, c.detail),
+            })
+            .collect();
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(Failed(bad.join("; ")))
+        }
+    }
+}
+
+/// What `bxctl selftest` was asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub json: bool,
+    /// How long the model has to answer.
+    pub model_timeout: Duration,
+}
+
+fn check(checks: &mut Vec<Check>, out: &mut dyn Write, json: bool, c: Check) {
+    if !json {
+        let state = match c.state {
+            State::Ok => "ok",
+            State::Failed => "FAILED",
+            State::Skipped => "SKIPPED",
+        };
+        let _ = writeln!(out, "  {:<22} {state}: {}", c.check, c.detail);
+    }
+    checks.push(c);
+}
+
+/// Run every check against `target`; one line per check goes to `out` (or one JSON document
+/// with `--json`).
+pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Failed> {
+    let json = opts.json;
+    let mut checks = Vec::new();
+    let model = model::configured(target);
+    if !json {
+        let _ = writeln!(out, "box at {}", target.home().display());
+        match &model {
+            Ok(m) => {
+                let _ = writeln!(out, "model: {}", m.describe());
+            }
+            Err(why) => {
+                let _ = writeln!(out, "model: {why}");
+            }
+        }
+    }
     for spec in SOCKETS {
         let path = target.socket(&spec);
-        let line = if !path.exists() {
-            "absent (skipped)".to_string()
+        if !status::expected(target, spec.server) && !path.exists() {
+            continue;
+        }
+        let name = format!("ping {}", spec.file());
+        let c = if !path.exists() {
+            Check {
+                check: name,
+                state: State::Failed,
+                detail: format!(
+                    "{} is absent ({} is not serving it)",
+                    path.display(),
+                    spec.server
+                ),
+            }
         } else {
             match client::ping(&path, PING) {
-                Ok(p) if p.daemon == spec.server && p.protocol == PROTOCOL_VERSION => {
-                    answered += 1;
-                    format!("ok ({} {})", p.daemon, p.version)
-                }
                 Ok(p) => {
-                    let why = format!(
-                        "{} answered as {} speaking protocol {}, not {} speaking {PROTOCOL_VERSION}",
-                        spec.file(),
-                        p.daemon,
-                        p.protocol,
-                        spec.server
-                    );
-                    failures.push(why.clone());
-                    why
+                    let state = SocketState::Answers {
+                        daemon: p.daemon.clone(),
+                        version: p.version.clone(),
+                        protocol: p.protocol,
+                    };
+                    match status::socket_problem(&spec, &state) {
+                        None => Check {
+                            check: name,
+                            state: State::Ok,
+                            detail: format!("{} {}", p.daemon, p.version),
+                        },
+                        Some(why) => Check {
+                            check: name,
+                            state: State::Failed,
+                            detail: why,
+                        },
+                    }
                 }
                 Err(ClientError::Connect { error, .. })
                     if error.kind() == io::ErrorKind::PermissionDenied =>
                 {
-                    "not yours to reach (skipped)".to_string()
+                    Check {
+                        check: name,
+                        state: State::Skipped,
+                        detail: "not yours to reach: run it as root to check this socket"
+                            .to_string(),
+                    }
                 }
-                Err(e) => {
-                    failures.push(format!("{}: {e}", spec.file()));
-                    format!("FAILED: {e}")
+                Err(e) => Check {
+                    check: name,
+                    state: State::Failed,
+                    detail: e.to_string(),
+                },
+            }
+        };
+        check(&mut checks, out, json, c);
+    }
+    let st = status::gather_daemons(target);
+    for d in &st {
+        if !d.configured {
+            continue;
+        }
+        let name = format!("confined {}", d.name);
+        let c = if d.processes.is_empty() {
+            Check {
+                check: name,
+                state: State::Failed,
+                detail: "not running (or not visible to you)".to_string(),
+            }
+        } else {
+            let bad: Vec<String> = d
+                .processes
+                .iter()
+                .filter_map(|p| status::confinement_problem(&d.name, p))
+                .collect();
+            if bad.is_empty() {
+                let pids: Vec<String> = d.processes.iter().map(|p| p.pid.to_string()).collect();
+                Check {
+                    check: name,
+                    state: State::Ok,
+                    detail: format!(
+                        "pid {}: Seccomp 2, NoNewPrivs 1, no capabilities",
+                        pids.join(", ")
+                    ),
+                }
+            } else {
+                Check {
+                    check: name,
+                    state: State::Failed,
+                    detail: bad.join("; "),
                 }
             }
         };
-        let _ = writeln!(out, "  ping {:<13} {line}", spec.file());
+        check(&mut checks, out, json, c);
     }
-    if answered == 0 && failures.is_empty() {
-        failures.push(format!(
-            "no socket of the box under {} answered",
-            target.home().display()
-        ));
-    }
-    match loopd_selftest(target) {
-        Ok(line) => {
-            let _ = writeln!(out, "  loopd selftest: {line}");
-        }
-        Err(why) => {
-            let _ = writeln!(out, "  loopd selftest: FAILED");
-            failures.push(why);
-        }
-    }
-    if failures.is_empty() {
+    let c = match &model {
+        Err(why) => Check {
+            check: "model answers".to_string(),
+            state: State::Failed,
+            detail: why.clone(),
+        },
+        Ok(m) => match model::ask(target, &m.slot, opts.model_timeout) {
+            Ok(a) => Check {
+                check: "model answers".to_string(),
+                state: State::Ok,
+                detail: format!("{}: {}", m.describe(), Shown(&a.said, Mode::Line)),
+            },
+            Err(ClientError::Connect { error, .. })
+                if error.kind() == io::ErrorKind::PermissionDenied =>
+            {
+                Check {
+                    check: "model answers".to_string(),
+                    state: State::Skipped,
+                    detail: "infer.sock is not yours to reach: run it as root".to_string(),
+                }
+            }
+            Err(e) => Check {
+                check: "model answers".to_string(),
+                state: State::Failed,
+                detail: format!("{}: {e}", m.describe()),
+            },
+        },
+    };
+    check(&mut checks, out, json, c);
+    let admin = target.socket(&layout::ADMIN);
+    let c = match client::call(&admin, PING, 1, Message::AuditVerify {}, |_| {}) {
+        Ok(Message::AuditReport(r)) if r.ok => Check {
+            check: "audit chain".to_string(),
+            state: State::Ok,
+            detail: format!("{} records, head {}", r.records, r.head),
+        },
+        Ok(Message::AuditReport(r)) => Check {
+            check: "audit chain".to_string(),
+            state: State::Failed,
+            detail: format!("BROKEN after {} records: {}", r.records, r.detail),
+        },
+        Ok(other) => Check {
+            check: "audit chain".to_string(),
+            state: State::Failed,
+            detail: ClientError::Unexpected(other.kind()).to_string(),
+        },
+        Err(e) => Check {
+            check: "audit chain".to_string(),
+            state: State::Failed,
+            detail: format!("not verified: {e}"),
+        },
+    };
+    check(&mut checks, out, json, c);
+    let c = match loopd_selftest(target) {
+        Ok(line) => Check {
+            check: "loopd selftest".to_string(),
+            state: State::Ok,
+            detail: line,
+        },
+        Err(why) => Check {
+            check: "loopd selftest".to_string(),
+            state: State::Failed,
+            detail: why,
+        },
+    };
+    check(&mut checks, out, json, c);
+    let report = Report {
+        home: target.home().display().to_string(),
+        ok: checks.iter().all(|c| c.state == State::Ok),
+        model: model.ok(),
+        checks,
+    };
+    if json {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&report).unwrap_or_default()
+        );
+    } else if report.ok {
         let _ = writeln!(out, "selftest: ok");
-        Ok(())
-    } else {
-        Err(Failed(failures.join("; ")))
     }
+    report.verdict()
 }
 
 fn loopd_selftest(target: &Target) -> Result<String, String> {
     let output = if target.is_dev_box() {
         let loopd = find_daemon("loopd").ok_or("cannot find the loopd executable")?;
-        let config = target.home().join("etc/loopd.toml");
+        let config = target.config("loopd");
         Command::new(loopd)
             .arg("selftest")
             .arg("--config")
@@ -114,7 +325,11 @@ fn loopd_selftest(target: &Target) -> Result<String, String> {
     let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     if output.status.success() {
         let text = said(&output.stdout);
-        Ok(text.lines().last().unwrap_or("ok").to_string())
+        let last = text.lines().last().unwrap_or_default();
+        Ok(last
+            .strip_prefix("selftest: ")
+            .unwrap_or(last)
+            .replace("ok", "passed"))
     } else {
         let mut text = said(&output.stderr);
         if text.is_empty() {

@@ -1,14 +1,19 @@
 //! `bxctl status`: which sockets answer `ping`, each daemon's pid, uid and sandbox as
-//! `/proc/<pid>/status` shows it, the audit chain's length and head, and the pending approvals.
+//! `/proc/<pid>/status` shows it, the model it talks to, the audit chain's length and head, and
+//! the pending approvals; then one verdict. Like `systemctl is-system-running`, it exits 0 only
+//! when the box is healthy: every socket of the box answers, every daemon runs confined, and the
+//! chain verifies. Anything else is a problem, named, and the exit is 1.
 
 use std::time::Duration;
 
 use bxcore::client::{self, ClientError};
 use bxcore::layout::{self, DAEMONS, SOCKETS};
+use bxcore::visible::{Mode, Shown};
 use bxcore::{Message, Pong};
 use serde::Serialize;
 
 use crate::dev::{self, DevHome};
+use crate::model::{self, ModelLine};
 use crate::procfs::{self, Sandbox};
 use crate::target::Target;
 
@@ -28,6 +33,8 @@ pub enum SocketState {
     Refuses { why: String },
     /// No socket file.
     Absent,
+    /// Its daemon is not part of this box (no config file names it).
+    NotConfigured,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +48,8 @@ pub struct SocketLine {
 #[derive(Debug, Clone, Serialize)]
 pub struct DaemonLine {
     pub name: String,
+    /// Whether it is part of this box (always for loopd, brokerd and inferproxy).
+    pub configured: bool,
     /// One entry per running process of that name (one, normally).
     pub processes: Vec<Sandbox>,
 }
@@ -56,6 +65,12 @@ pub struct AuditLine {
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub home: String,
+    /// Whether nothing below is a problem.
+    pub healthy: bool,
+    /// Every reason the box is not healthy, for a person.
+    pub problems: Vec<String>,
+    /// The model inferproxy is configured with; `None` when its config could not be read.
+    pub model: Option<ModelLine>,
     pub sockets: Vec<SocketLine>,
     pub daemons: Vec<DaemonLine>,
     /// The chain, as brokerd verifies it; `None` when admin.sock did not answer.
@@ -82,26 +97,65 @@ fn ping(path: &std::path::Path) -> SocketState {
     }
 }
 
-/// Gather the status of the box at `target`.
-pub fn gather(target: &Target) -> Status {
-    let sockets = SOCKETS
-        .iter()
-        .map(|spec| {
-            let path = target.socket(spec);
-            SocketLine {
-                name: spec.file(),
-                state: ping(&path),
-                path: path.display().to_string(),
-            }
-        })
-        .collect();
+/// The daemons every box has; memoryd and gatewayd are part of it only when configured.
+pub const REQUIRED: [&str; 3] = ["loopd", "brokerd", "inferproxy"];
+
+/// Whether `daemon` is part of the box at `target`.
+pub fn expected(target: &Target, daemon: &str) -> bool {
+    REQUIRED.contains(&daemon) || target.config(daemon).exists()
+}
+
+/// Whether a socket answered as its own daemon speaking this protocol; the problem otherwise.
+pub fn socket_problem(spec: &layout::SocketSpec, state: &SocketState) -> Option<String> {
+    match state {
+        SocketState::Answers {
+            daemon, protocol, ..
+        } if daemon == spec.server && *protocol == bxcore::PROTOCOL_VERSION => None,
+        SocketState::Answers {
+            daemon, protocol, ..
+        } => Some(format!(
+            "{} answered as {daemon} speaking protocol {protocol}, not {} speaking {}",
+            spec.file(),
+            spec.server,
+            bxcore::PROTOCOL_VERSION
+        )),
+        SocketState::Refuses { why } => Some(format!("{} does not answer: {why}", spec.file())),
+        SocketState::Absent => Some(format!(
+            "{} is absent ({} is not serving it)",
+            spec.file(),
+            spec.server
+        )),
+        SocketState::NotConfigured => None,
+    }
+}
+
+/// Why a process is not confined as a daemon must be; `None` when it is.
+pub fn confinement_problem(name: &str, p: &Sandbox) -> Option<String> {
+    let mut why = Vec::new();
+    if p.seccomp != 2 {
+        why.push(format!("Seccomp {}", p.seccomp));
+    }
+    if !p.no_new_privs {
+        why.push("NoNewPrivs 0".to_string());
+    }
+    if !p.no_capabilities {
+        why.push("capabilities held".to_string());
+    }
+    if p.uid == 0 {
+        why.push("runs as root".to_string());
+    }
+    (!why.is_empty()).then(|| format!("{name} (pid {}) is NOT CONFINED: {}", p.pid, why.join(", ")))
+}
+
+/// Every daemon of the layout: whether it is part of this box, and its processes' sandboxes.
+pub fn gather_daemons(target: &Target) -> Vec<DaemonLine> {
     // A dev box knows its daemons by pid file (several may run on one machine); elsewhere the
     // daemons are found by name.
     let dev_home = target
         .is_dev_box()
         .then(|| DevHome::new(target.home()).ok())
         .flatten();
-    let daemons = DAEMONS
+    DAEMONS
         .iter()
         .map(|d| {
             let pids = match &dev_home {
@@ -114,10 +168,51 @@ pub fn gather(target: &Target) -> Status {
             };
             DaemonLine {
                 name: d.name.to_string(),
+                configured: expected(target, d.name),
                 processes: pids.into_iter().filter_map(procfs::sandbox).collect(),
             }
         })
+        .collect()
+}
+
+/// Gather the status of the box at `target`.
+pub fn gather(target: &Target) -> Status {
+    let mut problems = Vec::new();
+    let sockets = SOCKETS
+        .iter()
+        .map(|spec| {
+            let path = target.socket(spec);
+            let state = if expected(target, spec.server) || path.exists() {
+                ping(&path)
+            } else {
+                SocketState::NotConfigured
+            };
+            problems.extend(socket_problem(spec, &state));
+            SocketLine {
+                name: spec.file(),
+                state,
+                path: path.display().to_string(),
+            }
+        })
         .collect();
+    let daemons = gather_daemons(target);
+    for d in &daemons {
+        if d.processes.is_empty() && d.configured {
+            problems.push(format!("{} is not running (or not visible to you)", d.name));
+        }
+        problems.extend(
+            d.processes
+                .iter()
+                .filter_map(|p| confinement_problem(&d.name, p)),
+        );
+    }
+    let model = match model::configured(target) {
+        Ok(m) => Some(m),
+        Err(why) => {
+            problems.push(why);
+            None
+        }
+    };
     let admin = target.socket(&layout::ADMIN);
     let audit = match client::call(&admin, PING, 1, Message::AuditVerify {}, |_| {}) {
         Ok(Message::AuditReport(r)) => Some(AuditLine {
@@ -128,12 +223,25 @@ pub fn gather(target: &Target) -> Status {
         }),
         _ => None,
     };
+    match &audit {
+        Some(a) if a.ok => {}
+        Some(a) => problems.push(format!(
+            "the audit chain is BROKEN after {} records: {}",
+            a.records, a.detail
+        )),
+        None => {
+            problems.push("the audit chain was not verified: admin.sock did not answer".to_string())
+        }
+    }
     let pending = match client::call(&admin, PING, 2, Message::ApprovalsList {}, |_| {}) {
         Ok(Message::Approvals(a)) => Some(a.pending.len()),
         Ok(_) | Err(ClientError::Remote(_)) | Err(_) => None,
     };
     Status {
         home: target.home().display().to_string(),
+        healthy: problems.is_empty(),
+        problems,
+        model,
         sockets,
         daemons,
         audit,
@@ -151,21 +259,24 @@ pub fn render(s: &Status) -> String {
                 version,
                 protocol,
             } => format!("answers ({daemon} {version}, protocol {protocol})"),
-            SocketState::Refuses { why } => format!("refuses: {why}"),
+            SocketState::Refuses { why } => format!("refuses: {}", Shown(why, Mode::Line)),
             SocketState::Absent => "absent".to_string(),
+            SocketState::NotConfigured => "not part of this box".to_string(),
         };
         out.push_str(&format!("  {:<13} {state}\n", sock.name));
     }
     out.push_str("\ndaemons:\n");
     for d in &s.daemons {
-        if d.processes.is_empty() {
+        if d.processes.is_empty() && !d.configured {
+            out.push_str(&format!("  {:<11} not part of this box\n", d.name));
+        } else if d.processes.is_empty() {
             out.push_str(&format!(
                 "  {:<11} not running (or not visible to you)\n",
                 d.name
             ));
         }
         for p in &d.processes {
-            let verdict = if p.confined() {
+            let verdict = if confinement_problem(&d.name, p).is_none() {
                 "confined"
             } else {
                 "NOT CONFINED"
@@ -184,6 +295,10 @@ pub fn render(s: &Status) -> String {
         }
     }
     out.push('\n');
+    match &s.model {
+        Some(m) => out.push_str(&format!("model: {}\n", m.describe())),
+        None => out.push_str("model: unknown (inferproxy's config could not be read)\n"),
+    }
     match &s.audit {
         Some(a) if a.ok => out.push_str(&format!(
             "audit chain: {} records, head {}\n",
@@ -191,7 +306,8 @@ pub fn render(s: &Status) -> String {
         )),
         Some(a) => out.push_str(&format!(
             "audit chain: BROKEN after {} records: {}\n",
-            a.records, a.detail
+            a.records,
+            Shown(&a.detail, Mode::Line)
         )),
         None => out.push_str("audit chain: unknown (admin.sock did not answer)\n"),
     }
@@ -199,5 +315,89 @@ pub fn render(s: &Status) -> String {
         Some(n) => out.push_str(&format!("pending approvals: {n}\n")),
         None => out.push_str("pending approvals: unknown (admin.sock did not answer)\n"),
     }
+    out.push('\n');
+    if s.healthy {
+        out.push_str("status: healthy\n");
+    } else {
+        out.push_str(&format!(
+            "status: DEGRADED, {} problem(s):\n",
+            s.problems.len()
+        ));
+        for p in &s.problems {
+            out.push_str(&format!("  - {}\n", Shown(p, Mode::Line)));
+        }
+    }
     out
+}
+
+/// The line on stderr when the box is not healthy.
+pub fn verdict(s: &Status) -> Option<String> {
+    (!s.healthy).then(|| {
+        format!(
+            "status: DEGRADED: {}; {}",
+            Shown(&s.problems.join("; "), Mode::Line),
+            bxcore::runbook::pointer(DEGRADED_ANCHOR)
+        )
+    })
+}
+
+/// The runbook entry of a box that is not healthy.
+pub const DEGRADED_ANCHOR: &str = "bxctl-status-degraded";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_without_its_sandbox_is_named_not_confined() {
+        let me = procfs::sandbox(std::process::id()).unwrap();
+        let why = confinement_problem("loopd", &me).expect("the test harness is not confined");
+        assert!(
+            why.starts_with(&format!("loopd (pid {}) is NOT CONFINED: Seccomp ", me.pid)),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_confined_process_is_no_problem_and_root_always_is() {
+        let confined = Sandbox {
+            pid: 7,
+            uid: 1000,
+            gid: 1000,
+            threads: 3,
+            seccomp: 2,
+            no_new_privs: true,
+            no_capabilities: true,
+        };
+        assert_eq!(confinement_problem("brokerd", &confined), None);
+        let root = Sandbox { uid: 0, ..confined };
+        assert_eq!(
+            confinement_problem("brokerd", &root).as_deref(),
+            Some("brokerd (pid 7) is NOT CONFINED: runs as root")
+        );
+    }
+
+    #[test]
+    fn one_problem_makes_the_verdict_degraded_with_its_pointer() {
+        let s = Status {
+            home: "/h".into(),
+            healthy: false,
+            problems: vec!["loopd (pid 7) is NOT CONFINED: Seccomp 0".into()],
+            model: None,
+            sockets: Vec::new(),
+            daemons: Vec::new(),
+            audit: None,
+            pending: None,
+        };
+        let v = verdict(&s).unwrap();
+        assert!(
+            v.starts_with("status: DEGRADED: loopd (pid 7) is NOT CONFINED"),
+            "{v}"
+        );
+        assert!(
+            v.ends_with(&bxcore::runbook::pointer(DEGRADED_ANCHOR)),
+            "{v}"
+        );
+        assert!(render(&s).contains("status: DEGRADED, 1 problem(s):\n  - loopd"));
+    }
 }

@@ -10,6 +10,9 @@ use bxcore::layout::{self, SocketSpec};
 /// The environment variable naming the home when `--home` is not given.
 pub const HOME_ENV: &str = "BOXMAKER_HOME";
 
+/// Where the NixOS module puts the daemons' configs on the device.
+pub const DEVICE_CONFIGS: &str = "/etc/boxmaker";
+
 /// The box a command talks to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -61,6 +64,17 @@ impl Target {
 
     pub fn socket(&self, spec: &SocketSpec) -> PathBuf {
         spec.path(&self.home)
+    }
+
+    /// A daemon's config file: `<home>/etc/<daemon>.toml` in a dev box, else the device's
+    /// `/etc/boxmaker/<daemon>.toml` (where the NixOS module puts them).
+    pub fn config(&self, daemon: &str) -> PathBuf {
+        let dir = if self.is_dev_box() {
+            self.home.join("etc")
+        } else {
+            PathBuf::from(DEVICE_CONFIGS)
+        };
+        dir.join(format!("{daemon}.toml"))
     }
 
     /// Whether this home is a dev box (`bxctl dev up` made it).

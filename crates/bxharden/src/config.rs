@@ -1,5 +1,6 @@
-//! The two configuration tables every daemon embeds: `[sandbox]` (who it drops to and how strict
-//! the sandbox is) and `[peers]` (who may connect to each of its sockets).
+//! The configuration tables every daemon embeds: `[sandbox]` (who it drops to and how strict the
+//! sandbox is), `[peers]` (who may connect to each of its sockets) and `[serve]` (how much its
+//! sockets take at once).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -61,6 +62,69 @@ impl fmt::Display for PeerName {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Peers(pub BTreeMap<String, Vec<PeerName>>);
+
+/// `[serve]`: the bounds of the daemon's sockets.
+///
+/// ```toml
+/// [serve]
+/// frame_budget = 4194304          # bytes of frames being read at once, every socket together
+/// [serve.connections]
+/// "broker.sock" = 32               # connections served at once; absent: the socket's default
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// Bytes of frame bodies being read at once; at least one whole frame (`MAX_FRAME`).
+    pub frame_budget: usize,
+    /// `"<socket>" = N`: the connections a socket serves at once (at least 1).
+    pub connections: BTreeMap<String, usize>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            frame_budget: crate::serve::DEFAULT_FRAME_BUDGET,
+            connections: BTreeMap::new(),
+        }
+    }
+}
+
+impl ServeConfig {
+    /// The cap of `spec`'s socket: the configured one, else its default in `bxcore::layout`.
+    pub fn max_connections(&self, spec: &bxcore::layout::SocketSpec) -> usize {
+        self.connections
+            .get(&spec.file())
+            .copied()
+            .unwrap_or(spec.max_connections)
+    }
+
+    /// Check the table against the sockets the daemon serves: a budget of at least one frame, a
+    /// cap of at least one, no socket the daemon does not serve. `Err` says what is wrong.
+    pub fn check(&self, served: &[bxcore::layout::SocketSpec]) -> Result<(), String> {
+        if self.frame_budget < bxcore::MAX_FRAME {
+            return Err(format!(
+                "[serve] frame_budget = {} is less than one whole frame ({} bytes)",
+                self.frame_budget,
+                bxcore::MAX_FRAME
+            ));
+        }
+        for (socket, cap) in &self.connections {
+            if !served.iter().any(|s| s.file() == *socket) {
+                let names: Vec<String> = served.iter().map(|s| s.file()).collect();
+                return Err(format!(
+                    "[serve.connections] names {socket:?}, which is not served here (only {})",
+                    names.join(", ")
+                ));
+            }
+            if *cap == 0 {
+                return Err(format!(
+                    "[serve.connections] {socket:?} = 0: a socket serves at least one connection"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
 
 #[cfg(test)]
 mod tests {

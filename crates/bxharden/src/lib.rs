@@ -35,7 +35,7 @@ pub mod socket;
 pub mod threads;
 
 pub use child_sandbox::ChildSandbox;
-pub use config::{PeerName, Peers, SandboxConfig};
+pub use config::{PeerName, Peers, SandboxConfig, ServeConfig};
 pub use dirs::{DirError, STATE_DIR_ANCHOR, own_dir};
 pub use identity::{Identity, Owner};
 pub use log::Daemon;

@@ -59,6 +59,11 @@ impl PeerPolicy {
         }
     }
 
+    /// A policy serving only the uid this process runs as: `[peers]`'s default.
+    pub fn own(socket: &str) -> PeerPolicy {
+        PeerPolicy::new(socket, [nix::unistd::Uid::effective().as_raw()])
+    }
+
     /// The socket's name, as log lines and errors say it (`broker.sock`).
     pub fn socket(&self) -> &str {
         &self.socket

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use bxcore::layout::{SocketSpec, WrongKind};
 use bxcore::{Envelope, ErrorCode, Message, PROTOCOL_VERSION, read_frame, write_frame};
 use bxharden::serve::{self, Timeouts};
 use bxharden::{Daemon, PeerPolicy};
@@ -36,28 +37,39 @@ fn me() -> u32 {
 /// A socket served by `accept_loop` with `policy`, answering every request with `turn_done`-like
 /// echo: `tools_list` is answered with `tools {}`, anything else is forbidden.
 fn serve_on(dir: &Path, policy: PeerPolicy) -> PathBuf {
+    serve_table(dir, policy, T_SOCK, 16)
+}
+
+fn serve_table(dir: &Path, policy: PeerPolicy, spec: SocketSpec, cap: usize) -> PathBuf {
     setup();
-    let path = dir.join("t.sock");
+    let path = dir.join(spec.file());
     let listener = UnixListener::bind(&path).unwrap();
-    serve::accept_loop(listener, "t.sock", "accept-t", policy, |mut stream| {
-        let Some(env) = serve::read_request(&mut stream) else {
-            return;
-        };
-        match env.msg {
-            Message::ToolsList {} => {
-                serve::send(
-                    &mut stream,
-                    env.id,
-                    true,
-                    Message::Tools(bxcore::Tools { tools: vec![] }),
-                );
-            }
-            other => serve::forbid(&mut stream, env.id, &other, "t.sock"),
+    let socket = serve::Socket::new(listener, spec, policy, cap);
+    serve::accept_loop(socket, |mut stream, env| match env.msg {
+        Message::ToolsList {} => {
+            serve::send(
+                &mut stream,
+                env.id,
+                true,
+                Message::Tools(bxcore::Tools { tools: vec![] }),
+            );
         }
+        other => serve::unhandled(&mut stream, env.id, &other),
     })
     .unwrap();
     path
 }
+
+/// `t.sock`: its table takes `tools_list` only.
+const T_SOCK: SocketSpec = SocketSpec {
+    name: "t",
+    dir: "test",
+    server: "testd",
+    client: "testd",
+    accepts: &["tools_list"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 16,
+};
 
 fn connect(path: &Path) -> UnixStream {
     let s = UnixStream::connect(path).unwrap();
@@ -245,4 +257,89 @@ fn a_peer_the_policy_does_not_list_is_refused_before_it_speaks() {
     let detail = assert_error(&answer(&mut s), 0, ErrorCode::Forbidden);
     assert_eq!(detail, format!("uid {} may not connect to t.sock", me()));
     assert_closed(&mut s);
+}
+
+/// `l.sock`: a table like loop.sock's, which answers a wrong kind `bad_message`.
+const L_SOCK: SocketSpec = SocketSpec {
+    name: "l",
+    dir: "test",
+    server: "testd",
+    client: "testd",
+    accepts: &["turn"],
+    wrong_kind: WrongKind::BadMessage,
+    max_connections: 16,
+};
+
+#[test]
+fn a_kind_a_bad_message_table_does_not_list_is_bad_message_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve_table(dir.path(), PeerPolicy::new("l.sock", [me()]), L_SOCK, 16);
+    let mut s = connect(&path);
+    write_frame(&mut s, &Envelope::new(4, true, Message::ToolsList {})).unwrap();
+    let detail = assert_error(&answer(&mut s), 4, ErrorCode::BadMessage);
+    assert_eq!(detail, "l.sock takes a turn, not tools_list");
+    assert_closed(&mut s);
+}
+
+#[test]
+fn a_kind_the_table_lists_but_the_handler_does_not_take_is_internal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve_table(dir.path(), PeerPolicy::new("l.sock", [me()]), L_SOCK, 16);
+    // `serve_table`'s handler takes only `tools_list`; the table lists only `turn`.
+    let mut s = connect(&path);
+    let turn = Message::Turn(bxcore::Turn {
+        session: bxcore::SessionId::new("s1").unwrap(),
+        resume: false,
+        text: "hi".into(),
+    });
+    write_frame(&mut s, &Envelope::new(6, true, turn)).unwrap();
+    let detail = assert_error(&answer(&mut s), 6, ErrorCode::Internal);
+    assert_eq!(detail, "turn is in the socket's table but has no handler");
+}
+
+#[test]
+fn a_socket_at_its_cap_answers_unavailable_with_its_runbook_pointer_and_serves_again_below_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = serve_table(dir.path(), PeerPolicy::new("t.sock", [me()]), T_SOCK, 2);
+    // Two silent connections hold the socket's two places until their first-frame deadline.
+    let held: Vec<UnixStream> = (0..2).map(|_| connect(&path)).collect();
+    // The server counts a connection once it accepted it: wait until the next is refused.
+    let until = std::time::Instant::now() + WAIT;
+    let detail = loop {
+        let mut s = connect(&path);
+        let env = answer(&mut s);
+        match &env.msg {
+            Message::Error(e) if e.code == ErrorCode::Unavailable => {
+                assert_eq!(env.id, 0);
+                assert_closed(&mut s);
+                break e.detail.clone();
+            }
+            _ => assert!(
+                std::time::Instant::now() < until,
+                "no unavailable answer within {WAIT:?}: {env:?}"
+            ),
+        }
+    };
+    assert_eq!(
+        detail,
+        format!(
+            "t.sock is serving 2 connections, its cap; {}",
+            bxcore::runbook::pointer("socket-busy")
+        )
+    );
+    drop(held);
+    // Below the cap again, a request is served (the held ones end at their deadline or close).
+    let until = std::time::Instant::now() + WAIT;
+    loop {
+        match bxcore::client::ping(&path, WAIT) {
+            Ok(p) => {
+                assert_eq!(p.daemon, "testd");
+                break;
+            }
+            Err(e) => assert!(
+                std::time::Instant::now() < until,
+                "not served again within {WAIT:?}: {e}"
+            ),
+        }
+    }
 }

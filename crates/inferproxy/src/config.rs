@@ -41,6 +41,8 @@ pub struct Config {
     pub limits: Limits,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub serve: bxharden::ServeConfig,
 }
 
 /// `[paths]`.
@@ -256,6 +258,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
+        self.serve.check(&[bxcore::layout::INFER])?;
         if !self.paths.home.is_absolute() {
             return Err(format!(
                 "[paths] home must be an absolute path, not {}",

@@ -149,11 +149,13 @@ fn start(config: &Path) -> Result<Never, (&'static str, String)> {
         first_frame_ms: cfg.limits.first_frame_ms,
         write_ms: cfg.limits.write_ms,
     });
+    serve::set_frame_budget(cfg.serve.frame_budget);
     let what = describe(&cfg, &inference);
     let inference = std::sync::Arc::new(inference);
-    let served = socket.clone();
-    let accept = serve::accept_loop(listener, &socket, "accept-infer", policy, move |stream| {
-        handle(stream, &inference, &served);
+    let cap = cfg.serve.max_connections(&layout::INFER);
+    let socket = serve::Socket::new(listener, layout::INFER, policy, cap);
+    let accept = serve::accept_loop(socket, move |stream, env| {
+        handle(stream, env, &inference);
     })
     .map_err(|e| {
         (
@@ -173,15 +175,12 @@ fn start(config: &Path) -> Result<Never, (&'static str, String)> {
     ))
 }
 
-/// One connection: one `infer_request`, its text streamed as `infer_delta` frames, then
-/// `infer_reply` or `error inference`.
-fn handle(mut stream: UnixStream, inference: &Inference, socket: &str) {
-    let Some(env) = serve::read_request(&mut stream) else {
-        return;
-    };
+/// One `infer_request` (the only kind infer.sock's table accepts): its text streamed as
+/// `infer_delta` frames, then `infer_reply` or `error inference`.
+fn handle(mut stream: UnixStream, env: Envelope, inference: &Inference) {
     match env.msg {
         Message::InferRequest(req) => answer(&mut stream, env.id, &req, inference),
-        other => serve::forbid(&mut stream, env.id, &other, socket),
+        other => serve::unhandled(&mut stream, env.id, &other),
     }
 }
 

@@ -11,12 +11,12 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bxcore::layout;
 use bxcore::{
     Envelope, ErrorCode, FrameError, Message, SessionId, TurnDone, TurnEvent, TurnRecord,
     write_frame,
 };
 use bxharden::PeerPolicy;
-use bxharden::serve::{LISTENER_ANCHOR, PEER_REFUSED_ANCHOR};
 
 use crate::baseline::Baseline;
 use crate::config::Config;
@@ -117,57 +117,19 @@ impl Drop for Busy<'_> {
     }
 }
 
-/// Accepts connections forever, one thread each. Returns only if `accept` fails.
+/// Accepts connections forever, one thread each, through the one accept path every socket uses
+/// (`bxharden::serve`: the peer check, the connection cap, the frame budget, `ping`, the table
+/// that makes every kind but `turn` a `bad_message`). Returns only if `accept` fails for good.
 pub fn serve(listener: UnixListener, ctx: Arc<Context>) -> io::Result<()> {
-    loop {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
-                ) =>
-            {
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if let Some(policy) = &ctx.peers {
-            if let Err(uid) = policy.check(&stream) {
-                refuse_peer(stream, policy, uid);
-                continue;
-            }
-        }
-        let conn = Arc::clone(&ctx);
-        // Unnamed: naming a thread is a `prctl`, which loopd's seccomp list does not allow.
-        let spawned = std::thread::Builder::new().spawn(move || handle(stream, conn));
-        if let Err(e) = spawned {
-            // The connection is closed with the closure that held it; the server goes on.
-            bxharden::runbook!(
-                LISTENER_ANCHOR,
-                "cannot start a thread for a connection on loop.sock, it is closed: {e}"
-            );
-        }
-    }
-}
-
-/// A peer `[peers]` does not list: one line, `forbidden`, closed.
-fn refuse_peer(mut stream: UnixStream, policy: &PeerPolicy, uid: Option<u32>) {
-    let uid = uid.map_or_else(|| "unknown".to_string(), |u| u.to_string());
-    let socket = policy.socket();
-    bxharden::runbook!(
-        PEER_REFUSED_ANCHOR,
-        "refused a connection from uid {uid} on {socket}"
-    );
-    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
-    let _ = write_frame(
-        &mut stream,
-        &Envelope::error(
-            0,
-            ErrorCode::Forbidden,
-            format!("uid {uid} may not connect to {socket}"),
-        ),
-    );
+    let policy = ctx
+        .peers
+        .clone()
+        .unwrap_or_else(|| PeerPolicy::own(&layout::LOOP.file()));
+    let cap = ctx.cfg.serve.max_connections(&layout::LOOP);
+    let socket = bxharden::serve::Socket::new(listener, layout::LOOP, policy, cap);
+    Err(bxharden::serve::accept_here(socket, move |stream, env| {
+        handle(stream, env, Arc::clone(&ctx))
+    }))
 }
 
 /// The connection's writer: after the first failed write the channel is gone and nothing more is
@@ -223,31 +185,22 @@ fn shrink(event: TurnEvent, n: usize) -> TurnEvent {
     }
 }
 
-/// One connection.
-pub fn handle(mut stream: UnixStream, ctx: Arc<Context>) {
-    // 1. and `ping`: the first frame, whole, within its deadline; a malformed one is answered
-    // with its error code (id 0) and the connection closed; `ping` is answered with `pong`.
-    let Some(env) = bxharden::serve::read_request(&mut stream) else {
-        return;
+/// One connection's request. Steps 1 and 2 are the accept path's: the first frame, whole,
+/// within its deadline (a malformed one answered with its code, id 0; `ping` with `pong`), and
+/// loop.sock's table, which takes only `turn` and answers any other kind `bad_message`.
+pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
+    let mut stream = stream;
+    let turn = match env.msg {
+        Message::Turn(t) => t,
+        other => {
+            bxharden::serve::unhandled(&mut stream, env.id, &other);
+            return;
+        }
     };
     let mut reply = Reply {
         stream,
         id: env.id,
         gone: false,
-    };
-    // 2. Only `turn`.
-    let turn = match env.msg {
-        Message::Turn(t) => t,
-        other => {
-            reply.send(
-                true,
-                Message::Error(bxcore::WireError {
-                    code: ErrorCode::BadMessage,
-                    detail: format!("loop.sock takes a turn, not {}", other.kind()),
-                }),
-            );
-            return;
-        }
     };
     // 3.
     let Some(busy) = Busy::mark(&ctx.busy, &turn.session) else {

@@ -40,6 +40,8 @@ pub struct Config {
     pub peers: Peers,
     #[serde(default)]
     pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub serve: bxharden::ServeConfig,
 }
 
 /// `[paths]`.
@@ -197,6 +199,7 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), String> {
+        self.serve.check(&[layout::LOOP])?;
         if let Err(e) = self.peers.check_sockets(&[layout::LOOP.file().as_str()]) {
             return Err(format!("[peers]: {e}"));
         }

@@ -124,12 +124,13 @@ pub fn run_serve(config: &Path) -> i32 {
     }
 
     // Threads from here on: the sandbox is closed.
+    bxharden::serve::set_frame_budget(cfg.serve.frame_budget);
     if let (Some(outbox), Some(socket)) = (&outbox, cfg.memory.socket.clone()) {
         let outbox = Arc::clone(outbox);
         let timeout = cfg.memory_timeout();
-        // Unnamed: naming a thread is a `prctl`, which loopd's seccomp list does not allow.
-        let spawned =
-            std::thread::Builder::new().spawn(move || outbox.run_sender(&socket, timeout));
+        let spawned = std::thread::Builder::new()
+            .name("memory-outbox".to_owned())
+            .spawn(move || outbox.run_sender(&socket, timeout));
         if let Err(e) = spawned {
             bxharden::runbook!(
                 LISTENER_ANCHOR,

@@ -154,14 +154,12 @@ pub fn sockets_of(daemon: &str) -> Vec<SocketSpec> {
         .collect()
 }
 
-/// The daemons of the dev box in `home` that are running now, with their pids.
+/// The daemons of the dev box in `home` that are running now, with their pids: the processes
+/// its pid files name, with the start times they recorded.
 pub fn running(home: &DevHome) -> Vec<(String, u32)> {
     DAEMONS
         .iter()
-        .filter_map(|d| {
-            let pid = procs::read_pid(&home.pid_file(d))?;
-            procs::is_daemon(pid, d).then(|| (d.to_string(), pid))
-        })
+        .filter_map(|d| Some((d.to_string(), procs::running_from(&home.pid_file(d))?)))
         .collect()
 }
 
@@ -189,6 +187,9 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
         return Err(DevError::Usage(
             "--user needs root: run as a normal user, the daemons keep your uid".into(),
         ));
+    }
+    if marker.is_none() {
+        make_parents(home.root())?;
     }
     let dev_user = if as_root {
         let name = opts.user.as_deref().unwrap_or(user::DEFAULT_USER);
@@ -226,7 +227,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
                 });
             }
             let pids = running(&home);
-            if !pids.is_empty() {
+            if pids.len() == DAEMONS.len() {
                 return Err(DevError::Running {
                     home: home.root().into(),
                     pids,
@@ -266,8 +267,10 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     let mut started: Vec<(String, u32, Child)> = Vec::new();
     let result = start_all(&home, &mut started, out);
     if let Err(e) = result {
-        for (d, pid, mut child) in started {
-            procs::stop(pid, &d, STOP_GRACE);
+        for (d, _, mut child) in started {
+            if let Some(which) = procs::read_started(&home.pid_file(&d)) {
+                procs::stop(which, STOP_GRACE);
+            }
             let _ = child.try_wait();
             let _ = fs::remove_file(home.pid_file(&d));
         }
@@ -283,12 +286,47 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     Ok(Up { home, pids, reused })
 }
 
+/// Make the missing parents of a new home, 0755 whatever the umask (the daemons' users walk
+/// through them), before anything else is written or started. A parent that exists is left as
+/// it is; `user::check_reachable` says when it keeps a daemon out.
+fn make_parents(root: &Path) -> Result<(), DevError> {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(parent) = root.parent() else {
+        return Ok(());
+    };
+    let missing: Vec<&Path> = parent
+        .ancestors()
+        .take_while(|p| fs::symlink_metadata(p).is_err())
+        .collect();
+    for dir in missing.into_iter().rev() {
+        let made = fs::DirBuilder::new().mode(0o755).create(dir);
+        match made {
+            Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+                .map_err(io_err(format!("cannot make {} 0755", dir.display())))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(DevError::Io {
+                    what: format!("cannot make {}", dir.display()),
+                    error: e,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn start_all(
     home: &DevHome,
     started: &mut Vec<(String, u32, Child)>,
     out: &mut dyn Write,
 ) -> Result<(), DevError> {
+    let already = running(home);
     for d in DAEMONS {
+        // Only the daemons that are missing are started; the others keep running.
+        if let Some((_, pid)) = already.iter().find(|(name, _)| name == d) {
+            let _ = writeln!(out, "  {d}: runs already, pid {pid}");
+            continue;
+        }
         let exe = procs::find_daemon(d).ok_or_else(|| DevError::NoExecutable(d.to_string()))?;
         let child = procs::spawn_detached(&exe, &home.config(d), &home.log(d))
             .map_err(io_err(format!("cannot start {}", exe.display())))?;
@@ -361,10 +399,10 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     // The reverse of the start order: the loop first, so nothing calls a daemon that is gone.
     for d in DAEMONS.iter().rev() {
         let pid_file = home.pid_file(d);
-        let stopped = match procs::read_pid(&pid_file) {
-            Some(pid) => {
-                let s = procs::stop(pid, d, STOP_GRACE);
-                let _ = writeln!(out, "  {d} (pid {pid}): {s}");
+        let stopped = match procs::read_started(&pid_file) {
+            Some(which) => {
+                let s = procs::stop(which, STOP_GRACE);
+                let _ = writeln!(out, "  {d} (pid {}): {s}", which.pid);
                 s
             }
             None => {

@@ -1,6 +1,7 @@
 //! The dev box's daemon processes: found beside `bxctl` or on `PATH`, started detached in their
-//! own session with their output in a log file, remembered in pid files, stopped with SIGTERM
-//! and, after a deadline, SIGKILL.
+//! own session with their output in a log file, remembered in pid files (pid and start time,
+//! so a reused pid is never taken for a daemon), stopped with SIGTERM and, after a deadline,
+//! SIGKILL. Nothing here looks for daemons in `/proc` by name.
 
 use std::fmt;
 use std::fs;
@@ -34,12 +35,23 @@ fn is_executable(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Start `exe serve --config config` in its own session, stdin from /dev/null, stdout and
-/// stderr appended to `log`.
+/// What a dev box daemon inherits of `bxctl`'s environment: nothing but these, when set. The
+/// daemons read no other variable; `JOURNAL_STREAM`, `NOTIFY_SOCKET` and `LISTEN_*` are for
+/// whoever starts them (systemd on the device), and the dev box's daemons log to a file.
+pub const PASSED_ENV: [&str; 1] = ["RUST_LOG"];
+
+/// Start `exe serve --config config` in its own session with a clean environment (only
+/// [`PASSED_ENV`]), stdin from /dev/null, stdout and stderr appended to `log`.
 pub fn spawn_detached(exe: &Path, config: &Path, log: &Path) -> io::Result<Child> {
     let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
     let err = out.try_clone()?;
     let mut cmd = Command::new(exe);
+    cmd.env_clear();
+    for var in PASSED_ENV {
+        if let Some(v) = std::env::var_os(var) {
+            cmd.env(var, v);
+        }
+    }
     cmd.arg("serve")
         .arg("--config")
         .arg(config)
@@ -54,32 +66,63 @@ pub fn spawn_detached(exe: &Path, config: &Path, log: &Path) -> io::Result<Child
     cmd.spawn()
 }
 
-/// Write `pid` to `path` atomically.
+/// When `pid` started, in clock ticks after boot (`/proc/<pid>/stat`, field 22): with the pid,
+/// it names one process for the life of the machine, where a pid alone may be reused.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces and parentheses): state is
+    // field 3, so the start time (22) is the 20th after the `)`.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Write `pid` and its start time to `path` atomically: `<pid> <start time>`.
 pub fn write_pid(path: &Path, pid: u32) -> io::Result<()> {
+    let start = start_time(pid).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("process {pid} ended before its pid file was written"),
+        )
+    })?;
     let tmp = path.with_extension("pid.tmp");
     let mut f = fs::File::create(&tmp)?;
-    writeln!(f, "{pid}")?;
+    writeln!(f, "{pid} {start}")?;
     f.sync_all()?;
     fs::rename(&tmp, path)
 }
 
-/// The pid in `path`, if the file exists and holds one.
-pub fn read_pid(path: &Path) -> Option<u32> {
-    fs::read_to_string(path).ok()?.trim().parse().ok()
+/// What a pid file says: the process `dev up` started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    pub pid: u32,
+    pub start: u64,
 }
 
-/// Whether `pid` is alive and is the daemon `name` (a pid file may outlive its process, and the
-/// pid may have been reused since).
-pub fn is_daemon(pid: u32, name: &str) -> bool {
-    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
-        return false;
-    };
-    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-    let is_it = Path::new(std::str::from_utf8(argv0).unwrap_or_default())
-        .file_name()
-        .is_some_and(|f| f == name);
-    // A zombie has an empty cmdline; it is not running.
-    is_it && alive(pid)
+/// The process in the pid file `path`, if the file exists and holds a pid and start time.
+pub fn read_started(path: &Path) -> Option<Started> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut it = text.split_whitespace();
+    let pid = it.next()?.parse().ok()?;
+    let start = it.next()?.parse().ok()?;
+    Some(Started { pid, start })
+}
+
+/// The pid in `path`, if the file exists and holds one.
+pub fn read_pid(path: &Path) -> Option<u32> {
+    read_started(path).map(|s| s.pid)
+}
+
+impl Started {
+    /// Whether the process `dev up` started still runs: the same pid with the same start time
+    /// (not another process that got the pid since), not a zombie.
+    pub fn runs(&self) -> bool {
+        start_time(self.pid) == Some(self.start) && alive(self.pid)
+    }
+}
+
+/// Whether the daemon recorded in the pid file `path` still runs.
+pub fn running_from(path: &Path) -> Option<u32> {
+    read_started(path).filter(Started::runs).map(|s| s.pid)
 }
 
 fn alive(pid: u32) -> bool {
@@ -124,11 +167,12 @@ impl fmt::Display for Stopped {
     }
 }
 
-/// Stop the daemon `name` whose pid is `pid`: SIGTERM, wait up to `grace`, then SIGKILL.
-pub fn stop(pid: u32, name: &str, grace: Duration) -> Stopped {
-    if !is_daemon(pid, name) {
+/// Stop the process `dev up` started (`which`): SIGTERM, wait up to `grace`, then SIGKILL.
+pub fn stop(which: Started, grace: Duration) -> Stopped {
+    if !which.runs() {
         return Stopped::NotRunning;
     }
+    let pid = which.pid;
     let raw = Pid::from_raw(pid as i32);
     let start = Instant::now();
     if kill(raw, Signal::SIGTERM).is_err() {

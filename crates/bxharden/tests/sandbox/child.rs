@@ -359,12 +359,8 @@ fn needs() -> i32 {
         }
     }
     let policy = PeerPolicy::new("s.sock", [id.uid]);
-    bxharden::serve::accept_loop(listener, "s.sock", "accept-s", policy, |mut s| {
-        if let Some(env) = bxharden::serve::read_request(&mut s) {
-            bxharden::serve::forbid(&mut s, env.id, &env.msg, "s.sock");
-        }
-    })
-    .unwrap();
+    let socket = bxharden::serve::Socket::new(listener, table("s"), policy, 16);
+    bxharden::serve::accept_loop(socket, |_, _| {}).unwrap();
     let mut failures = Vec::new();
     let mut check = |what: &str, r: Result<(), String>| {
         if let Err(e) = r {
@@ -638,18 +634,9 @@ fn server() -> i32 {
         .split(',')
         .filter_map(|u| u.parse().ok())
         .collect();
-    let h = bxharden::serve::accept_loop(
-        listener,
-        "p.sock",
-        "accept-p",
-        PeerPolicy::new("p.sock", uids),
-        |mut s| {
-            if let Some(env) = bxharden::serve::read_request(&mut s) {
-                bxharden::serve::forbid(&mut s, env.id, &env.msg, "p.sock");
-            }
-        },
-    )
-    .unwrap();
+    let socket =
+        bxharden::serve::Socket::new(listener, table("p"), PeerPolicy::new("p.sock", uids), 16);
+    let h = bxharden::serve::accept_loop(socket, |_, _| {}).unwrap();
     println!("serving");
     let _ = std::io::stdout().flush();
     let _ = h.join();
@@ -946,4 +933,17 @@ fn activated_env() -> i32 {
         );
     }
     0
+}
+
+/// A socket whose dispatch table accepts nothing: every kind but `ping` is forbidden.
+fn table(name: &'static str) -> bxcore::layout::SocketSpec {
+    bxcore::layout::SocketSpec {
+        name,
+        dir: "test",
+        server: "testd",
+        client: "testd",
+        accepts: &[],
+        wrong_kind: bxcore::layout::WrongKind::Forbidden,
+        max_connections: 16,
+    }
 }
