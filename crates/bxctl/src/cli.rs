@@ -178,6 +178,7 @@ fn failed(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
+#[cfg(feature = "devbox")]
 fn usage(why: &str) -> ExitCode {
     eprintln!("bxctl: {why}");
     ExitCode::from(2)
