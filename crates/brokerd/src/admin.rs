@@ -4,9 +4,12 @@
 
 use std::os::unix::net::UnixStream;
 
-use bxcore::{ApprovalAck, Approvals, AuditReport, Envelope, ErrorCode, Message, WireError};
+use bxcore::{
+    ApprovalAck, ApprovalDecision, Approvals, AuditReport, Envelope, ErrorCode, Message, WireError,
+};
 
-use crate::broker::{Broker, send};
+use crate::approvals::Verdict;
+use crate::broker::{Broker, Redecision, send};
 use crate::ledger::chain;
 
 /// The socket's name in the lines brokerd logs and the errors it sends.
@@ -19,15 +22,10 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
         Message::ApprovalsList {} => Message::Approvals(Approvals {
             pending: broker.approvals().list(),
         }),
-        Message::ApprovalDecision(d) => match broker.approvals().decide(&d.approval, d.allow) {
-            Ok(_) => Message::ApprovalAck(ApprovalAck {
-                approval: d.approval,
-            }),
-            Err(e) => Message::Error(WireError {
-                code: ErrorCode::Forbidden,
-                detail: e.to_string(),
-            }),
-        },
+        Message::ApprovalDecision(d) => {
+            let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            decide(broker, d, by)
+        }
         Message::AuditVerify {} => verify(broker),
         other => {
             bxharden::serve::unhandled(&mut stream, id, &other);
@@ -35,6 +33,67 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
         }
     };
     let _ = send(&mut stream, id, true, response);
+}
+
+/// The owner's decision. An approval is decided again against the session's state now: a call
+/// the policy denies since it asked is denied, and the answer says why.
+fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
+    let forbidden = |detail: String| {
+        Message::Error(WireError {
+            code: ErrorCode::Forbidden,
+            detail,
+        })
+    };
+    let mut failed = None;
+    let verdict = if !d.allow {
+        Verdict::Denied { by, reason: None }
+    } else {
+        let now = broker
+            .approvals()
+            .pending(&d.approval)
+            .map(|a| broker.redecide(&a.session, &a.tool, &a.args));
+        match now {
+            Some(Redecision::Denied(reason)) => Verdict::Denied {
+                by,
+                reason: Some(reason),
+            },
+            Some(Redecision::Unreadable(e)) => Verdict::Denied {
+                by,
+                reason: Some(e.to_string()),
+            },
+            // A call that can no longer be carried out fails in its own thread, which raises
+            // the session by what the failure tells; the owner is told here.
+            Some(Redecision::Failed(reason, _)) => {
+                failed = Some(reason);
+                Verdict::Approved { by }
+            }
+            Some(Redecision::Runs(_)) | None => Verdict::Approved { by },
+        }
+    };
+    let refused = match &verdict {
+        Verdict::Denied {
+            reason: Some(r), ..
+        } => Some(r.clone()),
+        _ => None,
+    };
+    match broker.approvals().decide(&d.approval, verdict) {
+        Ok(_) => match (refused, failed) {
+            (Some(reason), _) => forbidden(format!(
+                "the approval {} was not carried out: the policy, asked again, now denies the \
+                 call ({reason}); the call was denied",
+                d.approval
+            )),
+            (None, Some(reason)) => forbidden(format!(
+                "the approval {} was not carried out: the call can no longer be made \
+                 ({reason}); it failed",
+                d.approval
+            )),
+            (None, None) => Message::ApprovalAck(ApprovalAck {
+                approval: d.approval,
+            }),
+        },
+        Err(e) => forbidden(e.to_string()),
+    }
 }
 
 /// Verify the chain as far as it is written whole, while calls go on appending.

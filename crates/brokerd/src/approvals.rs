@@ -13,7 +13,7 @@ use bxcore::{Approval, ApprovalId, Timestamp};
 #[derive(Debug)]
 struct Slot {
     approval: Approval,
-    tx: SyncSender<bool>,
+    tx: SyncSender<Verdict>,
 }
 
 /// The pending approvals.
@@ -22,11 +22,17 @@ pub struct Approvals {
     slots: Mutex<BTreeMap<ApprovalId, Slot>>,
 }
 
-/// How a pending approval ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a pending approval ended; `by` is the uid of the account that decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Approved,
-    Denied,
+    Approved {
+        by: u32,
+    },
+    /// The owner denied it, or approved it while the policy, asked again, denied it (`reason`).
+    Denied {
+        by: u32,
+        reason: Option<String>,
+    },
     Expired,
 }
 
@@ -57,7 +63,7 @@ impl std::error::Error for DecideError {}
 #[derive(Debug)]
 pub struct Waiter {
     id: ApprovalId,
-    rx: Receiver<bool>,
+    rx: Receiver<Verdict>,
     until: Instant,
 }
 
@@ -91,8 +97,13 @@ impl Approvals {
         v
     }
 
-    /// The owner's decision on `id`.
-    pub fn decide(&self, id: &ApprovalId, allow: bool) -> Result<Approval, DecideError> {
+    /// The approval `id` while it is pending.
+    pub fn pending(&self, id: &ApprovalId) -> Option<Approval> {
+        self.slots().get(id).map(|s| s.approval.clone())
+    }
+
+    /// The decision on `id`.
+    pub fn decide(&self, id: &ApprovalId, verdict: Verdict) -> Result<Approval, DecideError> {
         let mut slots = self.slots();
         let Some(slot) = slots.get(id) else {
             return Err(DecideError::NotPending(id.clone()));
@@ -105,7 +116,7 @@ impl Approvals {
             .ok_or_else(|| DecideError::NotPending(id.clone()))?;
         // The waiter holds the receiver until it removed the slot itself, so this cannot fail
         // while the slot was still in the table.
-        let _ = slot.tx.send(allow);
+        let _ = slot.tx.send(verdict);
         Ok(slot.approval)
     }
 
@@ -113,8 +124,7 @@ impl Approvals {
     pub fn wait(&self, w: Waiter) -> Verdict {
         let left = w.until.saturating_duration_since(Instant::now());
         match w.rx.recv_timeout(left) {
-            Ok(true) => return Verdict::Approved,
-            Ok(false) => return Verdict::Denied,
+            Ok(v) => return v,
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
         }
         // Out of time: whoever removes the slot first wins. If the owner's decision took it
@@ -122,10 +132,10 @@ impl Approvals {
         if self.slots().remove(&w.id).is_some() {
             return Verdict::Expired;
         }
-        match w.rx.try_recv() {
-            Ok(true) => Verdict::Approved,
-            _ => Verdict::Denied,
-        }
+        w.rx.try_recv().unwrap_or(Verdict::Denied {
+            by: 0,
+            reason: Some("the approval ended without a decision".to_string()),
+        })
     }
 
     /// Drop `w` without a verdict (the call could not be recorded as pending).

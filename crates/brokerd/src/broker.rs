@@ -12,7 +12,7 @@ use bxcore::{
     ToolResponse, Tools, WireError, canonical,
 };
 use serde_json::{Value, json};
-use toolkit::{Entry, Env, Plan, Registry};
+use toolkit::{Entry, Env, Plan, Reads, Registry, ToolError};
 
 pub use bxharden::serve::send;
 
@@ -20,10 +20,13 @@ use crate::approvals::{Approvals, Verdict};
 use crate::config::Config;
 use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
-use crate::policy::{self, Decision};
+use crate::policy::{self, AskRule, Carried, Decision, SessionState};
 
 /// The socket's name in the lines brokerd logs and the errors it sends.
 pub const SOCKET: &str = "broker.sock";
+
+/// The reason of a call the owner denied.
+pub const OWNER_DENIED: &str = "the owner denied it";
 
 /// What the model is shown when a result could not be recorded: the owner has the details.
 pub const NOT_RECORDED: &str =
@@ -137,6 +140,8 @@ impl Call<'_> {
     }
 }
 
+/// One call on `broker.sock`: recorded as requested, decided against the session's state, then
+/// refused, failed, run, or put to the owner.
 fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequest) {
     let mut c = Call {
         stream,
@@ -148,134 +153,208 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
         args: req.args,
     };
     let requested = c.draft(Event::Requested, args_detail(&c.args));
-
-    let state = match broker.ledger.state(&c.session) {
-        Ok(s) => s,
-        Err(e) => {
-            // Never the default: a damaged state is a refusal, logged with the store's text.
-            bxharden::log::error(crate::state::STATE_ANCHOR, &e);
-            let failed = c.draft(Event::Failed, json!({"message": e.to_string()}));
-            let _ = broker.ledger.record(vec![requested, failed]);
-            c.internal(&e);
-            return;
-        }
+    let Some(state) = c.state(&requested) else {
+        return;
     };
-
     match policy::decide(&broker.registry, &broker.env, &c.tool, &c.args, state) {
-        Decision::Denied(reason) => {
-            let denied = c.draft(Event::Denied, json!({"reason": reason}));
-            c.record_then(vec![requested, denied], ToolResponse::Denied { reason });
-        }
-        Decision::Failed(message) => {
-            let failed = c.draft(Event::Failed, json!({"message": message}));
-            c.record_then(vec![requested, failed], ToolResponse::Failed { message });
-        }
-        Decision::Allow { entry, plan } => {
-            let allowed = c.draft(Event::Allowed, json!({"rule": "allowed"}));
-            if let Err(e) = broker.ledger.record(vec![requested, allowed]) {
-                broker.fault(&e);
-                c.internal(&e);
-                return;
-            }
-            run(&mut c, entry, &plan);
-        }
+        Decision::Denied(reason) => c.deny(vec![requested], None, reason),
+        Decision::Failed { message, touched } => c.fail(vec![requested], message, touched),
+        Decision::Allow { entry, plan } => c.allow(requested, entry, &plan),
         Decision::Ask {
             entry,
-            plan,
+            plan: _,
             rule,
             reason,
-        } => {
-            let now = Timestamp::now();
-            let ttl = broker.cfg.approvals.ttl_ms;
-            let approval = Approval {
-                approval: ApprovalId::random(),
-                session: c.session.clone(),
-                call: c.call,
-                tool: c.tool.clone(),
-                args: c.args.clone(),
-                digest: canonical::digest(&c.args),
-                taint: state.taint,
-                untrusted: state.untrusted,
-                rule: rule.as_str().to_string(),
-                reason: reason.clone(),
-                requested: now,
-                expires: now.plus_millis(ttl),
-            };
-            let aid = approval.approval.clone();
-            let expires = approval.expires;
-            let pending = c.draft(
-                Event::Pending,
-                json!({
-                    "approval": aid,
-                    "rule": rule.as_str(),
-                    "reason": reason,
-                    "digest": approval.digest,
-                    "expires": expires,
-                }),
-            );
-            if let Err(e) = broker.ledger.record(vec![requested, pending]) {
-                broker.fault(&e);
-                c.internal(&e);
-                return;
-            }
-            let waiter = broker.approvals.open(approval, Duration::from_millis(ttl));
-            let interim = Message::ToolResponse(ToolResponse::PendingApproval {
-                approval: aid.clone(),
-                expires,
-            });
-            if !send(c.stream, c.id, false, interim) {
-                // The caller is gone: nobody would take the result. Close the approval.
-                broker.approvals.abandon(waiter);
-                let closed = c.draft(
-                    Event::Denied,
-                    json!({"approval": aid, "reason": "the caller went away before the decision"}),
-                );
-                if let Err(e) = broker.ledger.record(vec![closed]) {
-                    broker.fault(&e);
-                }
-                return;
-            }
-            match broker.approvals.wait(waiter) {
-                Verdict::Approved => {
-                    let approved = c.draft(
-                        Event::Approved,
-                        json!({"approval": aid, "digest": canonical::digest(&c.args)}),
-                    );
-                    if let Err(e) = broker.ledger.record(vec![approved]) {
-                        broker.fault(&e);
-                        c.internal(&e);
-                        return;
-                    }
-                    run(&mut c, entry, &plan);
-                }
-                Verdict::Denied => {
-                    let reason = "the owner denied it".to_string();
-                    let denied = c.draft(Event::Denied, json!({"approval": aid, "reason": reason}));
-                    c.record_then(vec![denied], ToolResponse::Denied { reason });
-                }
-                Verdict::Expired => {
-                    let reason = "the approval expired".to_string();
-                    let expired = c.draft(Event::Expired, json!({"approval": aid, "why": reason}));
-                    c.record_then(vec![expired], ToolResponse::Denied { reason });
-                }
-            }
-        }
+        } => c.ask(requested, state, entry, rule, reason),
     }
 }
 
-/// Run an allowed call, raise the session by its result, and answer.
+impl Call<'_> {
+    /// The session's state. Never the default: a damaged state is a refusal, recorded and logged
+    /// with the store's text.
+    fn state(&mut self, requested: &Draft) -> Option<SessionState> {
+        match self.broker.ledger.state(&self.session) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                bxharden::log::error(crate::state::STATE_ANCHOR, &e);
+                let failed = self.draft(Event::Failed, failed_detail(&e.to_string()));
+                let _ = self.broker.ledger.record(vec![requested.clone(), failed]);
+                self.internal(&e);
+                None
+            }
+        }
+    }
+
+    /// Answer `denied` with `reason`, after `before` and the `denied` record.
+    fn deny(&mut self, mut before: Vec<Draft>, approval: Option<Value>, reason: String) {
+        let mut detail = json!({"reason": reason});
+        if let (Value::Object(m), Some(Value::Object(a))) = (&mut detail, approval) {
+            m.extend(a);
+        }
+        before.push(self.draft(Event::Denied, detail));
+        self.record_then(before, ToolResponse::Denied { reason });
+    }
+
+    /// Answer `failed`: what the failure told raises the session first when the call ran
+    /// against a root's files (`touched`). The chain holds the message's digest, never its
+    /// text, which may echo argument values.
+    fn fail(&mut self, before: Vec<Draft>, message: String, touched: Option<Carried>) {
+        let Some(carried) = touched else {
+            let failed = self.draft(Event::Failed, failed_detail(&message));
+            let mut drafts = before;
+            drafts.push(failed);
+            return self.record_then(drafts, ToolResponse::Failed { message });
+        };
+        if !before.is_empty() {
+            if let Err(e) = self.broker.ledger.record(before) {
+                self.broker.fault(&e);
+                return self.internal(&e);
+            }
+        }
+        let detail = failed_detail(&message);
+        match self.broker.ledger.raise(
+            &self.session,
+            self.call,
+            &self.tool,
+            carried,
+            Event::Failed,
+            detail,
+        ) {
+            Ok(_) => self.answer(ToolResponse::Failed { message }),
+            Err(e) => {
+                self.broker.fault(&e);
+                self.internal(&e);
+            }
+        }
+    }
+
+    /// Record the decision to run, then run.
+    fn allow(&mut self, requested: Draft, entry: &Entry, plan: &Plan) {
+        let allowed = self.draft(Event::Allowed, json!({"rule": "allowed"}));
+        if let Err(e) = self.broker.ledger.record(vec![requested, allowed]) {
+            self.broker.fault(&e);
+            return self.internal(&e);
+        }
+        run(self, entry, plan);
+    }
+
+    /// Put the call to the owner: record it pending, tell the caller, wait for the verdict.
+    fn ask(
+        &mut self,
+        requested: Draft,
+        state: SessionState,
+        entry: &Entry,
+        rule: AskRule,
+        reason: String,
+    ) {
+        let broker = self.broker;
+        let now = Timestamp::now();
+        let ttl = broker.cfg.approvals.ttl_ms;
+        let approval = Approval {
+            approval: ApprovalId::random(),
+            session: self.session.clone(),
+            call: self.call,
+            tool: self.tool.clone(),
+            args: self.args.clone(),
+            digest: canonical::digest(&self.args),
+            taint: state.taint,
+            untrusted: state.untrusted,
+            rule: rule.as_str().to_string(),
+            reason: reason.clone(),
+            requested: now,
+            expires: now.plus_millis(ttl),
+        };
+        let aid = approval.approval.clone();
+        let expires = approval.expires;
+        let pending = self.draft(
+            Event::Pending,
+            json!({
+                "approval": aid,
+                "rule": rule.as_str(),
+                "reason": reason,
+                "digest": approval.digest,
+                "expires": expires,
+            }),
+        );
+        if let Err(e) = broker.ledger.record(vec![requested, pending]) {
+            broker.fault(&e);
+            return self.internal(&e);
+        }
+        let waiter = broker.approvals.open(approval, Duration::from_millis(ttl));
+        let interim = Message::ToolResponse(ToolResponse::PendingApproval {
+            approval: aid.clone(),
+            expires,
+        });
+        if !send(self.stream, self.id, false, interim) {
+            // The caller is gone: nobody would take the result. Close the approval.
+            broker.approvals.abandon(waiter);
+            let closed = self.draft(
+                Event::Denied,
+                json!({"approval": aid, "reason": "the caller went away before the decision"}),
+            );
+            if let Err(e) = broker.ledger.record(vec![closed]) {
+                broker.fault(&e);
+            }
+            return;
+        }
+        match broker.approvals.wait(waiter) {
+            Verdict::Approved { by } => self.approved(&aid, by, entry),
+            Verdict::Denied { by, reason } => {
+                let reason = reason.unwrap_or_else(|| OWNER_DENIED.to_string());
+                self.deny(Vec::new(), Some(json!({"approval": aid, "by": by})), reason);
+            }
+            Verdict::Expired => {
+                let reason = "the approval expired".to_string();
+                let expired = self.draft(Event::Expired, json!({"approval": aid, "why": reason}));
+                self.record_then(vec![expired], ToolResponse::Denied { reason });
+            }
+        }
+    }
+
+    /// The owner approved: decide the call again against the session's state now (it may have
+    /// read something since it asked), and run it only if the policy still lets it.
+    fn approved(&mut self, aid: &ApprovalId, by: u32, entry: &Entry) {
+        let broker = self.broker;
+        let tag = json!({"approval": aid, "by": by});
+        let plan = match broker.redecide(&self.session, &self.tool, &self.args) {
+            Redecision::Runs(p) => p,
+            Redecision::Denied(reason) => return self.deny(Vec::new(), Some(tag), reason),
+            Redecision::Failed(message, touched) => {
+                return self.fail(Vec::new(), message, touched);
+            }
+            Redecision::Unreadable(e) => {
+                bxharden::log::error(crate::state::STATE_ANCHOR, &e);
+                let reason = e.to_string();
+                return self.deny(Vec::new(), Some(tag), reason);
+            }
+        };
+        let approved = self.draft(
+            Event::Approved,
+            json!({"approval": aid, "by": by, "digest": canonical::digest(&self.args)}),
+        );
+        if let Err(e) = broker.ledger.record(vec![approved]) {
+            broker.fault(&e);
+            return self.internal(&e);
+        }
+        run(self, entry, &plan);
+    }
+}
+
+/// Run an allowed call, raise the session by its result, and answer. A run that fails after it
+/// ran against a root's files raises as its result would have.
 fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
-    match entry.run(&c.args, &c.broker.env) {
+    match entry.run(&c.args, plan, &c.broker.env) {
         Ok(out) => {
             let detail = json!({
                 "class": plan.reads,
                 "untrusted_output": plan.untrusted_output,
                 "content_bytes": out.content.len(),
             });
+            let carried = Carried::from(plan);
             match c
                 .broker
                 .ledger
-                .raise(&c.session, c.call, &c.tool, plan, detail)
+                .raise(&c.session, c.call, &c.tool, carried, Event::Result, detail)
             {
                 Ok(_) => c.answer(ToolResponse::Result {
                     content: out.content,
@@ -292,9 +371,52 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
             }
         }
         Err(e) => {
-            let message = e.to_string();
-            let failed = c.draft(Event::Failed, json!({"message": message}));
-            c.record_then(vec![failed], ToolResponse::Failed { message });
+            let touched = match (&e, entry.declared().reads) {
+                (ToolError::Touched(labels, _), _) => {
+                    Some(Carried::from(plan).join(Carried::from(labels)))
+                }
+                (_, Reads::Root) => Some(Carried::from(plan)),
+                (_, Reads::Fixed(_)) => None,
+            };
+            c.fail(Vec::new(), e.to_string(), touched);
+        }
+    }
+}
+
+/// What the chain holds about a failure: the digest and length of its message, never the text,
+/// which may echo argument values (a path, a URL of any length).
+pub fn failed_detail(message: &str) -> Value {
+    json!({
+        "message_digest": canonical::sha256_hex(message.as_bytes()),
+        "message_bytes": message.len(),
+    })
+}
+
+/// A call decided again when the owner approved it.
+#[derive(Debug)]
+pub enum Redecision {
+    /// The policy still lets it run (as it is now planned).
+    Runs(Plan),
+    /// The policy now denies it, with this reason.
+    Denied(String),
+    /// It can no longer be carried out.
+    Failed(String, Option<Carried>),
+    /// The session's state cannot be read.
+    Unreadable(crate::state::StateError),
+}
+
+impl Broker {
+    /// Decide `tool(args)` for `session` against its state now: the second decision of an
+    /// approved call, in the broker thread and for the owner's answer.
+    pub fn redecide(&self, session: &SessionId, tool: &str, args: &Value) -> Redecision {
+        let state = match self.ledger.state(session) {
+            Ok(s) => s,
+            Err(e) => return Redecision::Unreadable(e),
+        };
+        match policy::decide(&self.registry, &self.env, tool, args, state) {
+            Decision::Denied(reason) => Redecision::Denied(reason),
+            Decision::Failed { message, touched } => Redecision::Failed(message, touched),
+            Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => Redecision::Runs(plan),
         }
     }
 }

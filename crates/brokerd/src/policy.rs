@@ -7,7 +7,7 @@ use std::fmt;
 use bxcore::DataClass;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use toolkit::{ApprovalRule, Effect, Entry, Env, Plan, Registry};
+use toolkit::{ApprovalRule, Effect, Entry, Env, Labels, Plan, Registry, ToolError};
 
 /// What a session has read: the highest class (`taint`, never `public`) and whether any of it
 /// was third-party content. Both only rise.
@@ -51,12 +51,48 @@ impl Default for SessionState {
     }
 }
 
+/// What a call carried into the session, by its result or by what its failure told: the class
+/// and whether it was third-party content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carried {
+    pub class: DataClass,
+    pub untrusted: bool,
+}
+
+impl From<&Plan> for Carried {
+    fn from(plan: &Plan) -> Carried {
+        Carried {
+            class: plan.reads,
+            untrusted: plan.untrusted_output,
+        }
+    }
+}
+
+impl From<&Labels> for Carried {
+    fn from(l: &Labels) -> Carried {
+        Carried {
+            class: l.class,
+            untrusted: l.untrusted,
+        }
+    }
+}
+
+impl Carried {
+    /// Both at once: the higher class, untrusted if either is.
+    pub fn join(self, other: Carried) -> Carried {
+        Carried {
+            class: self.class.max(other.class),
+            untrusted: self.untrusted || other.untrusted,
+        }
+    }
+}
+
 impl SessionState {
-    /// The state after a result that carried `plan` back: `taint = max`, `untrusted |=`.
-    pub fn raised(self, plan: &Plan) -> SessionState {
+    /// The state after a call that carried `c` in: `taint = max`, `untrusted |=`.
+    pub fn raised(self, c: Carried) -> SessionState {
         SessionState {
-            taint: self.taint.max(plan.reads),
-            untrusted: self.untrusted || plan.untrusted_output,
+            taint: self.taint.max(c.class),
+            untrusted: self.untrusted || c.untrusted,
         }
     }
 }
@@ -93,8 +129,13 @@ impl fmt::Display for AskRule {
 pub enum Decision<'r> {
     /// Step 1 or 3: `denied`, with the reason.
     Denied(String),
-    /// Step 2 (or a path the tool cannot act on): `failed`, no state change.
-    Failed(String),
+    /// Step 2 (or a path the tool cannot act on): `failed`. No state change when only the
+    /// arguments were looked at; `touched` when planning ran against a root's files, which
+    /// raises the session as a read of that place would.
+    Failed {
+        message: String,
+        touched: Option<Carried>,
+    },
     /// Steps 4 and 5: the owner must approve.
     Ask {
         entry: &'r Entry,
@@ -121,11 +162,23 @@ pub fn decide<'r>(
     };
     // 2. The schema.
     if let Err(message) = entry.validate(args) {
-        return Decision::Failed(message);
+        return Decision::Failed {
+            message,
+            touched: None,
+        };
     }
     let plan = match entry.plan(args, env) {
         Ok(plan) => plan,
-        Err(e) => return Decision::Failed(e.to_string()),
+        Err(e) => {
+            let touched = match &e {
+                ToolError::Touched(labels, _) => Some(Carried::from(labels)),
+                ToolError::Refused(_) | ToolError::Failed(_) => None,
+            };
+            return Decision::Failed {
+                message: e.to_string(),
+                touched,
+            };
+        }
     };
     // 3. Nothing flows to a place below the session's taint: not out of the box, not into a
     //    place a fresh session could send it out from. No approval lifts this.

@@ -61,7 +61,9 @@ fn bad_arguments_fail_before_the_flow_rules() {
         &json!({"url": 1}),
         state(DataClass::Secret, true),
     );
-    assert!(matches!(d, Decision::Failed(m) if m.contains("web_fetch's schema")));
+    assert!(
+        matches!(d, Decision::Failed { message: m, touched: None } if m.contains("web_fetch's schema"))
+    );
 }
 
 #[test]
@@ -197,9 +199,12 @@ fn a_decision_reaches_its_waiter_once() {
     let id = a.approval.clone();
     let w = table.open(a, Duration::from_secs(60));
     assert_eq!(table.list().len(), 1);
-    table.decide(&id, true).unwrap();
-    assert_eq!(table.wait(w), Verdict::Approved);
-    assert_eq!(table.decide(&id, true), Err(DecideError::NotPending(id)));
+    table.decide(&id, Verdict::Approved { by: 1000 }).unwrap();
+    assert_eq!(table.wait(w), Verdict::Approved { by: 1000 });
+    assert_eq!(
+        table.decide(&id, Verdict::Approved { by: 1000 }),
+        Err(DecideError::NotPending(id))
+    );
     assert!(table.list().is_empty());
 }
 
@@ -210,6 +215,6 @@ fn the_clock_wins_when_nobody_decides_and_a_late_decision_is_refused() {
     let id = a.approval.clone();
     let w = table.open(a, Duration::from_millis(1));
     assert_eq!(table.wait(w), Verdict::Expired);
-    assert!(table.decide(&id, true).is_err());
+    assert!(table.decide(&id, Verdict::Approved { by: 1000 }).is_err());
     assert!(table.list().is_empty());
 }

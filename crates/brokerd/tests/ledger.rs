@@ -8,7 +8,7 @@ use std::thread;
 use brokerd::ledger::Ledger;
 use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::record::{Draft, Event, summary};
-use brokerd::policy::SessionState;
+use brokerd::policy::{Carried, SessionState};
 use brokerd::state::StateStore;
 use bxcore::{CallId, DataClass, SessionId};
 use serde_json::json;
@@ -103,7 +103,15 @@ fn concurrent_raises_of_one_session_never_lose_each_other() {
             } else {
                 plan(DataClass::Public, true)
             };
-            l.raise(&sid("s"), CallId(i), "t", &p, json!({})).unwrap();
+            l.raise(
+                &sid("s"),
+                CallId(i),
+                "t",
+                Carried::from(&p),
+                Event::Result,
+                json!({}),
+            )
+            .unwrap();
         }));
     }
     for t in threads {

@@ -309,7 +309,7 @@ fn step_6_allowed_and_the_raise_is_on_disk_before_the_answer() {
 }
 
 #[test]
-fn a_tool_that_fails_raises_nothing() {
+fn a_read_that_fails_in_a_root_raises_as_a_read_there_would() {
     let h = home("");
     let _b = Brokerd::start(&h);
     let r = call(
@@ -321,6 +321,27 @@ fn a_tool_that_fails_raises_nothing() {
     );
     assert!(
         matches!(outcome(&r), ToolResponse::Failed { message } if message.contains("does not exist"))
+    );
+    assert_eq!(
+        state(&h, "s"),
+        Some(json!({"taint": "secret", "untrusted": false}))
+    );
+    assert_eq!(events(&h, "s", 1), ["requested", "allowed", "failed"]);
+}
+
+#[test]
+fn a_tool_that_fails_without_touching_a_root_raises_nothing() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    let r = call(
+        &h,
+        "s",
+        1,
+        "web_fetch",
+        json!({"url": "https://example.org/"}),
+    );
+    assert!(
+        matches!(outcome(&r), ToolResponse::Failed { message } if message.contains("no gateway"))
     );
     assert_eq!(state(&h, "s"), None);
     assert_eq!(events(&h, "s", 1), ["requested", "allowed", "failed"]);

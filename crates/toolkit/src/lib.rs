@@ -16,7 +16,7 @@ mod workspace_tools;
 pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
 pub use web_fetch::WebFetch;
-pub use workspace::{Root, Roots, RootsError};
+pub use workspace::{Labels, Root, Roots, RootsError};
 pub use workspace_tools::{WorkspaceList, WorkspaceRead, WorkspaceWrite};
 
 use std::fmt;
@@ -39,12 +39,18 @@ pub enum ToolError {
     Refused(String),
     /// The tool ran and the system said no (a missing file, a full disk, ...).
     Failed(String),
+    /// Planning the call ran against the files of a root and then refused it (a write that
+    /// leads into a read-only root): what the refusal tells raises the session as a read of
+    /// that place would.
+    Touched(Labels, String),
 }
 
 impl fmt::Display for ToolError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ToolError::Refused(why) | ToolError::Failed(why) => f.write_str(why),
+            ToolError::Refused(why) | ToolError::Failed(why) | ToolError::Touched(_, why) => {
+                f.write_str(why)
+            }
         }
     }
 }
@@ -76,8 +82,10 @@ pub trait Tool: Send + Sync + fmt::Debug {
     /// What this one call will read and where it will write. An error here is `failed` before
     /// any policy step that needs the plan.
     fn plan(&self, args: &Self::Args, env: &Env) -> Result<Plan, ToolError>;
-    /// Run the call. Only called after the policy allowed it (or the owner approved it).
-    fn run(&self, args: &Self::Args, env: &Env) -> Result<Output, ToolError>;
+    /// Run the call as `plan` says (the plan the policy decided on). Only called after the
+    /// policy allowed it (or the owner approved it). A run that finds the world changed since the
+    /// plan (a file moved into a stricter root) refuses rather than do what was not decided.
+    fn run(&self, args: &Self::Args, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
 }
 
 /// A [`Tool`] behind one type, as the registry holds them: arguments arrive as JSON and are
@@ -89,7 +97,7 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn declared(&self) -> Declared;
     fn validate(&self, args: &Value) -> Result<(), String>;
     fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError>;
-    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError>;
+    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
 }
 
 impl<T: Tool> AnyTool for T {
@@ -112,8 +120,8 @@ impl<T: Tool> AnyTool for T {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
         Tool::plan(self, &args, env)
     }
-    fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
+    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
-        Tool::run(self, &args, env)
+        Tool::run(self, &args, plan, env)
     }
 }

@@ -152,15 +152,22 @@ impl Entry {
 
     /// What this call will do, with the tightening applied. `args` must have passed `validate`.
     pub fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
-        let mut plan = self.tool.plan(args, env)?;
+        let mut plan = self.tool.plan(args, env).map_err(|e| match e {
+            ToolError::Touched(mut labels, why) => {
+                labels.class = labels.class.max(self.reads_floor);
+                labels.untrusted |= self.declared.untrusted_output;
+                ToolError::Touched(labels, why)
+            }
+            other => other,
+        })?;
         plan.reads = plan.reads.max(self.reads_floor);
         plan.untrusted_output |= self.declared.untrusted_output;
         Ok(plan)
     }
 
     /// Run the call. Only after the policy allowed it.
-    pub fn run(&self, args: &Value, env: &Env) -> Result<Output, ToolError> {
-        self.tool.run(args, env)
+    pub fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+        self.tool.run(args, plan, env)
     }
 }
 

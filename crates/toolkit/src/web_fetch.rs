@@ -52,7 +52,7 @@ impl Tool for WebFetch {
             writes_into: None,
         })
     }
-    fn run(&self, args: &FetchArgs, env: &Env) -> Result<Output, ToolError> {
+    fn run(&self, args: &FetchArgs, _plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let url = args.url.as_str();
         let Some(socket) = &env.gateway else {
             return Err(ToolError::Failed(NO_GATEWAY.to_string()));

@@ -5,16 +5,22 @@
 //! it with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, which refuses `..` that leaves the
 //! root, every absolute symlink, and a relative symlink that leads out, at each step of the walk
 //! and atomically with it. No check-then-open race is left for a concurrent rename to win.
+//!
+//! Roots may nest (a secret `notes/vault` inside a private `notes`), so the root a path's words
+//! start in says little about where the kernel's walk ends (`notes/x/../vault/pin.txt`, a
+//! relative symlink). What a call reads or writes is labelled by the object it opened: every
+//! configured root that contains the object after resolution counts, and the strictest wins
+//! ([`Roots::labels`]).
 
 use std::ffi::OsStr;
 use std::fmt;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use bxcore::DataClass;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, SFlag};
 use serde::Deserialize;
 
 use crate::ToolError;
@@ -66,6 +72,38 @@ impl std::error::Error for RootsError {}
 /// The configured roots.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roots(Vec<Root>);
+
+/// What the roots that contain one object say about it, summed up strictly: the highest class,
+/// untrusted if any of them is, writable only if all of them are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labels {
+    pub class: DataClass,
+    pub untrusted: bool,
+    /// A root that contains the object and is not writable, if any.
+    pub read_only: Option<PathBuf>,
+}
+
+impl Labels {
+    /// The labels of one root.
+    pub fn of(root: &Root) -> Labels {
+        Labels {
+            class: root.class,
+            untrusted: root.untrusted,
+            read_only: (!root.writable).then(|| root.path.clone()),
+        }
+    }
+
+    /// Both sets of labels at once: the strictest of each.
+    pub fn join(self, other: &Root) -> Labels {
+        Labels {
+            class: self.class.max(other.class),
+            untrusted: self.untrusted || other.untrusted,
+            read_only: self
+                .read_only
+                .or_else(|| (!other.writable).then(|| other.path.clone())),
+        }
+    }
+}
 
 /// A path split into the root it lies in and the part beneath that root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +162,36 @@ impl Roots {
         Ok(Beneath { root, rest })
     }
 
+    /// The labels of the object `fd` refers to, opened beneath `start` (which contains it): the
+    /// join of every root whose directory is the object or one of its ancestors, as the kernel
+    /// resolved it (the descriptor's path in `/proc/self/fd`, against each root's own). A
+    /// non-directory with more than one name may also be named from any root on its file
+    /// system, whose names cannot be found without a scan: it takes all of those roots' labels.
+    pub fn labels(&self, start: &Root, fd: &OwnedFd) -> Result<Labels, ToolError> {
+        let at = fd_path(fd)?;
+        let st = nix::sys::stat::fstat(fd.as_raw_fd())
+            .map_err(|e| ToolError::Failed(format!("{}: {}", at.display(), e.desc())))?;
+        let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
+        let mut labels = Labels::of(start);
+        for root in &self.0 {
+            let Ok(rfd) = open_root(root) else {
+                // A root that is not there contains nothing.
+                continue;
+            };
+            let contains = match fd_path(&rfd) {
+                Ok(rpath) => at.starts_with(&rpath),
+                Err(_) => false,
+            };
+            let linked = !is_dir
+                && st.st_nlink > 1
+                && nix::sys::stat::fstat(rfd.as_raw_fd()).is_ok_and(|r| r.st_dev == st.st_dev);
+            if contains || linked {
+                labels = labels.join(root);
+            }
+        }
+        Ok(labels)
+    }
+
     fn list(&self) -> String {
         if self.0.is_empty() {
             return " (no workspace root is configured)".to_string();
@@ -138,6 +206,43 @@ impl Roots {
 }
 
 impl Beneath<'_> {
+    /// The labels of what the kernel's walk of this path reaches: the object itself, or, when
+    /// the walk fails (a missing name, a file used as a directory, a step out of the root), the
+    /// deepest object it did reach on the way. A walk that ran against a root's files tells what
+    /// is there even when it fails, so it is labelled like a read of that place.
+    pub fn reached(&self, roots: &Roots, rest: &Path) -> Labels {
+        let Ok(root) = open_root(self.root) else {
+            return Labels::of(self.root);
+        };
+        let mut prefix: Vec<Component<'_>> = rest.components().collect();
+        loop {
+            let p: PathBuf = prefix.iter().collect();
+            let p: &Path = if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                &p
+            };
+            if let Ok(fd) = open_beneath(&root, p, OFlag::O_PATH, Mode::empty()) {
+                return roots
+                    .labels(self.root, &fd)
+                    .unwrap_or_else(|_| Labels::of(self.root));
+            }
+            if prefix.pop().is_none() {
+                return Labels::of(self.root);
+            }
+        }
+    }
+
+    /// The labels of the whole path, as [`Beneath::reached`] finds them.
+    pub fn labels(&self, roots: &Roots) -> Labels {
+        self.reached(roots, &self.rest)
+    }
+
+    /// The labels of the directory the path's last component lies in.
+    pub fn parent_labels(&self, roots: &Roots) -> Labels {
+        self.reached(roots, self.rest.parent().unwrap_or(Path::new("")))
+    }
+
     /// Open the path beneath its root with `flags`; `mode` for a file `O_CREAT` makes.
     pub fn open(&self, shown: &str, flags: OFlag, mode: Mode) -> Result<OwnedFd, ToolError> {
         let root = open_root(self.root)?;
@@ -179,6 +284,25 @@ impl Beneath<'_> {
     }
 }
 
+/// Where the kernel says `fd` is: its path as `/proc/self/fd` shows it. An object whose name
+/// was removed since it was opened has no place, and is refused.
+fn fd_path(fd: &OwnedFd) -> Result<PathBuf, ToolError> {
+    let link = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let at = std::fs::read_link(&link).map_err(|e| {
+        ToolError::Failed(format!(
+            "where an opened file lies cannot be found ({}: {e}); /proc must be mounted",
+            link.display()
+        ))
+    })?;
+    if !at.is_absolute() || at.as_os_str().as_encoded_bytes().ends_with(b" (deleted)") {
+        return Err(ToolError::Failed(format!(
+            "{} was removed while it was opened",
+            at.display()
+        )));
+    }
+    Ok(at)
+}
+
 fn open_root(root: &Root) -> Result<OwnedFd, ToolError> {
     let fd = nix::fcntl::open(
         &root.path,
@@ -204,7 +328,6 @@ pub fn open_beneath(
     flags: OFlag,
     mode: Mode,
 ) -> Result<OwnedFd, Errno> {
-    use std::os::fd::AsRawFd;
     let how = OpenHow::new()
         .flags(flags | OFlag::O_CLOEXEC)
         .mode(mode)

@@ -1,12 +1,12 @@
 //! `workspace_list`, `workspace_read`, `workspace_write`: files in the configured roots, each path
 //! resolved beneath its root by the kernel (`workspace.rs`). Their class and trust are those of
-//! the root the path lies in.
+//! every root the opened object lies in (roots nest), the strictest winning; a call that ran
+//! against a root's files carries those labels whether it succeeds or fails.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use bxcore::DataClass;
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::{Mode, SFlag, fstat};
 use serde_json::Value;
@@ -22,12 +22,32 @@ pub const MAX_LIST: usize = 1000;
 
 fn read_plan(args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
     let at = env.roots.locate(&args.path)?;
+    let labels = at.labels(&env.roots);
     Ok(Plan {
-        reads: at.root.class,
-        untrusted_output: at.root.untrusted,
+        reads: labels.class,
+        untrusted_output: labels.untrusted,
         effect: Effect::None,
         writes_into: None,
     })
+}
+
+/// The object a read opened must be no stricter than the plan the policy decided on: a file
+/// moved into a stricter root in between is refused (and raises the session to where it is).
+fn check_opened(
+    env: &Env,
+    at: &crate::workspace::Beneath<'_>,
+    fd: &OwnedFd,
+    shown: &str,
+    plan: &Plan,
+) -> Result<(), ToolError> {
+    let labels = env.roots.labels(at.root, fd)?;
+    if labels.class > plan.reads || (labels.untrusted && !plan.untrusted_output) {
+        return Err(ToolError::Touched(
+            labels,
+            format!("{shown} moved while the call was decided; ask again"),
+        ));
+    }
+    Ok(())
 }
 
 fn is_kind(fd: &OwnedFd, kind: SFlag) -> Result<bool, ToolError> {
@@ -61,10 +81,11 @@ impl Tool for WorkspaceList {
     fn plan(&self, args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
         read_plan(args, env)
     }
-    fn run(&self, args: &PathArgs, env: &Env) -> Result<Output, ToolError> {
+    fn run(&self, args: &PathArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         let fd = at.open(shown, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty())?;
+        check_opened(env, &at, &fd, shown, plan)?;
         // `Dir` takes the descriptor over, and closes it on failure too.
         let mut dir = nix::dir::Dir::from(fd)
             .map_err(|e| ToolError::Failed(format!("{shown}: {}", e.desc())))?;
@@ -115,11 +136,12 @@ impl Tool for WorkspaceRead {
     fn plan(&self, args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
         read_plan(args, env)
     }
-    fn run(&self, args: &PathArgs, env: &Env) -> Result<Output, ToolError> {
+    fn run(&self, args: &PathArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         // Non-blocking, so a FIFO planted in a root cannot hold the call; refused below anyway.
         let fd = at.open(shown, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty())?;
+        check_opened(env, &at, &fd, shown, plan)?;
         if !is_kind(&fd, SFlag::S_IFREG)? {
             return Err(ToolError::Failed(format!("{shown} is not a regular file")));
         }
@@ -156,7 +178,9 @@ impl Tool for WorkspaceWrite {
     }
     fn declared(&self) -> Declared {
         Declared {
-            reads: Reads::Fixed(DataClass::Public),
+            // What a write tells about the place it lands in (that it exists, what is there)
+            // is labelled like a read of that place.
+            reads: Reads::Root,
             untrusted_output: false,
             effect: Effect::Local,
             approval: ApprovalRule::Never,
@@ -165,26 +189,45 @@ impl Tool for WorkspaceWrite {
     fn plan(&self, args: &WriteArgs, env: &Env) -> Result<Plan, ToolError> {
         let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
-        if !at.root.writable {
-            return Err(ToolError::Refused(format!(
+        // The file lands in its directory (a new name renamed in), so that directory's roots
+        // decide: the strictest class, and no write if any of them is read-only.
+        let labels = at.parent_labels(&env.roots);
+        if let Some(ro) = &labels.read_only {
+            let why = format!(
                 "{shown} is in the workspace root {}, which is read-only",
-                at.root.path.display()
-            )));
+                ro.display()
+            );
+            return Err(ToolError::Touched(labels, why));
         }
         Ok(Plan {
-            reads: DataClass::Public,
-            untrusted_output: false,
+            reads: labels.class,
+            untrusted_output: labels.untrusted,
             effect: Effect::Local,
-            writes_into: Some(at.root.class),
+            writes_into: Some(labels.class),
         })
     }
-    fn run(&self, args: &WriteArgs, env: &Env) -> Result<Output, ToolError> {
+    fn run(&self, args: &WriteArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let shown = args.path.as_str();
         let content = args.content.as_str();
-        // The plan's checks again: the run must not trust that nothing changed in between.
-        self.plan(args, env)?;
         let at = env.roots.locate(shown)?;
         let (dir, name) = at.open_parent(shown)?;
+        // The directory opened is the one written into: it must still be writable and no less
+        // strict than the place the policy decided on (the run does not trust that nothing
+        // changed in between).
+        let labels = env.roots.labels(at.root, &dir)?;
+        if let Some(ro) = &labels.read_only {
+            let why = format!(
+                "{shown} is in the workspace root {}, which is read-only",
+                ro.display()
+            );
+            return Err(ToolError::Touched(labels, why));
+        }
+        if Some(labels.class) < plan.writes_into {
+            return Err(ToolError::Touched(
+                labels,
+                format!("{shown} moved while the call was decided; ask again"),
+            ));
+        }
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             ToolError::Failed(format!("{shown}: {what}: {e}"))
         };

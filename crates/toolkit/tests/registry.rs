@@ -76,9 +76,9 @@ fn web_fetch_is_egress_limited_to_private_with_untrusted_public_output() {
 fn web_fetch_without_a_gateway_fails_saying_so() {
     let reg = Registry::new(&BTreeMap::new()).unwrap();
     let e = reg.get("web_fetch").unwrap();
-    let err = e
-        .run(&json!({"url": "https://example.org/"}), &Env::default())
-        .unwrap_err();
+    let args = json!({"url": "https://example.org/"});
+    let plan = e.plan(&args, &Env::default()).unwrap();
+    let err = e.run(&args, &plan, &Env::default()).unwrap_err();
     assert_eq!(err.to_string(), "no gateway is configured");
 }
 

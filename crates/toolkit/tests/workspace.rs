@@ -65,8 +65,8 @@ fn read(b: &Box_, path: &str) -> Result<String, ToolError> {
     let e = b.reg.get("workspace_read").unwrap();
     let args = json!({ "path": path });
     e.validate(&args).unwrap();
-    e.plan(&args, &b.env)?;
-    e.run(&args, &b.env).map(|o| o.content)
+    let plan = e.plan(&args, &b.env)?;
+    e.run(&args, &plan, &b.env).map(|o| o.content)
 }
 
 fn refused_as_leaving(r: Result<String, ToolError>) {
@@ -173,11 +173,14 @@ fn a_missing_file_and_a_fifo_fail_without_blocking() {
 fn a_listing_names_files_and_marks_directories() {
     let b = setup();
     let e = b.reg.get("workspace_list").unwrap();
-    let out = e.run(&json!({"path": b.notes}), &b.env).unwrap();
+    let list = |path: String| {
+        let args = json!({ "path": path });
+        let plan = e.plan(&args, &b.env).unwrap();
+        e.run(&args, &plan, &b.env).unwrap()
+    };
+    let out = list(b.notes.clone());
     assert_eq!(out.content, "a.txt\nsub/");
-    let sub = e
-        .run(&json!({"path": format!("{}/sub/", b.notes)}), &b.env)
-        .unwrap();
+    let sub = list(format!("{}/sub/", b.notes));
     assert_eq!(sub.content, "b.txt");
 }
 
@@ -185,8 +188,8 @@ fn write(b: &Box_, path: &str, content: &str) -> Result<String, ToolError> {
     let e = b.reg.get("workspace_write").unwrap();
     let args = json!({ "path": path, "content": content });
     e.validate(&args).unwrap();
-    e.plan(&args, &b.env)?;
-    e.run(&args, &b.env).map(|o| o.content)
+    let plan = e.plan(&args, &b.env)?;
+    e.run(&args, &plan, &b.env).map(|o| o.content)
 }
 
 #[test]
@@ -225,7 +228,10 @@ fn a_write_to_a_read_only_root_is_refused_and_writes_nothing() {
     let b = setup();
     let p = format!("{}/new.txt", b.secret);
     match write(&b, &p, "x") {
-        Err(ToolError::Refused(m)) => assert!(m.contains("read-only"), "{m}"),
+        Err(ToolError::Touched(labels, m)) => {
+            assert!(m.contains("read-only"), "{m}");
+            assert_eq!(labels.class, DataClass::Secret);
+        }
         other => panic!("{other:?}"),
     }
     assert!(!Path::new(&p).exists());

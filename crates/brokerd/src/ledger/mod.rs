@@ -9,14 +9,12 @@ pub mod record;
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-use bxcore::{CallId, SessionId};
-use serde_json::Value;
-use toolkit::Plan;
-
-use crate::policy::SessionState;
+use crate::policy::{Carried, SessionState};
 use crate::state::{StateError, StateStore};
+use bxcore::{CallId, SessionId};
 use chain::{Audit, AuditError};
 use record::{Draft, Event};
+use serde_json::Value;
 
 /// Why the ledger could not do a step: the state store's error or the chain's.
 #[derive(Debug)]
@@ -85,21 +83,23 @@ impl Ledger {
             .map_err(LedgerError::Audit)
     }
 
-    /// After a tool returned: raise the session's state by what the result carried (written
-    /// atomically when it changes), append the `result` record, and wait until both are durable.
-    /// Only then may the answer be sent.
+    /// After a tool returned, or failed after it ran against a root's files: raise the
+    /// session's state by what the call carried (written atomically when it changes), append the
+    /// `event` record (`result` or `failed`), and wait until both are durable. Only then may the
+    /// answer be sent.
     pub fn raise(
         &self,
         session: &SessionId,
         call: CallId,
         tool: &str,
-        plan: &Plan,
+        carried: Carried,
+        event: Event,
         mut detail: Value,
     ) -> Result<SessionState, LedgerError> {
         let (seq, raised) = {
             let _g = self.guard();
             let before = self.store.read(session).map_err(LedgerError::State)?;
-            let raised = before.raised(plan);
+            let raised = before.raised(carried);
             if raised != before {
                 self.store
                     .write(session, &raised)
@@ -112,13 +112,7 @@ impl Ledger {
             }
             let seq = self
                 .audit
-                .append(vec![Draft::call(
-                    session,
-                    call,
-                    tool,
-                    Event::Result,
-                    detail,
-                )])
+                .append(vec![Draft::call(session, call, tool, event, detail)])
                 .map_err(LedgerError::Audit)?;
             (seq, raised)
         };
