@@ -12,7 +12,7 @@ use crate::chat::{self, ChatOptions};
 #[cfg(feature = "devbox")]
 use crate::demo;
 #[cfg(feature = "devbox")]
-use crate::dev::{self, ModelChoice, Provider, UpOptions};
+use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
 use crate::{Outcome, approvals, audit, selftest, status};
 
@@ -116,6 +116,12 @@ pub enum DevCommand {
     Up(UpArgs),
     /// Stop the dev box's daemons (SIGTERM, then SIGKILL after a deadline).
     Down,
+    /// Stop the dev box, then start it again as it was made.
+    Restart {
+        /// As root: the user it was made with [default: bx-dev].
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
+    },
 }
 
 #[cfg(feature = "devbox")]
@@ -124,9 +130,9 @@ pub struct UpArgs {
     /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
-    /// The model provider.
-    #[arg(long, value_enum, default_value_t = Provider::Script)]
-    pub provider: Provider,
+    /// The model provider [default: script for a new home; a reused home keeps its own].
+    #[arg(long, value_enum)]
+    pub provider: Option<Provider>,
     /// For the script provider: the script to use instead of the shipped default.
     #[arg(long, value_name = "FILE")]
     pub script: Option<PathBuf>,
@@ -240,34 +246,28 @@ pub fn run(cli: Cli) -> ExitCode {
         },
         #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Up(args)) => {
-            if args.provider != Provider::Script {
-                if args.model.is_none() || args.api_key_file.is_none() {
-                    return usage(&format!(
-                        "--provider {} needs --model NAME and --api-key-file FILE",
-                        args.provider
-                    ));
-                }
-                if args.script.is_some() {
-                    return usage("--script goes with --provider script");
-                }
-            }
-            let base_url = args.base_url.or_else(|| match args.provider {
-                Provider::Openai => Some("https://api.openai.com/v1".into()),
-                Provider::Anthropic => Some("https://api.anthropic.com".into()),
-                Provider::Script => None,
-            });
+            // dev::up checks every flag before it writes anything.
             let opts = UpOptions {
                 home: Target::for_dev(cli.home.as_deref()).home().to_path_buf(),
                 user: args.user,
-                model: ModelChoice {
+                model: ModelFlags {
                     provider: args.provider,
-                    base_url,
+                    base_url: args.base_url,
                     model: args.model,
                     api_key_file: args.api_key_file,
                     script: args.script,
                 },
             };
             match dev::up(&opts, &mut out) {
+                Ok(_) => ExitCode::SUCCESS,
+                // A flag that is wrong, or does not go with the others: exit 2, as clap's own.
+                Err(e @ dev::DevError::Usage(_)) => usage(&e.to_string()),
+                Err(e) => failed(e),
+            }
+        }
+        #[cfg(feature = "devbox")]
+        Command::Dev(DevCommand::Restart { user }) => {
+            match dev::restart(Target::for_dev(cli.home.as_deref()).home(), user, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
             }
