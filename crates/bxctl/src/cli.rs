@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
+use crate::context::Context;
 #[cfg(feature = "devbox")]
 use crate::demo;
 #[cfg(feature = "devbox")]
@@ -45,6 +46,8 @@ pub enum Command {
         /// Keep watching, printing the list again whenever it changes.
         #[arg(long)]
         watch: bool,
+        #[command(subcommand)]
+        command: Option<ApprovalsCommand>,
     },
     /// Approve a pending call: it runs, exactly as shown.
     Approve {
@@ -79,6 +82,15 @@ pub enum Command {
     #[cfg(feature = "devbox")]
     #[command(subcommand)]
     Dev(DevCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// One pending approval with every argument whole.
+    Show {
+        /// The approval's id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -147,15 +159,6 @@ pub struct UpArgs {
     pub api_key_file: Option<PathBuf>,
 }
 
-/// What the approval and audit commands need to know.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub home: PathBuf,
-    pub admin: PathBuf,
-    pub json: bool,
-    pub timeout: Duration,
-}
-
 impl Cli {
     pub fn context(&self) -> Context {
         let target = Target::resolve(self.home.as_deref());
@@ -208,7 +211,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
-        Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),
+        Command::Approvals {
+            command: Some(ApprovalsCommand::Show { id }),
+            ..
+        } => exit(approvals::show_one(&ctx, &id)),
+        Command::Approvals {
+            watch,
+            command: None,
+        } => exit(approvals::list(&ctx, watch)),
         Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
         Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
         Command::Audit {
