@@ -755,9 +755,11 @@ fn a_slot_name_cannot_forge_a_log_line() {
 #[test]
 fn many_requests_at_once_are_each_answered() {
     let d = script_daemon("");
-    // The one step goes to whichever request comes first; the rule answers the rest.
+    // The one step goes to whichever request comes first; the rule answers the rest. Fewer
+    // than infer.sock's cap of 16: the start-up's ping holds a connection until its thread
+    // lets go of it, a moment after its answer.
     let answers: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..16u64)
+        let handles: Vec<_> = (0..12u64)
             .map(|i| {
                 let d = &d;
                 s.spawn(move || {
@@ -785,7 +787,7 @@ fn many_requests_at_once_are_each_answered() {
     );
     assert_eq!(
         answers.iter().filter(|t| *t == "Scripted reply.").count(),
-        15
+        11
     );
 }
 
