@@ -429,6 +429,31 @@ step_module() {
       root = r.image.repart.partitions.\"20-root\".storePaths;
     }" \
     '{"drop":["/boxmaker/README.txt"],"key":"/var/lib/boxmaker-provision/secrets/api-key","passwords":["!","!",false],"root":["/nix/store/t"],"ssh":[true,false,false,"prohibit-password"]}'
+  # default.nix's own wiring, with a stand-in for lib (offline-module.nix): the units it
+  # declares carry the prefix and the switch keys, the sockets' directories are under
+  # /run/boxmaker, and its assertions fire on an undeclared owner and an unreachable root.
+  local om="nix-instantiate --eval --strict --json $here/offline-module.nix --argstr owner alice"
+  local got
+  got="$($om 2>/dev/null | jq -c '{services, sockets, switch: (.switch | map_values("\(.type) \(.notSocketActivated)")),
+      run: (.tmpfiles | map(select(startswith("/run/")))), failedAssertions}')" || got="did not evaluate"
+  local want='{"services":["boxmaker-brokerd","boxmaker-inferproxy","boxmaker-loopd","boxmaker-selftest"],"sockets":["boxmaker-admin","boxmaker-broker","boxmaker-infer","boxmaker-loop","boxmaker-state"],"switch":{"boxmaker-brokerd":"notify true","boxmaker-inferproxy":"notify true","boxmaker-loopd":"notify true","boxmaker-selftest":"oneshot false"},"run":["/run/boxmaker","/run/boxmaker/channel-loop","/run/boxmaker/loop-broker","/run/boxmaker/loop-infer","/run/boxmaker/memory-broker","/run/boxmaker/owner-broker"],"failedAssertions":[]}'
+  if [[ "$got" == "$want" ]]; then
+    echo "nix-check: default.nix: units, switch keys, /run/boxmaker and no failed assertion: ok"
+  else
+    fail "default.nix (offline-module.nix): got $got, want $want"
+  fi
+  got="$($om --arg declareOwner false 2>/dev/null | jq -r '.failedAssertions[]')" || got="did not evaluate"
+  if grep -q "owner .alice. is not an account of this configuration" <<<"$got"; then
+    echo "nix-check: default.nix: refuses an undeclared owner: ok"
+  else
+    fail "default.nix does not refuse an undeclared owner: $got"
+  fi
+  got="$($om --arg roots '[ { path = "/home/alice/projects"; writable = true; } ]' 2>/dev/null | jq -r '.failedAssertions[]')" || got="did not evaluate"
+  if grep -q "root /home/alice/projects lies in /home/alice" <<<"$got"; then
+    echo "nix-check: default.nix: refuses a workspace root in a 0700 home: ok"
+  else
+    fail "default.nix does not refuse a workspace root in a 0700 home: $got"
+  fi
   if [[ -f "$repo/LICENSE" ]] && grep -q "Apache License" "$repo/LICENSE"; then
     echo "nix-check: LICENSE: the Apache-2.0 text the package's meta.license names"
   else

@@ -9,9 +9,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
+use crate::context::Context;
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, demo, selftest, status};
+use crate::{Outcome, approvals, audit, check, demo, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -42,6 +43,8 @@ pub enum Command {
         /// Keep watching, printing the list again whenever it changes.
         #[arg(long)]
         watch: bool,
+        #[command(subcommand)]
+        command: Option<ApprovalsCommand>,
     },
     /// Approve a pending call: it runs, exactly as shown.
     Approve {
@@ -69,11 +72,27 @@ pub enum Command {
         #[arg(long, default_value_t = 120, value_name = "SECONDS")]
         model_timeout: u64,
     },
+    /// The device check, as root after each `nixos-rebuild switch`: units, sandboxes, modes,
+    /// peers, answers, the audit chain and each unit's exposure; exit 1 on any failure.
+    Check {
+        /// What the module installed [default: /etc/boxmaker/device.json].
+        #[arg(long, value_name = "PATH")]
+        manifest: Option<PathBuf>,
+    },
     /// Run the dev box through one scripted conversation that shows what the broker does.
     Demo,
     /// The local dev box: the whole box on this machine.
     #[command(subcommand)]
     Dev(DevCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// One pending approval with every argument whole.
+    Show {
+        /// The approval's id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,15 +159,6 @@ pub struct UpArgs {
     pub api_key_file: Option<PathBuf>,
 }
 
-/// What the approval and audit commands need to know.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub home: PathBuf,
-    pub admin: PathBuf,
-    pub json: bool,
-    pub timeout: Duration,
-}
-
 impl Cli {
     pub fn context(&self) -> Context {
         let target = Target::resolve(self.home.as_deref());
@@ -200,7 +210,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
-        Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),
+        Command::Approvals {
+            command: Some(ApprovalsCommand::Show { id }),
+            ..
+        } => exit(approvals::show_one(&ctx, &id)),
+        Command::Approvals {
+            watch,
+            command: None,
+        } => exit(approvals::list(&ctx, watch)),
         Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
         Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
         Command::Audit {
@@ -229,6 +246,14 @@ pub fn run(cli: Cli) -> ExitCode {
             match selftest::run(&target, opts, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
+            }
+        }
+        Command::Check { manifest } => {
+            let path = manifest.unwrap_or_else(|| check::manifest::DEFAULT_PATH.into());
+            match check::main(&path, cli.json, &mut out) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => usage(&e),
             }
         }
         Command::Demo => match demo::run(&mut out) {

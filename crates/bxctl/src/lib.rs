@@ -6,7 +6,9 @@
 pub mod approvals;
 pub mod audit;
 pub mod chat;
+pub mod check;
 pub mod cli;
+pub mod context;
 pub mod demo;
 pub mod dev;
 pub mod model;
