@@ -10,7 +10,7 @@ use bxcore::visible::{Mode, Shown, escape};
 use serde_json::{Value, json};
 
 use crate::Outcome;
-use crate::cli::Context;
+use crate::context::Context;
 use crate::output::{failed, json_line};
 
 /// `bxctl audit verify`.

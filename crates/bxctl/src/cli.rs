@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
+use crate::context::Context;
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
 use crate::{Outcome, approvals, audit, demo, selftest, status};
@@ -42,6 +43,8 @@ pub enum Command {
         /// Keep watching, printing the list again whenever it changes.
         #[arg(long)]
         watch: bool,
+        #[command(subcommand)]
+        command: Option<ApprovalsCommand>,
     },
     /// Approve a pending call: it runs, exactly as shown.
     Approve {
@@ -74,6 +77,15 @@ pub enum Command {
     /// The local dev box: the whole box on this machine.
     #[command(subcommand)]
     Dev(DevCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// One pending approval with every argument whole.
+    Show {
+        /// The approval's id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -140,15 +152,6 @@ pub struct UpArgs {
     pub api_key_file: Option<PathBuf>,
 }
 
-/// What the approval and audit commands need to know.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub home: PathBuf,
-    pub admin: PathBuf,
-    pub json: bool,
-    pub timeout: Duration,
-}
-
 impl Cli {
     pub fn context(&self) -> Context {
         let target = Target::resolve(self.home.as_deref());
@@ -200,7 +203,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
-        Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),
+        Command::Approvals {
+            command: Some(ApprovalsCommand::Show { id }),
+            ..
+        } => exit(approvals::show_one(&ctx, &id)),
+        Command::Approvals {
+            watch,
+            command: None,
+        } => exit(approvals::list(&ctx, watch)),
         Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
         Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
         Command::Audit {

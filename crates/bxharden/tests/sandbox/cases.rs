@@ -442,7 +442,7 @@ fn attempt(world: &World, profile: &str, mode: &str, op: &str) -> Ended {
     }
 }
 
-const OPS: [&str; 12] = [
+const OPS: [&str; 15] = [
     "read-shadow",
     "read-other",
     "write-outside",
@@ -455,6 +455,9 @@ const OPS: [&str; 12] = [
     "clone-newuser",
     "signal-outside",
     "abstract-connect",
+    "prlimit-other",
+    "tgkill-other",
+    "kill-other",
 ];
 
 fn forbidden_things_work_before_the_sandbox() -> Outcome {
@@ -501,10 +504,11 @@ fn expected(p: SeccompProfile, op: &str) -> Stop {
         // on /bin).
         "execve" if runs_programs => Stop::Errno(libc::EACCES),
         "execve" => Stop::Seccomp,
-        // `kill` is on the list only where programs are started; Landlock's signal scope
-        // refuses a process outside the domain.
-        "signal-outside" if runs_programs => Stop::Errno(libc::EPERM),
-        "signal-outside" => Stop::Seccomp,
+        // The calls that take a pid name the caller only (pid 0 or its own), on every list;
+        // `kill` is on a list only where programs are started. A process of the same uid in
+        // the same sandbox (a fork) is out of reach as much as one outside.
+        "signal-outside" | "prlimit-other" | "tgkill-other" | "kill-other" => Stop::Seccomp,
+        "prlimit-own" => Stop::Allowed,
         "abstract-connect" => Stop::Errno(libc::EPERM),
         "clone3" => Stop::Errno(libc::ENOSYS),
         "ioctl-tiocsti" => Stop::Seccomp,
@@ -520,7 +524,13 @@ fn proof_matrix(name: &str) -> Outcome {
     let profile = crate::child::profile_named(name).unwrap();
     let world = World::new();
     let mut ops: Vec<&str> = OPS.to_vec();
-    ops.extend(["clone3", "ioctl-tiocsti", "write-own", "thread"]);
+    ops.extend([
+        "clone3",
+        "ioctl-tiocsti",
+        "write-own",
+        "thread",
+        "prlimit-own",
+    ]);
     if profile.inet() {
         ops.extend(["tcp-connect-allowed", "tcp-connect-other"]);
     }
