@@ -384,7 +384,9 @@ in
   inherit warnings;
   # What each /etc/boxmaker/<daemon>.toml would hold.
   toml = mapAttrs (_: e: e.source.value) (
-    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) c.environment.etc
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
   );
   # The option tree's shape: what sits beside settings, and each settings.<daemon>'s type.
   options = {
