@@ -21,6 +21,7 @@ use toolkit::Env;
 use crate::broker::{self, Broker};
 use crate::config::{Config, ConfigError};
 use crate::dirs;
+use crate::fingerprints::Fingerprints;
 use crate::ledger::Ledger;
 use crate::ledger::chain::{self, ChainError, OnBreak, Opened};
 use crate::ledger::lock::{AuditLock, LockError};
@@ -43,6 +44,7 @@ pub enum ServeError {
     Chain(ChainError),
     Activation(ActivationError),
     Listen(ListenError),
+    Fingerprints(crate::fingerprints::StoreError),
     Sandbox(SandboxError),
 }
 
@@ -57,6 +59,7 @@ impl ServeError {
             ServeError::Chain(_) => chain::BROKEN_ANCHOR,
             ServeError::Activation(_) | ServeError::Listen(_) => bxharden::socket::LISTEN_ANCHOR,
             ServeError::Sandbox(_) => bxharden::sandbox::SANDBOX_ANCHOR,
+            ServeError::Fingerprints(_) => crate::fingerprints::STORE_ANCHOR,
         }
     }
 }
@@ -73,6 +76,7 @@ impl fmt::Display for ServeError {
             ServeError::Activation(e) => write!(f, "{e}"),
             ServeError::Listen(e) => write!(f, "{e}"),
             ServeError::Sandbox(e) => write!(f, "{e}"),
+            ServeError::Fingerprints(e) => write!(f, "{e}"),
         }
     }
 }
@@ -117,6 +121,7 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
     for file in [cfg.lock_path(), cfg.chain_path()] {
         dirs::give(&file, owner).map_err(ServeError::Dir)?;
     }
+    let fingerprints = Fingerprints::open(&cfg.broker_dir()).map_err(ServeError::Fingerprints)?;
 
     // The three sockets. `state.sock` comes first: whoever waits for the tool and admin sockets
     // then finds it bound too.
@@ -160,7 +165,7 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
         gateway: cfg.gateway.socket.clone(),
     };
     let ledger = Ledger::new(StateStore::new(&cfg.state_dir()), audit);
-    let broker = Arc::new(Broker::new(cfg, registry, env, ledger));
+    let broker = Arc::new(Broker::new(cfg, registry, env, ledger, fingerprints));
     Ok(Started {
         broker,
         opened,
