@@ -155,6 +155,7 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
                 "recovered": opened.torn.is_some(),
                 "accepted": opened.accepted.iter().map(|b| b.at).collect::<Vec<_>>(),
                 "expired_at_restart": opened.expired,
+                "head_found": {"seq": opened.found.0, "hash": opened.found.1},
                 "sandbox": report.to_string(),
             }),
         )])
@@ -177,6 +178,37 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
     })
 }
 
+/// The write end of the pipe the stop signals write to (-1 before it exists).
+static STOP_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// SIGTERM and SIGINT: one byte into the stop pipe (`write` is async-signal-safe); the main
+/// thread reads it and logs the head before the process ends.
+extern "C" fn on_stop(_: libc::c_int) {
+    let fd = STOP_PIPE.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: writing one byte from a static buffer to a descriptor this process owns.
+    unsafe {
+        libc::write(fd, b"x".as_ptr().cast(), 1);
+    }
+}
+
+/// The read end of a pipe that SIGTERM and SIGINT write to.
+fn stop_pipe() -> nix::Result<std::os::fd::OwnedFd> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use std::os::fd::IntoRawFd;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    STOP_PIPE.store(w.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(on_stop),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler only calls `write`, which is async-signal-safe.
+        unsafe { sigaction(sig, &action) }?;
+    }
+    Ok(r)
+}
+
 impl Started {
     /// Print the notices, accept on the three sockets, tell systemd it is ready, and serve until
     /// the process ends. An accept loop that loses its socket ends the process (`bxharden`).
@@ -193,6 +225,8 @@ impl Started {
             cfg.state_socket().display()
         ));
         notice(&self.report.to_string());
+        let (seq, hash) = self.broker.ledger().audit().head();
+        chain::log_head("at start", seq, &hash);
         if let Some(t) = &self.opened.torn {
             notice(&format!(
                 "a torn tail is recovered: {} bytes at offset {} of {} were cut off and recorded",
@@ -212,6 +246,10 @@ impl Started {
                 "{} approval(s) pending at the last stop are recorded as expired at restart",
                 self.opened.expired
             ));
+        }
+        let stop = stop_pipe();
+        if let Err(e) = &stop {
+            bxharden::log::notice(&format!("cannot catch SIGTERM for a clean stop: {e}"));
         }
         let serve = |(listener, policy): (UnixListener, PeerPolicy),
                      spec: layout::SocketSpec,
@@ -239,6 +277,22 @@ impl Started {
             bxharden::log::notice(&format!("cannot tell systemd it is ready: {e}"));
         }
         let _lock = self._lock;
+        // A stop signal writes to the pipe: the journal gets the head at stop.
+        if let Ok(r) = stop {
+            use std::os::fd::AsRawFd;
+            let mut byte = [0u8; 1];
+            loop {
+                match nix::unistd::read(r.as_raw_fd(), &mut byte) {
+                    Ok(1) => {
+                        let (seq, hash) = self.broker.ledger().audit().head();
+                        chain::log_head("at stop", seq, &hash);
+                        std::process::exit(0);
+                    }
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    _ => break,
+                }
+            }
+        }
         loop {
             std::thread::park();
         }

@@ -122,7 +122,12 @@ pub const ADMIN: SocketSpec = SocketSpec {
     dir: "owner-broker",
     server: "brokerd",
     client: OWNER,
-    accepts: &["approvals_list", "approval_decision", "audit_verify"],
+    accepts: &[
+        "approvals_list",
+        "approval_decision",
+        "audit_verify",
+        "audit_verify_head",
+    ],
     wrong_kind: WrongKind::Forbidden,
     max_connections: 8,
 };

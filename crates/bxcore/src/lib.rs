@@ -26,8 +26,8 @@ pub use frame::{
 };
 pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
 pub use message::{
-    Approval, ApprovalAck, ApprovalDecision, Approvals, AuditReport, ChatMessage, Envelope,
-    FetchReply, FetchRequest, Header, InferDelta, InferReply, InferRequest, Message, Outcome, Pong,
-    SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
-    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    Approval, ApprovalAck, ApprovalDecision, Approvals, AuditHead, AuditReport, ChatMessage,
+    Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply, InferRequest, Message,
+    Outcome, Pong, SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse,
+    Tools, Turn, TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
 };
