@@ -26,6 +26,43 @@
       # The daemons that have units (units.nix), and bxctl.
       binaries = (import ./nixos-module/units.nix).daemonNames ++ [ "bxctl" ];
 
+      deviceFor =
+        system:
+        {
+          x86_64-linux = self.nixosConfigurations.device;
+          aarch64-linux = self.nixosConfigurations.device-aarch64;
+        }
+        .${system};
+
+      # A file holding a derivation's path, without the derivation as a dependency: a check
+      # that the derivation (an image, a configuration) evaluates, without building it.
+      evaluates =
+        pkgs: name: drv:
+        pkgs.writeText "boxmaker-eval-${name}" (builtins.unsafeDiscardStringContext drv.drvPath);
+
+      # bxharden's sandbox test binary, for the VM test to run as root on the VM's kernel.
+      sandboxTests =
+        pkgs:
+        pkgs.boxmaker.overrideAttrs (old: {
+          pname = "boxmaker-sandbox-tests";
+          nativeBuildInputs = (old.nativeBuildInputs or [ ]) ++ [ pkgs.jq ];
+          buildPhase = ''
+            runHook preBuild
+            cargo test --release --offline -p bxharden --test sandbox --no-run \
+              --message-format=json >build.json
+            runHook postBuild
+          '';
+          doCheck = false;
+          installPhase = ''
+            runHook preInstall
+            exe="$(jq -r 'select(.reason == "compiler-artifact" and .target.name == "sandbox")
+              | .executable // empty' build.json)"
+            install -Dm0755 "$exe" $out/bin/bxharden-sandbox-tests
+            runHook postInstall
+          '';
+          postInstall = "";
+        });
+
       # One binary out of the workspace build; fails when the workspace does not make it.
       single =
         pkgs: name:
@@ -52,18 +89,45 @@
         // {
           boxmaker = pkgs.boxmaker;
           default = pkgs.boxmaker;
+          # The device's disk image (nixos-module/device.nix, systemd-repart): `nix build .#image`.
+          image = (deviceFor pkgs.stdenv.hostPlatform.system).config.system.build.image;
+          sandbox-tests = sandboxTests pkgs;
         }
       );
 
-      # The module, with services.boxmaker.package defaulting to this flake's build.
-      nixosModules.default = {
-        imports = [ ./nixos-module ];
-        nixpkgs.overlays = [ self.overlays.default ];
-      };
+      # The module, with services.boxmaker.package defaulting to this flake's package built
+      # with the configuration's own pkgs. No nixpkgs.overlays: a configuration that brings its
+      # own nixpkgs.pkgs would ignore them (check-offline.sh holds this).
+      nixosModules.default =
+        { lib, pkgs, ... }:
+        {
+          imports = [ ./nixos-module ];
+          services.boxmaker.package = lib.mkDefault (pkgs.callPackage ./nix/package.nix { });
+        };
+
+      # The headless device (nixos-module/device.nix) for one system, with more modules on top
+      # (the owner's name, public keys, provider): docs/install.md, "A device from an image".
+      lib.mkDevice =
+        {
+          system,
+          modules ? [ ],
+        }:
+        lib.nixosSystem {
+          modules = [
+            self.nixosModules.default
+            ./nixos-module/device.nix
+            { nixpkgs.hostPlatform = system; }
+          ]
+          ++ modules;
+        };
+
+      # `nix fmt`: nixfmt (the RFC 166 style nixpkgs uses) over every .nix file.
+      formatter = forAllSystems (pkgs: pkgs.nixfmt-tree);
 
       checks = forAllSystems (
         pkgs:
-        self.packages.${pkgs.stdenv.hostPlatform.system}
+        # The image is evaluated below, not built: `nix build .#image` builds it.
+        removeAttrs self.packages.${pkgs.stdenv.hostPlatform.system} [ "image" ]
         // {
           clippy = pkgs.boxmaker.overrideAttrs (old: {
             pname = "boxmaker-clippy";
@@ -101,8 +165,24 @@
             import ./nixos-module/test.nix {
               boxmakerModule = ./nixos-module;
               inherit pkgs;
+              sandboxTests = sandboxTests pkgs;
             }
           );
+
+          # The device configuration and its image evaluate (what is built is a file holding
+          # the image's derivation path); so do the example and the module under a ready-made
+          # nixpkgs.pkgs without the overlay.
+          image-eval = evaluates pkgs "image" (deviceFor pkgs.stdenv.hostPlatform.system).config.system.build.image;
+          example-eval = evaluates pkgs "example" self.nixosConfigurations.example.config.system.build.toplevel;
+          module-without-overlay = evaluates pkgs "module-without-overlay"
+            (lib.nixosSystem {
+              modules = [
+                self.nixosModules.default
+                ./nixos-module/example.nix
+                # example.nix is an x86_64-linux machine; evaluating it needs no such builder.
+                { nixpkgs.pkgs = import nixpkgs { system = "x86_64-linux"; }; }
+              ];
+            }).config.system.build.toplevel;
         }
       );
 
@@ -113,6 +193,10 @@
           ./nixos-module/example.nix
         ];
       };
+
+      # The headless appliance of the images (`nix build .#image` on each system).
+      nixosConfigurations.device = self.lib.mkDevice { system = "x86_64-linux"; };
+      nixosConfigurations.device-aarch64 = self.lib.mkDevice { system = "aarch64-linux"; };
 
       devShells = forAllSystems (pkgs: {
         default = pkgs.mkShell {

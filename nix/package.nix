@@ -20,10 +20,10 @@ rustPlatform.buildRustPackage {
       ../Cargo.lock
       ../crates
       # The runbook test reads docs/runbook.md and the module's files for pointers; the
-      # end-to-end tests live in tests/.
-      (lib.fileset.maybeMissing ../docs)
-      (lib.fileset.maybeMissing ../nixos-module)
-      (lib.fileset.maybeMissing ../tests)
+      # end-to-end tests live in tests/. No other doc: editing one rebuilds nothing.
+      ../docs/runbook.md
+      ../nixos-module
+      ../tests
     ];
   };
 
@@ -32,16 +32,11 @@ rustPlatform.buildRustPackage {
 
   # Every runbook pointer a daemon logs names docs/runbook.md: ship it beside them.
   postInstall = ''
-    if [ -f docs/runbook.md ]; then
-      install -Dm0644 docs/runbook.md $out/share/doc/boxmaker/runbook.md
-    fi
+    install -Dm0644 docs/runbook.md $out/share/doc/boxmaker/runbook.md
     # The script provider's default script: the module's inferproxy.toml names it when the
     # owner sets no provider (the same file inferproxy::script::DEFAULT is built from).
     install -Dm0644 crates/inferproxy/scripts/default.toml \
       $out/share/boxmaker/inferproxy-default-script.toml
-    if [ -f docs/install.md ]; then
-      install -Dm0644 docs/install.md $out/share/doc/boxmaker/install.md
-    fi
   '';
 
   meta = {

@@ -218,8 +218,15 @@ check_lines() {
         }
       done
     fi
-    # Everything it may write must be made by the tmpfiles rules or be a workspace root.
+    # Everything it may write must be made by the tmpfiles rules or be a workspace root, and
+    # a workspace root is optional for the namespace ("-"): a missing one must not fail the
+    # unit at namespace setup with no reason (brokerd says which root and why).
     while IFS= read -r path; do
+      if [[ "$path" != /var/lib/boxmaker/* && "$path" != /run/boxmaker/* && "$path" != -* ]]; then
+        echo "$(basename "$f"): ReadWritePaths=$path is a workspace root without the '-' prefix"
+        rc=1
+        continue
+      fi
       [[ "$path" == /var/lib/boxmaker/* || "$path" == /run/boxmaker/* ]] || continue
       grep -qE "^d $path 0700 " "$dir/tmpfiles.conf" || {
         echo "$(basename "$f"): ReadWritePaths=$path has no 0700 tmpfiles rule"
@@ -322,9 +329,136 @@ self_test() {
   expect_caught socket-among-state check_lines "no line matching '^ListenStream=/run/boxmaker/" 's|^ListenStream=/run/boxmaker/|ListenStream=/var/lib/boxmaker/run/|' boxmaker-broker.socket
   expect_caught unprefixed-service-name check_lines "no line matching '^Service=boxmaker-" 's/^Service=boxmaker-/Service=/' boxmaker-infer.socket
   expect_renamed_caught boxmaker-loopd.service loopd.service
+  expect_caught required-workspace-root check_lines "workspace root without the '-' prefix" 's|^ReadWritePaths=-/home/|ReadWritePaths=/home/|' boxmaker-brokerd.service
   expect_caught wide-socket check_lines "missing 'SocketMode=0600'" 's/^SocketMode=0600$/SocketMode=0666/' boxmaker-admin.socket
   expect_caught gutted-sandbox check_security "over the exposure target" \
     '/^\(SystemCallFilter\|RestrictNamespaces\|ProtectSystem\|ProtectHome\|PrivateDevices\|CapabilityBoundingSet\|RestrictAddressFamilies\|PrivateNetwork\|IPAddressDeny\)=/d' boxmaker-loopd.service
+}
+
+# --- the module's own refusals, and the flake's shape, with builtins only ------------------
+# expect_eval NAME EXPR WANT: EXPR (evaluated with --strict --json) must print WANT exactly.
+expect_eval() {
+  local name="$1" expr="$2" want="$3" out
+  if ! out="$(nix-instantiate --eval --strict --json -E "$expr" 2>&1 | grep -v "^warning: ")"; then
+    fail "$name: the expression did not evaluate: $out"
+  elif [[ "$out" != "$want" ]]; then
+    fail "$name: got $out, want $want"
+  else
+    echo "nix-check: $name: ok"
+  fi
+}
+
+step_module() {
+  local checks="import $here/checks.nix"
+  local alice='alice = { home = "/home/alice"; homeMode = "700"; createHome = true; };'
+  # The assertions default.nix makes from checks.nix: none for a good configuration, one
+  # naming the cause for each broken form (the owner not declared, a root the broker cannot
+  # reach), so the module's evaluation fails on them.
+  expect_eval "module accepts a declared owner and a root outside the homes" \
+    "$checks { owner = \"alice\"; users = { $alice }; roots = [ { path = \"/srv/boxmaker/projects\"; writable = true; } ]; }" \
+    '[]'
+  expect_eval "module refuses an owner who is not a declared user" \
+    "map (m: builtins.match \".*owner .alice. is not an account of this configuration.*\" m != null) ($checks { owner = \"alice\"; users = { }; })" \
+    '[true]'
+  expect_eval "module refuses a workspace root in a 0700 home (install.md's old example)" \
+    "map (m: builtins.match \".*root /home/alice/projects lies in /home/alice.*700.*\" m != null) ($checks { owner = \"alice\"; users = { $alice }; roots = [ { path = \"/home/alice/projects\"; writable = true; } ]; })" \
+    '[true]'
+  expect_eval "module accepts a root in a home others may pass (homeMode 711)" \
+    "$checks { owner = \"alice\"; users = { alice = { home = \"/home/alice\"; homeMode = \"711\"; createHome = true; }; }; roots = [ { path = \"/home/alice/projects\"; } ]; }" \
+    '[]'
+  # The flake's module sets no nixpkgs.overlays (a configuration's own nixpkgs.pkgs would
+  # ignore them) and defaults the package itself; the flake has a formatter. Evaluated with
+  # a stand-in for nixpkgs: only the names these outputs touch.
+  local stub='let
+      flake = import '"$repo"'/flake.nix;
+      lib = { mkDefault = v: { default = v; }; genAttrs = names: f: builtins.listToAttrs (map (n: { name = n; value = f n; }) names); };
+      pkgs = { callPackage = f: args: "callPackage ${toString f}"; };
+      self = flake.outputs { inherit self; nixpkgs = { inherit lib; }; };
+      m = self.nixosModules.default { inherit lib pkgs; config = { }; };
+    in'
+  expect_eval "flake: nixosModules.default sets no nixpkgs.overlays and defaults the package" \
+    "$stub { overlays = m ? nixpkgs; package = m.services.boxmaker.package.default; }" \
+    '{"overlays":false,"package":"callPackage '"$repo"'/nix/package.nix"}'
+  expect_eval "flake: a formatter output" "$stub builtins.elem \"formatter\" (builtins.attrNames self)" 'true'
+  # The package's source: docs/runbook.md (the runbook test reads it), no other doc.
+  expect_eval "package source: docs/runbook.md and no other doc" \
+    "let
+      lib = { importTOML = f: builtins.fromTOML (builtins.readFile f); licenses.asl20 = null; platforms.linux = null;
+              fileset = { toSource = x: x; unions = l: l; maybeMissing = p: p; }; };
+      pkg = import $repo/nix/package.nix { inherit lib; rustPlatform.buildRustPackage = a: a; };
+      files = map toString pkg.src.fileset;
+    in { docs = builtins.elem \"$repo/docs\" files; runbook = builtins.elem \"$repo/docs/runbook.md\" files; }" \
+    '{"docs":false,"runbook":true}'
+  # The device images: mkDevice puts the module, device.nix and the system together, and the
+  # flake has both configurations.
+  expect_eval "flake: lib.mkDevice composes the module, device.nix and the system" \
+    "let
+      flake = import $repo/flake.nix;
+      lib = { nixosSystem = a: a; };
+      self = flake.outputs { inherit self; nixpkgs = { inherit lib; }; };
+      d = self.lib.mkDevice { system = \"aarch64-linux\"; modules = [ \"mine\" ]; };
+    in { n = builtins.length d.modules; device = toString (builtins.elemAt d.modules 1);
+         system = (builtins.elemAt d.modules 2).nixpkgs.hostPlatform; last = builtins.elemAt d.modules 3;
+         configurations = builtins.attrNames self.nixosConfigurations; }" \
+    '{"configurations":["device","device-aarch64","example"],"device":"'"$here"'/device.nix","last":"mine","n":4,"system":"aarch64-linux"}'
+  # device.nix with a stand-in for the NixOS module system's arguments: no password anywhere,
+  # SSH by key only, the API key a provisioned file outside the store, and nothing on the
+  # image's ESP under boxmaker/ but the README (no key baked in).
+  expect_eval "device.nix: no password, SSH by key, no secret in the image" \
+    "let
+      r = import $here/device.nix {
+        config = {
+          services.boxmaker = { owner = \"alice\"; inference.provider = \"openai\"; };
+          system.build = { toplevel = \"/nix/store/t\"; initialRamdisk = \"/nix/store/i\"; };
+          system.boot.loader = { kernelFile = \"bzImage\"; initrdFile = \"initrd\"; };
+          boot = { kernelParams = [ ]; kernelPackages.kernel = \"/nix/store/k\"; };
+          nix.package.out = \"/nix/store/n\";
+        };
+        lib = { mkDefault = v: v; mkIf = c: v: if c then v else null; toUpper = s: s; };
+        pkgs = { stdenv.hostPlatform.efiArch = \"x64\"; systemd = \"/nix/store/s\";
+                 writeText = n: t: \"/nix/store/\${n}\"; closureInfo = a: \"/nix/store/c\"; };
+        modulesPath = \"/m\";
+      };
+      esp = builtins.attrNames r.image.repart.partitions.\"10-esp\".contents;
+      ssh = r.services.openssh.settings;
+    in {
+      passwords = [ r.users.users.alice.hashedPassword (r.users.users.root.hashedPassword or \"!\") r.users.mutableUsers ];
+      ssh = [ r.services.openssh.enable ssh.PasswordAuthentication ssh.KbdInteractiveAuthentication ssh.PermitRootLogin ];
+      key = r.services.boxmaker.inference.apiKeyFile;
+      drop = builtins.filter (p: builtins.match \"/boxmaker/.*\" p != null) esp;
+      root = r.image.repart.partitions.\"20-root\".storePaths;
+    }" \
+    '{"drop":["/boxmaker/README.txt"],"key":"/var/lib/boxmaker-provision/secrets/api-key","passwords":["!","!",false],"root":["/nix/store/t"],"ssh":[true,false,false,"prohibit-password"]}'
+  # default.nix's own wiring, with a stand-in for lib (offline-module.nix): the units it
+  # declares carry the prefix and the switch keys, the sockets' directories are under
+  # /run/boxmaker, and its assertions fire on an undeclared owner and an unreachable root.
+  local om="nix-instantiate --eval --strict --json $here/offline-module.nix --argstr owner alice"
+  local got
+  got="$($om 2>/dev/null | jq -c '{services, sockets, switch: (.switch | map_values("\(.type) \(.notSocketActivated)")),
+      run: (.tmpfiles | map(select(startswith("/run/")))), failedAssertions}')" || got="did not evaluate"
+  local want='{"services":["boxmaker-brokerd","boxmaker-inferproxy","boxmaker-loopd","boxmaker-selftest"],"sockets":["boxmaker-admin","boxmaker-broker","boxmaker-infer","boxmaker-loop","boxmaker-state"],"switch":{"boxmaker-brokerd":"notify true","boxmaker-inferproxy":"notify true","boxmaker-loopd":"notify true","boxmaker-selftest":"oneshot false"},"run":["/run/boxmaker","/run/boxmaker/channel-loop","/run/boxmaker/loop-broker","/run/boxmaker/loop-infer","/run/boxmaker/memory-broker","/run/boxmaker/owner-broker"],"failedAssertions":[]}'
+  if [[ "$got" == "$want" ]]; then
+    echo "nix-check: default.nix: units, switch keys, /run/boxmaker and no failed assertion: ok"
+  else
+    fail "default.nix (offline-module.nix): got $got, want $want"
+  fi
+  got="$($om --arg declareOwner false 2>/dev/null | jq -r '.failedAssertions[]')" || got="did not evaluate"
+  if grep -q "owner .alice. is not an account of this configuration" <<<"$got"; then
+    echo "nix-check: default.nix: refuses an undeclared owner: ok"
+  else
+    fail "default.nix does not refuse an undeclared owner: $got"
+  fi
+  got="$($om --arg roots '[ { path = "/home/alice/projects"; writable = true; } ]' 2>/dev/null | jq -r '.failedAssertions[]')" || got="did not evaluate"
+  if grep -q "root /home/alice/projects lies in /home/alice" <<<"$got"; then
+    echo "nix-check: default.nix: refuses a workspace root in a 0700 home: ok"
+  else
+    fail "default.nix does not refuse a workspace root in a 0700 home: $got"
+  fi
+  if [[ -f "$repo/LICENSE" ]] && grep -q "Apache License" "$repo/LICENSE"; then
+    echo "nix-check: LICENSE: the Apache-2.0 text the package's meta.license names"
+  else
+    fail "LICENSE: missing, or not the Apache-2.0 text that Cargo.toml and nix/package.nix name"
+  fi
 }
 
 # --- 4. the flake, offline ----------------------------------------------------------------
@@ -413,6 +547,8 @@ if grep -q 'infer: its server `brokerd` is not a daemon that serves it' <<<"$bro
 else
   fail "self-test broken-layout: a wrong server and a shared directory were not both caught: $broken"
 fi
+
+step_module
 
 render default "$work/default"
 render full "$work/full"

@@ -25,7 +25,7 @@ let
   format = pkgs.formats.toml { };
 
   ownerUser = cfg.owner;
-  # The owner's primary group; "users" when the account is not declared in this config.
+  # The owner's primary group (the account must be declared: checks.nix asserts it).
   ownerGroup =
     let
       g = config.users.users.${cfg.owner}.group or "";
@@ -196,52 +196,64 @@ in
   };
 
   config = mkIf cfg.enable {
-    assertions = [
-      {
-        assertion = units.problems == [ ];
-        message = "nixos-module/layout.json: " + lib.concatStringsSep "; " units.problems;
-      }
-      {
-        assertion = builtins.match "[a-z_][a-z0-9_-]*" cfg.owner != null;
-        message = "services.boxmaker.owner must be a login name, not `${cfg.owner}`.";
-      }
-      {
-        assertion = cfg.owner != "root" && !(units.users ? ${cfg.owner});
-        message = "services.boxmaker.owner must be a person's account, not root or a bx-* daemon user.";
-      }
-      {
-        assertion = absolute cfg.home && cfg.home != "/" && !(lib.hasSuffix "/" cfg.home);
-        message = "services.boxmaker.home must be an absolute directory path without a trailing slash.";
-      }
-      {
-        assertion =
-          cfg.inference.apiKeyFile == null
-          || (absolute cfg.inference.apiKeyFile && !(lib.hasPrefix builtins.storeDir cfg.inference.apiKeyFile));
-        message = "services.boxmaker.inference.apiKeyFile must be an absolute path outside the Nix store (the store is world-readable).";
-      }
-      {
-        assertion = cfg.inference.provider == "script" || cfg.inference.baseUrl != null;
-        message = "services.boxmaker.inference.baseUrl is needed for the ${cfg.inference.provider} provider.";
-      }
-      {
-        assertion = cfg.inference.provider == "script" || cfg.inference.apiKeyFile != null;
-        message = "services.boxmaker.inference.apiKeyFile is needed for the ${cfg.inference.provider} provider: inferproxy refuses to start without a key.";
-      }
-      {
-        assertion =
-          cfg.inference.provider != "script"
-          || (cfg.inference.baseUrl == null && cfg.inference.apiKeyFile == null);
-        message = "services.boxmaker.inference.baseUrl and apiKeyFile do not apply to the script provider (inferproxy refuses them).";
-      }
-      {
-        assertion = cfg.inference.provider == "script" || cfg.inference.script == null;
-        message = "services.boxmaker.inference.script applies only to the script provider (inferproxy refuses it for ${cfg.inference.provider}).";
-      }
-      {
-        assertion = cfg.inference.slots ? main;
-        message = "services.boxmaker.inference.slots needs a `main` slot: new sessions use it.";
-      }
-    ];
+    assertions =
+      # The owner's account and the workspace roots (checks.nix, shared with the offline check).
+      map (message: {
+        assertion = false;
+        inherit message;
+      }) (
+        import ./checks.nix {
+          inherit (cfg) owner;
+          users = config.users.users;
+          inherit roots;
+        }
+      )
+      ++ [
+        {
+          assertion = units.problems == [ ];
+          message = "nixos-module/layout.json: " + lib.concatStringsSep "; " units.problems;
+        }
+        {
+          assertion = builtins.match "[a-z_][a-z0-9_-]*" cfg.owner != null;
+          message = "services.boxmaker.owner must be a login name, not `${cfg.owner}`.";
+        }
+        {
+          assertion = cfg.owner != "root" && !(units.users ? ${cfg.owner});
+          message = "services.boxmaker.owner must be a person's account, not root or a bx-* daemon user.";
+        }
+        {
+          assertion = absolute cfg.home && cfg.home != "/" && !(lib.hasSuffix "/" cfg.home);
+          message = "services.boxmaker.home must be an absolute directory path without a trailing slash.";
+        }
+        {
+          assertion =
+            cfg.inference.apiKeyFile == null
+            || (absolute cfg.inference.apiKeyFile && !(lib.hasPrefix builtins.storeDir cfg.inference.apiKeyFile));
+          message = "services.boxmaker.inference.apiKeyFile must be an absolute path outside the Nix store (the store is world-readable).";
+        }
+        {
+          assertion = cfg.inference.provider == "script" || cfg.inference.baseUrl != null;
+          message = "services.boxmaker.inference.baseUrl is needed for the ${cfg.inference.provider} provider.";
+        }
+        {
+          assertion = cfg.inference.provider == "script" || cfg.inference.apiKeyFile != null;
+          message = "services.boxmaker.inference.apiKeyFile is needed for the ${cfg.inference.provider} provider: inferproxy refuses to start without a key.";
+        }
+        {
+          assertion =
+            cfg.inference.provider != "script"
+            || (cfg.inference.baseUrl == null && cfg.inference.apiKeyFile == null);
+          message = "services.boxmaker.inference.baseUrl and apiKeyFile do not apply to the script provider (inferproxy refuses them).";
+        }
+        {
+          assertion = cfg.inference.provider == "script" || cfg.inference.script == null;
+          message = "services.boxmaker.inference.script applies only to the script provider (inferproxy refuses it for ${cfg.inference.provider}).";
+        }
+        {
+          assertion = cfg.inference.slots ? main;
+          message = "services.boxmaker.inference.slots needs a `main` slot: new sessions use it.";
+        }
+      ];
 
     # Every value the typed options produce is a default: settings.<daemon> wins.
     services.boxmaker.settings = lib.mapAttrs (_: lib.mapAttrsRecursive (_: lib.mkDefault)) generated;
@@ -274,9 +286,9 @@ in
     systemd.services = unitsWithSuffix ".service" (u: {
       description = u.Unit.Description;
       unitConfig = removeAttrs u.Unit [ "Description" ];
-      serviceConfig = removeAttrs u.Service [ "X-NotSocketActivated" ];
-      # The same X-NotSocketActivated=true line, through NixOS's own option (units.nix says why).
-      notSocketActivated = u.Service.X-NotSocketActivated or false;
+      # Includes X-NotSocketActivated=true, which switch-to-configuration reads from [Service]
+      # (units.nix says why).
+      serviceConfig = u.Service;
       wantedBy = u.Install.WantedBy or [ ];
     });
 

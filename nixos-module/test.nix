@@ -8,10 +8,19 @@
 #   - `bxctl selftest` as the owner, and the selftest unit itself
 #   - `systemd-analyze security --threshold=15` for every service unit (exposure <= 1.5)
 #   - the serving notices in the journal
+#   - a configuration loopd refuses fails `switch-to-configuration` and names the unit, and
+#     the good one comes back (units.nix: Type=notify, X-NotSocketActivated=true)
+#   - bxharden's sandbox cases as root on the VM's kernel, including those the Nix build
+#     sandbox skips on an older builder kernel (Landlock ABI 6)
 #
 # Called from the flake with the module itself (not nixosModules.default: runNixOSTest gives
 # the node the flake's pkgs, which already carry the overlay) and those pkgs.
-{ boxmakerModule, pkgs }:
+{
+  boxmakerModule,
+  pkgs,
+  # bxharden's sandbox test binary (the flake's packages.<system>.sandbox-tests).
+  sandboxTests,
+}:
 let
   units = import ./units.nix;
   home = "/var/lib/boxmaker";
@@ -80,6 +89,12 @@ in
     };
 
     environment.systemPackages = [ pkgs.python3 ];
+
+    # The same machine with a key loopd does not know: its start must fail, and the switch.
+    system.switch.enable = true;
+    specialisation.refused.configuration = {
+      services.boxmaker.settings.loopd.loop.no_such_key = true;
+    };
   };
 
   testScript = ''
@@ -146,6 +161,19 @@ in
     with subtest("every service unit's exposure is at most 1.5"):
         for u in services:
             machine.succeed(f"systemd-analyze security --threshold=15 {u}")
+
+    with subtest("a configuration loopd refuses fails the switch, and the good one comes back"):
+        status, out = machine.execute("/run/booted-system/specialisation/refused/bin/switch-to-configuration test 2>&1")
+        assert status != 0 and "boxmaker-loopd.service" in out, f"switch to the refused configuration: status {status}: {out}"
+        # Its restarts while refused count against StartLimitBurst; start afresh.
+        machine.succeed("systemctl reset-failed boxmaker-loopd.service")
+        machine.succeed("/run/booted-system/bin/switch-to-configuration test")
+        machine.wait_for_unit("boxmaker-loopd.service")
+        machine.wait_for_file("${units.socketPath "loop"}")
+
+    with subtest("bxharden's sandbox cases run as root on this kernel, none skipped for its Landlock ABI"):
+        out = machine.succeed("cd /tmp && ${sandboxTests}/bin/bxharden-sandbox-tests 2>&1")
+        assert "needs Landlock ABI" not in out and "test result: ok" in out, out
 
     with subtest("the serving notices are in the journal"):
         machine.wait_until_succeeds("journalctl -u boxmaker-brokerd.service --grep 'serving tools on .*broker.sock and approvals on .*admin.sock'", timeout=30)

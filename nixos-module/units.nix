@@ -237,13 +237,16 @@ let
     // {
       User = daemons.${daemon}.user;
       Group = daemons.${daemon}.user;
-      ReadWritePaths = readWritePaths home daemon ++ extraReadWritePaths;
+      # A workspace root is optional for the namespace ("-"): a missing one is then reported
+      # by brokerd itself (its Landlock rule cannot open it), with a runbook pointer, instead
+      # of the unit failing at namespace setup (status 226/NAMESPACE) with no reason given.
+      ReadWritePaths = readWritePaths home daemon ++ map (p: "-${p}") extraReadWritePaths;
       # The store, plus where the daemon's tools build and run things: its exec_dirs (made
       # by tmpfiles with its state directory) and the writable workspace roots.
       ExecPaths =
         [ "/nix/store" ]
         ++ map (d: "${stateDir home daemon}/${d}") (daemons.${daemon}.exec_dirs or [ ])
-        ++ extraReadWritePaths;
+        ++ map (p: "-${p}") extraReadWritePaths;
       SyslogIdentifier = daemon;
     }
     // (if readOnlyHome then { ProtectHome = "read-only"; } else { })
@@ -300,8 +303,8 @@ let
             # switch-to-configuration stops a changed service that has Sockets= and restarts
             # only its sockets, so a broken configuration would show only at the next
             # connect. Not socket-activated: it restarts the sockets and starts the service,
-            # and a start that fails fails the switch. The module sets this through NixOS's
-            # notSocketActivated option, which writes the same line.
+            # and a start that fails fails the switch (nixpkgs' switch-to-configuration-ng,
+            # handle_modified_unit, reads this key from [Service]).
             X-NotSocketActivated = true;
             ExecStart = "${exe daemon} serve --config ${configFile daemon}";
             Sockets = servedSocketUnits daemon;

@@ -369,3 +369,121 @@ fn a_pid_file_naming_a_process_dev_up_did_not_start_is_not_taken_for_a_daemon() 
     assert!(!stat.contains(") Z"), "it was killed: {stat}");
     drop(other);
 }
+
+#[test]
+fn a_wrong_flag_on_a_new_home_is_refused_before_anything_is_written() {
+    let b = DevBox::at("parent/home");
+    let key = b.beside("key");
+    fs::write(&key, "sk-test\n").unwrap();
+    let key = key.display().to_string();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "--provider",
+                "openai",
+                "--base-url",
+                "127.0.0.1:9999/v1",
+                "--model",
+                "m",
+                "--api-key-file",
+                &key,
+            ],
+            "--base-url 127.0.0.1:9999/v1 is not a URL",
+        ),
+        (
+            &[
+                "--provider",
+                "openai",
+                "--model",
+                "m",
+                "--api-key-file",
+                "/nonexistent/key",
+            ],
+            "--api-key-file /nonexistent/key",
+        ),
+        (
+            &["--provider", "anthropic", "--api-key-file", &key],
+            "needs --model NAME",
+        ),
+        (
+            &["--model", "m"],
+            "--model goes with --provider openai or anthropic",
+        ),
+        (
+            &["--script", "/nonexistent/script.toml"],
+            "--script /nonexistent/script.toml",
+        ),
+    ];
+    for (flags, says) in cases {
+        let out = b.try_up(flags);
+        assert!(!out.status.success(), "{flags:?}: {}", said(&out));
+        let (_, err) = text(&out);
+        assert!(err.contains(says), "{flags:?}: {err}");
+        assert!(
+            !b.beside("parent").exists(),
+            "{flags:?}: nothing is made, not even the parent"
+        );
+    }
+    // The same home then comes up with good flags.
+    b.up(&[]);
+}
+
+#[test]
+fn a_reused_home_needs_no_flags_and_refuses_changed_ones_saying_which() {
+    let b = DevBox::new();
+    let key = b.beside("key");
+    fs::write(&key, "sk-test\n").unwrap();
+    let key = key.display().to_string();
+    // The endpoint is never called: only `dev up` and `down` run here.
+    let flags = [
+        "--provider",
+        "openai",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--model",
+        "m1",
+        "--api-key-file",
+        &key,
+    ];
+    b.up(&flags);
+    let down = b.down();
+    assert!(down.status.success(), "{}", said(&down));
+    let config = b.home().join("etc/inferproxy.toml");
+    let before = fs::read_to_string(&config).unwrap();
+
+    let changed = b.try_up(&["--model", "m2"]);
+    assert!(!changed.status.success(), "{}", said(&changed));
+    let (_, err) = text(&changed);
+    assert!(err.contains("--model m2, not m1"), "{err}");
+    let changed = b.try_up(&["--provider", "anthropic"]);
+    let (_, err) = text(&changed);
+    assert!(err.contains("--provider anthropic, not openai"), "{err}");
+    assert_eq!(
+        fs::read_to_string(&config).unwrap(),
+        before,
+        "nothing changed"
+    );
+
+    // No flags: it comes up as it was made; the same flags again are as good.
+    let again = b.up(&[]);
+    let (out, _) = text(&again);
+    assert!(out.contains("reusing the dev box in"), "{out}");
+    let down = b.down();
+    assert!(down.status.success(), "{}", said(&down));
+    b.up(&flags);
+}
+
+#[test]
+fn dev_restart_stops_and_starts_every_daemon_with_no_flags() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let before: Vec<Option<u32>> = DAEMONS.iter().map(|d| b.pid(d)).collect();
+    let out = b.bxctl(&["dev", "restart"]);
+    assert!(out.status.success(), "{}", said(&out));
+    for (d, was) in DAEMONS.iter().zip(before) {
+        let now = b.pid(d);
+        assert!(now.is_some() && now != was, "{d}: {was:?} then {now:?}");
+    }
+    let chat = b.bxctl(&["chat", "--session", "s1", "hello"]);
+    assert!(chat.status.success(), "{}", said(&chat));
+}

@@ -1,6 +1,6 @@
-//! One `admin.sock` connection: the owner lists pending approvals, decides one, or asks for the
-//! audit chain to be verified. Only the owner's account may connect (the socket's owner and the
-//! peer check), so only the owner approves.
+//! One `admin.sock` connection: the owner lists pending approvals (summaries), shows one whole,
+//! decides one, or asks for the audit chain to be verified. Only the owner's account may connect
+//! (the socket's owner and the peer check), so only the owner approves.
 
 use std::os::unix::net::UnixStream;
 
@@ -23,6 +23,13 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
         Message::ApprovalsList {} => Message::Approvals(Approvals {
             pending: broker.approvals().list(),
         }),
+        Message::ApprovalShow(s) => match broker.approvals().get(&s.approval) {
+            Ok(a) => Message::Approval(a),
+            Err(e) => Message::Error(WireError {
+                code: ErrorCode::Forbidden,
+                detail: e.to_string(),
+            }),
+        },
         Message::ApprovalDecision(d) => {
             let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
             decide(broker, d, by)

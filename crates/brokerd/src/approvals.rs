@@ -1,6 +1,11 @@
 //! Pending approvals: held in memory only (a restart denies them, and the chain records it),
 //! each bound to one waiting call. The owner's decision and the expiry race for the entry under
 //! one lock, so exactly one of them wins.
+//!
+//! The table is bounded so the owner's view stays alive whatever the model asks: arguments
+//! larger than the view holds, more pending than one session may have, or more than all may
+//! have, are refused at the door (the call is denied with the reason and a runbook pointer),
+//! never queued.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -8,19 +13,85 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bxcore::{Approval, ApprovalId, Timestamp};
+use bxcore::runbook::pointer;
+use bxcore::{Approval, ApprovalId, ApprovalSummary, SessionId, Timestamp};
 
 #[derive(Debug)]
 struct Slot {
     approval: Approval,
+    summary: ApprovalSummary,
     tx: SyncSender<Verdict>,
 }
 
+/// How much the table holds (`[approvals]` in brokerd.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest arguments (canonical JSON, bytes) put to the owner.
+    pub max_args_bytes: usize,
+    /// The most approvals pending at once for one session.
+    pub max_per_session: usize,
+    /// The most approvals pending at once in all.
+    pub max_pending: usize,
+}
+
 /// The pending approvals.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Approvals {
     slots: Mutex<BTreeMap<ApprovalId, Slot>>,
+    limits: Limits,
 }
+
+/// Why a call was not put to the owner: the table's bounds. The call is denied with this text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// The arguments are larger than the owner's view holds.
+    TooLarge { bytes: usize, max: usize },
+    /// The session has as many approvals pending as it may.
+    SessionFull { session: SessionId, max: usize },
+    /// As many approvals are pending as the box holds.
+    Full { max: usize },
+}
+
+/// The runbook entry of arguments too large for the owner's view.
+pub const TOO_LARGE_ANCHOR: &str = "approval-too-large";
+
+/// The runbook entry of a full approvals table.
+pub const FULL_ANCHOR: &str = "approvals-full";
+
+impl Refused {
+    /// The runbook entry that explains it.
+    pub fn anchor(&self) -> &'static str {
+        match self {
+            Refused::TooLarge { .. } => TOO_LARGE_ANCHOR,
+            Refused::SessionFull { .. } | Refused::Full { .. } => FULL_ANCHOR,
+        }
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::TooLarge { bytes, max } => write!(
+                f,
+                "the arguments are {bytes} bytes, more than the {max} an approval may show the \
+                 owner; the call was not put to the owner"
+            )?,
+            Refused::SessionFull { session, max } => write!(
+                f,
+                "session {session} already has {max} approvals waiting for the owner; the call \
+                 was not put to the owner"
+            )?,
+            Refused::Full { max } => write!(
+                f,
+                "{max} approvals are already waiting for the owner; the call was not put to the \
+                 owner"
+            )?,
+        }
+        write!(f, "; {}", pointer(self.anchor()))
+    }
+}
+
+impl std::error::Error for Refused {}
 
 /// How a pending approval ended; `by` is the uid of the account that decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,34 +138,91 @@ pub struct Waiter {
     until: Instant,
 }
 
+impl Default for Approvals {
+    /// An empty table with the default bounds of brokerd.toml.
+    fn default() -> Approvals {
+        Approvals::new(crate::config::ApprovalsConfig::default().limits())
+    }
+}
+
 impl Approvals {
+    /// An empty table with these bounds.
+    pub fn new(limits: Limits) -> Approvals {
+        Approvals {
+            slots: Mutex::new(BTreeMap::new()),
+            limits,
+        }
+    }
+
     fn slots(&self) -> MutexGuard<'_, BTreeMap<ApprovalId, Slot>> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Hold `approval` until the owner decides or `ttl` passes.
-    pub fn open(&self, approval: Approval, ttl: Duration) -> Waiter {
+    /// Hold `approval` until the owner decides or `ttl` passes, if the table's bounds allow it.
+    pub fn open(&self, approval: Approval, ttl: Duration) -> Result<Waiter, Refused> {
+        let summary = approval.summary();
+        let bytes = summary.args_bytes as usize;
+        if bytes > self.limits.max_args_bytes {
+            return Err(Refused::TooLarge {
+                bytes,
+                max: self.limits.max_args_bytes,
+            });
+        }
         let (tx, rx) = mpsc::sync_channel(1);
         let id = approval.approval.clone();
-        self.slots().insert(id.clone(), Slot { approval, tx });
-        Waiter {
+        let mut slots = self.slots();
+        // An expired slot whose waiter has not woken yet still counts: it is still pending.
+        if slots.len() >= self.limits.max_pending {
+            return Err(Refused::Full {
+                max: self.limits.max_pending,
+            });
+        }
+        let mine = slots
+            .values()
+            .filter(|s| s.approval.session == approval.session)
+            .count();
+        if mine >= self.limits.max_per_session {
+            return Err(Refused::SessionFull {
+                session: approval.session.clone(),
+                max: self.limits.max_per_session,
+            });
+        }
+        slots.insert(
+            id.clone(),
+            Slot {
+                approval,
+                summary,
+                tx,
+            },
+        );
+        Ok(Waiter {
             id,
             rx,
             until: Instant::now() + ttl,
-        }
+        })
     }
 
-    /// What the owner sees, oldest first.
-    pub fn list(&self) -> Vec<Approval> {
+    /// What the owner sees first: a summary of each, oldest first.
+    pub fn list(&self) -> Vec<ApprovalSummary> {
         let now = Timestamp::now();
-        let mut v: Vec<Approval> = self
+        let mut v: Vec<ApprovalSummary> = self
             .slots()
             .values()
             .filter(|s| s.approval.expires > now)
-            .map(|s| s.approval.clone())
+            .map(|s| s.summary.clone())
             .collect();
         v.sort_by_key(|a| a.requested);
         v
+    }
+
+    /// One pending approval whole.
+    pub fn get(&self, id: &ApprovalId) -> Result<Approval, DecideError> {
+        let slots = self.slots();
+        match slots.get(id) {
+            Some(s) if s.approval.expires > Timestamp::now() => Ok(s.approval.clone()),
+            Some(_) => Err(DecideError::Expired(id.clone())),
+            None => Err(DecideError::NotPending(id.clone())),
+        }
     }
 
     /// The approval `id` while it is pending.

@@ -53,12 +53,13 @@ impl Broker {
         ledger: Ledger,
         fingerprints: Fingerprints,
     ) -> Broker {
+        let approvals = Approvals::new(cfg.approvals.limits());
         Broker {
             cfg,
             registry,
             env,
             ledger,
-            approvals: Approvals::default(),
+            approvals,
             fingerprints,
         }
     }
@@ -285,11 +286,17 @@ impl Call<'_> {
                 "expires": expires,
             }),
         );
+        // The table's bounds first: a call the owner's view cannot hold is denied, never queued
+        // (`approvals::Refused`).
+        let waiter = match broker.approvals.open(approval, Duration::from_millis(ttl)) {
+            Ok(w) => w,
+            Err(refused) => return self.deny(vec![requested], None, refused.to_string()),
+        };
         if let Err(e) = broker.ledger.record(vec![requested, pending]) {
+            broker.approvals.abandon(waiter);
             broker.fault(&e);
             return self.internal(&e);
         }
-        let waiter = broker.approvals.open(approval, Duration::from_millis(ttl));
         let interim = Message::ToolResponse(ToolResponse::PendingApproval {
             approval: aid.clone(),
             expires,

@@ -41,12 +41,38 @@ pub struct Sockets {
 pub struct ApprovalsConfig {
     /// How long a pending approval waits for the owner, in milliseconds.
     pub ttl_ms: u64,
+    /// The largest arguments (canonical JSON, bytes) put to the owner; a larger call is denied.
+    pub max_args_bytes: usize,
+    /// The most approvals one session may have pending at once.
+    pub max_pending_per_session: usize,
+    /// The most approvals pending at once in all.
+    pub max_pending: usize,
 }
+
+/// The largest `max_args_bytes`: one whole approval (`approval_show`) fits in a frame.
+pub const MAX_ARGS_BYTES: usize = bxcore::MAX_FRAME / 2;
+
+/// The largest `max_pending`: the list of summaries fits in a frame.
+pub const MAX_PENDING: usize = 256;
 
 impl Default for ApprovalsConfig {
     fn default() -> Self {
         ApprovalsConfig {
             ttl_ms: DEFAULT_TTL_MS,
+            max_args_bytes: 256 * 1024,
+            max_pending_per_session: 8,
+            max_pending: 64,
+        }
+    }
+}
+
+impl ApprovalsConfig {
+    /// The bounds of the approvals table.
+    pub fn limits(&self) -> crate::approvals::Limits {
+        crate::approvals::Limits {
+            max_args_bytes: self.max_args_bytes,
+            max_per_session: self.max_pending_per_session,
+            max_pending: self.max_pending,
         }
     }
 }
@@ -130,6 +156,25 @@ impl Config {
             return Err(invalid(format!(
                 "[approvals] ttl_ms = {} is not between 1 and {MAX_TTL_MS} (a day)",
                 cfg.approvals.ttl_ms
+            )));
+        }
+        let a = &cfg.approvals;
+        if a.max_args_bytes == 0 || a.max_args_bytes > MAX_ARGS_BYTES {
+            return Err(invalid(format!(
+                "[approvals] max_args_bytes = {} is not between 1 and {MAX_ARGS_BYTES}",
+                a.max_args_bytes
+            )));
+        }
+        if a.max_pending == 0 || a.max_pending > MAX_PENDING {
+            return Err(invalid(format!(
+                "[approvals] max_pending = {} is not between 1 and {MAX_PENDING}",
+                a.max_pending
+            )));
+        }
+        if a.max_pending_per_session == 0 || a.max_pending_per_session > a.max_pending {
+            return Err(invalid(format!(
+                "[approvals] max_pending_per_session = {} is not between 1 and max_pending ({})",
+                a.max_pending_per_session, a.max_pending
             )));
         }
         if let Some(gw) = &cfg.gateway.socket {

@@ -9,8 +9,8 @@ use std::thread;
 
 use bxcore::deadline::Deadline;
 use bxcore::{
-    Approval, ApprovalDecision, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Message,
-    SessionId, ToolRequest, ToolResponse, read_frame, write_frame,
+    Approval, ApprovalDecision, ApprovalId, ApprovalShow, ApprovalSummary, CallId, DataClass,
+    Envelope, ErrorCode, Message, SessionId, ToolRequest, ToolResponse, read_frame, write_frame,
 };
 use serde_json::json;
 use support::*;
@@ -70,9 +70,20 @@ fn decide(h: &Home, id: &ApprovalId, allow: bool) -> Message {
     r[0].msg.clone()
 }
 
-fn pending(h: &Home) -> Vec<Approval> {
+fn pending(h: &Home) -> Vec<ApprovalSummary> {
     match &request(&h.admin_sock(), 1, Message::ApprovalsList {})[0].msg {
         Message::Approvals(a) => a.pending.clone(),
+        o => panic!("{o:?}"),
+    }
+}
+
+/// One pending approval whole.
+fn whole(h: &Home, id: &ApprovalId) -> Approval {
+    let msg = Message::ApprovalShow(ApprovalShow {
+        approval: id.clone(),
+    });
+    match &request(&h.admin_sock(), 1, msg)[0].msg {
+        Message::Approval(a) => a.clone(),
         o => panic!("{o:?}"),
     }
 }
@@ -93,7 +104,8 @@ fn the_owner_sees_what_the_owner_approves() {
     let (_s, id) = pending_write(&h, "s", 4, "a.txt");
     let list = pending(&h);
     assert_eq!(list.len(), 1);
-    let a = &list[0];
+    let a = &whole(&h, &list[0].approval);
+    assert_eq!(list[0], a.summary());
     assert_eq!(a.approval, id);
     assert_eq!(a.session.as_str(), "s");
     assert_eq!(a.call, CallId(4));

@@ -197,7 +197,7 @@ fn a_decision_reaches_its_waiter_once() {
     let table = Approvals::default();
     let a = approval(60_000);
     let id = a.approval.clone();
-    let w = table.open(a, Duration::from_secs(60));
+    let w = table.open(a, Duration::from_secs(60)).unwrap();
     assert_eq!(table.list().len(), 1);
     table.decide(&id, Verdict::Approved { by: 1000 }).unwrap();
     assert_eq!(table.wait(w), Verdict::Approved { by: 1000 });
@@ -213,7 +213,7 @@ fn the_clock_wins_when_nobody_decides_and_a_late_decision_is_refused() {
     let table = Approvals::default();
     let a = approval(1);
     let id = a.approval.clone();
-    let w = table.open(a, Duration::from_millis(1));
+    let w = table.open(a, Duration::from_millis(1)).unwrap();
     assert_eq!(table.wait(w), Verdict::Expired);
     assert!(table.decide(&id, Verdict::Approved { by: 1000 }).is_err());
     assert!(table.list().is_empty());

@@ -124,6 +124,7 @@ pub const ADMIN: SocketSpec = SocketSpec {
     client: OWNER,
     accepts: &[
         "approvals_list",
+        "approval_show",
         "approval_decision",
         "audit_verify",
         "audit_verify_head",

@@ -72,6 +72,9 @@ pub enum Message {
     /// admin.sock: the owner's view and decisions.
     ApprovalsList {},
     Approvals(Approvals),
+    /// One pending approval whole, by id (the list carries summaries, so it always fits).
+    ApprovalShow(ApprovalShow),
+    Approval(Approval),
     ApprovalDecision(ApprovalDecision),
     ApprovalAck(ApprovalAck),
     AuditVerify {},
@@ -110,6 +113,8 @@ impl Message {
             Message::Tools(_) => "tools",
             Message::ApprovalsList {} => "approvals_list",
             Message::Approvals(_) => "approvals",
+            Message::ApprovalShow(_) => "approval_show",
+            Message::Approval(_) => "approval",
             Message::ApprovalDecision(_) => "approval_decision",
             Message::ApprovalAck(_) => "approval_ack",
             Message::AuditVerify {} => "audit_verify",
@@ -265,11 +270,44 @@ pub struct ToolDef {
     pub parameters: Value,
 }
 
-/// `approvals {pending}`.
+/// `approvals {pending}`: a summary of each pending approval, oldest first, without the
+/// arguments (`approval_show` fetches one whole), so the list fits in a frame however large the
+/// arguments are.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Approvals {
-    pub pending: Vec<Approval>,
+    pub pending: Vec<ApprovalSummary>,
+}
+
+/// The longest `tool` and `reason` a summary carries, in bytes: with brokerd's bound on the
+/// number pending, the list always fits in a frame.
+pub const SUMMARY_TEXT_MAX: usize = 512;
+
+/// One pending approval without its arguments: their size and digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalSummary {
+    pub approval: ApprovalId,
+    pub session: SessionId,
+    pub call: CallId,
+    pub tool: String,
+    /// The size of the canonical JSON of the arguments, in bytes.
+    pub args_bytes: u64,
+    /// sha256 (hex) of the canonical JSON of the arguments.
+    pub digest: String,
+    pub taint: DataClass,
+    pub untrusted: bool,
+    pub rule: String,
+    pub reason: String,
+    pub requested: Timestamp,
+    pub expires: Timestamp,
+}
+
+/// `approval_show {approval}`: answered by `approval {..}`, the whole pending approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalShow {
+    pub approval: ApprovalId,
 }
 
 /// A pending approval, as the owner sees it: what the owner sees is what the owner approves.
@@ -294,6 +332,36 @@ pub struct Approval {
     pub reason: String,
     pub requested: Timestamp,
     pub expires: Timestamp,
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn clip(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+impl Approval {
+    /// Its summary for `approvals`: the arguments' size and digest instead of the arguments,
+    /// `tool` and `reason` cut to [`SUMMARY_TEXT_MAX`] bytes.
+    pub fn summary(&self) -> ApprovalSummary {
+        ApprovalSummary {
+            approval: self.approval.clone(),
+            session: self.session.clone(),
+            call: self.call,
+            tool: clip(&self.tool, SUMMARY_TEXT_MAX),
+            args_bytes: crate::canonical::to_string(&self.args).len() as u64,
+            digest: self.digest.clone(),
+            taint: self.taint,
+            untrusted: self.untrusted,
+            rule: clip(&self.rule, SUMMARY_TEXT_MAX),
+            reason: clip(&self.reason, SUMMARY_TEXT_MAX),
+            requested: self.requested,
+            expires: self.expires,
+        }
+    }
 }
 
 /// `approval_decision {approval, allow}`.

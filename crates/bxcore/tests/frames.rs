@@ -162,7 +162,9 @@ fn an_unknown_key_at_each_level_is_json() {
         // a tool definition inside tools
         json!({"v":1,"id":1,"final":true,"msg":{"kind":"tools","tools":[{"name":"x","description":"d","parameters":{},"extra":1}]}}),
         // an approval inside approvals
-        json!({"v":1,"id":1,"final":true,"msg":{"kind":"approvals","pending":[{"approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"t","args":{},"digest":"d","taint":"private","untrusted":false,"rule":"r","reason":"r","requested":1,"expires":2,"extra":1}]}}),
+        json!({"v":1,"id":1,"final":true,"msg":{"kind":"approvals","pending":[{"approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"t","args_bytes":0,"digest":"d","taint":"private","untrusted":false,"rule":"r","reason":"r","requested":1,"expires":2,"extra":1}]}}),
+        // a whole approval
+        json!({"v":1,"id":1,"final":true,"msg":{"kind":"approval","approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"t","args":{},"digest":"d","taint":"private","untrusted":false,"rule":"r","reason":"r","requested":1,"expires":2,"extra":1}}),
         // a header inside fetch_request
         json!({"v":1,"id":1,"final":true,"msg":{"kind":"fetch_request","url":"u","method":"GET","headers":[{"name":"a","value":"b","extra":1}],"body":"","max_bytes":1}}),
         // the error body

@@ -270,6 +270,23 @@ fn approvals_list() {
     );
 }
 
+fn an_approval() -> Approval {
+    Approval {
+        approval: aid(),
+        session: sid("s1"),
+        call: CallId(3),
+        tool: "workspace_write".into(),
+        args: json!({"path":"/w/a","content":"x"}),
+        digest: "ab".repeat(32),
+        taint: DataClass::Private,
+        untrusted: true,
+        rule: "untrusted_effect".into(),
+        reason: "the session has read untrusted content".into(),
+        requested: Timestamp(1764489000000),
+        expires: Timestamp(1764489600000),
+    }
+}
+
 #[test]
 fn approvals() {
     exact(
@@ -277,28 +294,57 @@ fn approvals() {
             5,
             true,
             Message::Approvals(Approvals {
-                pending: vec![Approval {
-                    approval: aid(),
-                    session: sid("s1"),
-                    call: CallId(3),
-                    tool: "workspace_write".into(),
-                    args: json!({"path":"/w/a","content":"x"}),
-                    digest: "ab".repeat(32),
-                    taint: DataClass::Private,
-                    untrusted: true,
-                    rule: "untrusted_effect".into(),
-                    reason: "the session has read untrusted content".into(),
-                    requested: Timestamp(1764489000000),
-                    expires: Timestamp(1764489600000),
-                }],
+                pending: vec![an_approval().summary()],
             }),
         ),
         json!({"v":1,"id":5,"final":true,"msg":{"kind":"approvals","pending":[{
             "approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write",
-            "args":{"path":"/w/a","content":"x"},"digest":"ab".repeat(32),"taint":"private",
+            "args_bytes":29,"digest":"ab".repeat(32),"taint":"private",
             "untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content",
             "requested":1764489000000u64,"expires":1764489600000u64}]}}),
     );
+}
+
+#[test]
+fn approval_show() {
+    exact(
+        Envelope::new(
+            7,
+            true,
+            Message::ApprovalShow(ApprovalShow { approval: aid() }),
+        ),
+        json!({"v":1,"id":7,"final":true,"msg":{"kind":"approval_show","approval":"9f2c4a1b0d3e5f67"}}),
+    );
+}
+
+#[test]
+fn approval() {
+    exact(
+        Envelope::new(7, true, Message::Approval(an_approval())),
+        json!({"v":1,"id":7,"final":true,"msg":{"kind":"approval",
+            "approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write",
+            "args":{"path":"/w/a","content":"x"},"digest":"ab".repeat(32),"taint":"private",
+            "untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content",
+            "requested":1764489000000u64,"expires":1764489600000u64}}),
+    );
+}
+
+#[test]
+fn a_summary_names_the_arguments_by_size_and_cuts_long_texts() {
+    let mut a = an_approval();
+    a.reason = "é".repeat(SUMMARY_TEXT_MAX);
+    let s = a.summary();
+    assert_eq!(
+        s.args_bytes,
+        canonical::to_string(&a.args).len() as u64,
+        "the size of the canonical JSON"
+    );
+    assert!(s.reason.len() <= SUMMARY_TEXT_MAX && s.reason.len() > SUMMARY_TEXT_MAX - 2);
+    assert!(
+        s.reason.chars().all(|c| c == 'é'),
+        "cut on a character boundary"
+    );
+    assert_eq!(s.digest, a.digest);
 }
 
 #[test]
@@ -581,6 +627,9 @@ fn the_documented_example_frames_parse() {
         r#"{"v":1,"id":3,"final":false,"msg":{"kind":"tool_response","outcome":"pending_approval","approval":"9f2c4a1b0d3e5f67","expires":1764489600000}}"#,
         r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"result","content":"...","class":"private","untrusted":false}}"#,
         r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"denied","reason":"the owner denied it"}}"#,
+        r#"{"v":1,"id":5,"final":true,"msg":{"kind":"approvals","pending":[{"approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args_bytes":29,"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","requested":1764489000000,"expires":1764489600000}]}}"#,
+        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval_show","approval":"9f2c4a1b0d3e5f67"}}"#,
+        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval","approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args":{"path":"/w/a","content":"x"},"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","requested":1764489000000,"expires":1764489600000}}"#,
         r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state","session":"s1"}}"#,
         r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state_reply","class":"secret","untrusted":true}}"#,
         r#"{"v":1,"id":0,"final":true,"msg":{"kind":"error","code":"bad_message","detail":"expected value at line 1 column 1"}}"#,

@@ -1,19 +1,28 @@
-//! `bxctl approvals [--watch]`, `bxctl approve ID`, `bxctl deny ID`: what the owner sees is what
-//! the owner approves, so the whole arguments are shown with their digest, the session's taint
-//! and trust, the rule that asked and the time left.
+//! `bxctl approvals [--watch]`, `bxctl approvals show ID`, `bxctl approve ID`, `bxctl deny ID`:
+//! what the owner sees is what the owner approves, and nothing the model wrote can change how it
+//! looks. Every text is escaped (`bxcore::visible`); a URL's host is shown on a line of its own;
+//! a long argument is shown as its first bytes, its length and its digest, and `approvals show`
+//! prints one approval whole. The list comes as summaries and each approval is fetched alone, so
+//! one huge or broken approval cannot hide another.
 
 use std::time::Duration;
 
+use bxcore::canonical;
 use bxcore::client::{self, ClientError};
 use bxcore::visible::{Mode, Shown};
-use bxcore::{Approval, ApprovalDecision, ApprovalId, Message, Timestamp};
-use serde_json::json;
+use bxcore::{
+    Approval, ApprovalDecision, ApprovalId, ApprovalShow, ApprovalSummary, Message, Timestamp,
+};
+use serde_json::{Value, json};
 
 use crate::Outcome;
-use crate::cli::Context;
+use crate::context::Context;
 use crate::output::{failed, json_line, time_left};
 
-fn fetch(ctx: &Context) -> Result<Vec<Approval>, ClientError> {
+/// The bytes of an argument shown in the list; the rest is its length and digest.
+pub const SHOWN_BYTES: usize = 160;
+
+fn fetch(ctx: &Context) -> Result<Vec<ApprovalSummary>, ClientError> {
     match client::call(
         &ctx.admin,
         ctx.timeout,
@@ -26,31 +35,136 @@ fn fetch(ctx: &Context) -> Result<Vec<Approval>, ClientError> {
     }
 }
 
-/// One approval, for a person.
-pub fn show(a: &Approval, now: Timestamp) -> String {
-    let left = i128::from(a.expires.0) - i128::from(now.0);
-    let args = serde_json::to_string_pretty(&a.args).unwrap_or_else(|_| a.args.to_string());
-    let mut s = format!(
-        "approval {}  ({} left)\n  tool     {} (call {} of session {})\n  session  taint {}, {}\n  rule     {}: {}\n  digest   sha256 {}\n  args\n",
-        a.approval,
+fn fetch_one(ctx: &Context, id: &ApprovalId) -> Result<Approval, ClientError> {
+    let msg = Message::ApprovalShow(ApprovalShow {
+        approval: id.clone(),
+    });
+    match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {})? {
+        Message::Approval(a) => Ok(a),
+        other => Err(ClientError::Unexpected(other.kind())),
+    }
+}
+
+/// `"…"` with everything escaped: the exact value, one line.
+fn quoted(s: &str) -> String {
+    format!("\"{}\"", Shown(s, Mode::Quoted))
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn head(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A URL's host (with its port) and the user information before an `@`, if `s` is an http(s)
+/// URL: `https://bank.example@evil.example/` goes to `evil.example`.
+pub fn url_host(s: &str) -> Option<(&str, Option<&str>)> {
+    let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
+    let rest = if lower.starts_with("https://") {
+        &s[8..]
+    } else if lower.starts_with("http://") {
+        &s[7..]
+    } else {
+        return None;
+    };
+    let end = rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    Some(match authority.rfind('@') {
+        Some(at) => (&authority[at + 1..], Some(&authority[..at])),
+        None => (authority, None),
+    })
+}
+
+/// One argument's value for the view: whole when short, else its first bytes, its length and
+/// its digest; a URL's host on the next line.
+fn value_lines(v: &Value, id: &ApprovalId, whole: bool) -> Vec<String> {
+    let (text, is_string) = match v {
+        Value::String(s) => (s.clone(), true),
+        other => (other.to_string(), false),
+    };
+    let mut lines = Vec::new();
+    let show = |s: &str| {
+        if is_string {
+            quoted(s)
+        } else {
+            Shown(s, Mode::Line).to_string()
+        }
+    };
+    if whole || text.len() <= SHOWN_BYTES {
+        lines.push(show(&text));
+    } else {
+        lines.push(format!(
+            "{}… ({} bytes, sha256 {}; whole: bxctl approvals show {id})",
+            show(head(&text, SHOWN_BYTES)),
+            text.len(),
+            canonical::sha256_hex(text.as_bytes())
+        ));
+    }
+    if let (true, Some((host, user))) = (is_string, url_host(&text)) {
+        lines.push(format!("host {}", quoted(host)));
+        if let Some(user) = user {
+            lines.push(format!("user info {} (not the host)", quoted(user)));
+        }
+    }
+    lines
+}
+
+fn args_lines(a: &Approval, whole: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    let entries: Vec<(String, &Value)> = match &a.args {
+        Value::Object(m) => m.iter().map(|(k, v)| (k.clone(), v)).collect(),
+        other => vec![(String::new(), other)],
+    };
+    let width = entries
+        .iter()
+        .map(|(k, _)| Shown(k, Mode::Line).to_string().chars().count())
+        .max()
+        .unwrap_or(0);
+    for (k, v) in entries {
+        let key = Shown(&k, Mode::Line).to_string();
+        let pad = " ".repeat(width - key.chars().count());
+        for (i, line) in value_lines(v, &a.approval, whole).into_iter().enumerate() {
+            if i == 0 {
+                out.push(format!("    {key}{pad}  {line}"));
+            } else {
+                out.push(format!("    {}  {line}", " ".repeat(width)));
+            }
+        }
+    }
+    out
+}
+
+fn header(s: &ApprovalSummary, now: Timestamp) -> String {
+    let left = i128::from(s.expires.0) - i128::from(now.0);
+    format!(
+        "approval {}  ({} left)\n  tool     {} (call {} of session {})\n  session  taint {}, {}\n  rule     {}: {}\n  digest   sha256 {} ({} bytes of arguments)\n",
+        s.approval,
         time_left(left),
-        Shown(&a.tool, Mode::Line),
-        a.call,
-        a.session,
-        a.taint,
-        if a.untrusted {
+        Shown(&s.tool, Mode::Line),
+        s.call,
+        s.session,
+        s.taint,
+        if s.untrusted {
             "untrusted (it has read third-party content)"
         } else {
             "trusted"
         },
-        Shown(&a.rule, Mode::Line),
-        Shown(&a.reason, Mode::Line),
-        a.digest,
-    );
-    for line in args.lines() {
-        s.push_str("    ");
-        // JSON escapes C0 controls, `"` and `\`; the rest (C1, DEL, bidi, zero-width) here.
-        s.push_str(&Shown(line, Mode::Line).to_string());
+        Shown(&s.rule, Mode::Line),
+        Shown(&s.reason, Mode::Line),
+        s.digest,
+        s.args_bytes,
+    )
+}
+
+/// One approval, for a person: long arguments cut (`whole` false) or every byte (`whole`).
+pub fn show(a: &Approval, now: Timestamp, whole: bool) -> String {
+    let mut s = header(&a.summary(), now);
+    s.push_str("  args\n");
+    for line in args_lines(a, whole) {
+        s.push_str(&line);
         s.push('\n');
     }
     s.push_str(&format!(
@@ -60,7 +174,7 @@ pub fn show(a: &Approval, now: Timestamp) -> String {
     s
 }
 
-fn print(ctx: &Context, pending: &[Approval]) {
+fn print(ctx: &Context, pending: &[ApprovalSummary]) {
     if ctx.json {
         json_line(&json!({ "pending": pending }));
         return;
@@ -70,8 +184,18 @@ fn print(ctx: &Context, pending: &[Approval]) {
         return;
     }
     let now = Timestamp::now();
-    for a in pending {
-        println!("{}", show(a, now));
+    for s in pending {
+        match fetch_one(ctx, &s.approval) {
+            Ok(a) => println!("{}", show(&a, now, false)),
+            // Decided or expired since the list came: it is not pending any more.
+            Err(ClientError::Remote(_)) => {}
+            Err(e) => println!(
+                "{}  (its arguments could not be fetched: {}; bxctl approvals show {})\n",
+                header(s, now),
+                Shown(&e.to_string(), Mode::Line),
+                s.approval
+            ),
+        }
     }
 }
 
@@ -95,18 +219,42 @@ pub fn list(ctx: &Context, watch: bool) -> Outcome {
     }
 }
 
-/// `bxctl approve ID` / `bxctl deny ID`.
-pub fn decide(ctx: &Context, id: &str, allow: bool) -> Outcome {
-    let approval = match ApprovalId::new(id) {
-        Ok(a) => a,
+fn parse_id(ctx: &Context, id: &str) -> Option<ApprovalId> {
+    match ApprovalId::new(id) {
+        Ok(a) => Some(a),
         Err(e) => {
             if ctx.json {
                 json_line(&json!({"error": {"code": "usage", "detail": e.to_string()}}));
             } else {
                 eprintln!("bxctl: {e}");
             }
-            return Outcome::Failed;
+            None
         }
+    }
+}
+
+/// `bxctl approvals show ID`: one approval with every argument whole.
+pub fn show_one(ctx: &Context, id: &str) -> Outcome {
+    let Some(approval) = parse_id(ctx, id) else {
+        return Outcome::Failed;
+    };
+    match fetch_one(ctx, &approval) {
+        Ok(a) if ctx.json => {
+            json_line(&a);
+            Outcome::Done
+        }
+        Ok(a) => {
+            println!("{}", show(&a, Timestamp::now(), true));
+            Outcome::Done
+        }
+        Err(e) => failed(ctx, &format!("cannot show {approval}"), &e),
+    }
+}
+
+/// `bxctl approve ID` / `bxctl deny ID`.
+pub fn decide(ctx: &Context, id: &str, allow: bool) -> Outcome {
+    let Some(approval) = parse_id(ctx, id) else {
+        return Outcome::Failed;
     };
     let msg = Message::ApprovalDecision(ApprovalDecision {
         approval: approval.clone(),

@@ -10,7 +10,7 @@ use bxcore::{AuditHead, Message};
 use serde_json::{Value, json};
 
 use crate::Outcome;
-use crate::cli::Context;
+use crate::context::Context;
 use crate::output::{failed, json_line};
 
 /// `SEQ:HASH`, as the journal's `audit chain head` line gives it.

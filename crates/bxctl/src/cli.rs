@@ -9,7 +9,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
-use crate::dev::{self, ModelChoice, Provider, UpOptions};
+use crate::context::Context;
+use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
 use crate::{Outcome, approvals, audit, demo, selftest, status};
 
@@ -42,6 +43,8 @@ pub enum Command {
         /// Keep watching, printing the list again whenever it changes.
         #[arg(long)]
         watch: bool,
+        #[command(subcommand)]
+        command: Option<ApprovalsCommand>,
     },
     /// Approve a pending call: it runs, exactly as shown.
     Approve {
@@ -74,6 +77,15 @@ pub enum Command {
     /// The local dev box: the whole box on this machine.
     #[command(subcommand)]
     Dev(DevCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// One pending approval with every argument whole.
+    Show {
+        /// The approval's id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +127,12 @@ pub enum DevCommand {
     Up(UpArgs),
     /// Stop the dev box's daemons (SIGTERM, then SIGKILL after a deadline).
     Down,
+    /// Stop the dev box, then start it again as it was made.
+    Restart {
+        /// As root: the user it was made with [default: bx-dev].
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -122,9 +140,9 @@ pub struct UpArgs {
     /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
-    /// The model provider.
-    #[arg(long, value_enum, default_value_t = Provider::Script)]
-    pub provider: Provider,
+    /// The model provider [default: script for a new home; a reused home keeps its own].
+    #[arg(long, value_enum)]
+    pub provider: Option<Provider>,
     /// For the script provider: the script to use instead of the shipped default.
     #[arg(long, value_name = "FILE")]
     pub script: Option<PathBuf>,
@@ -137,15 +155,6 @@ pub struct UpArgs {
     /// For openai and anthropic: the file that holds the API key.
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
-}
-
-/// What the approval and audit commands need to know.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub home: PathBuf,
-    pub admin: PathBuf,
-    pub json: bool,
-    pub timeout: Duration,
 }
 
 impl Cli {
@@ -199,7 +208,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
-        Command::Approvals { watch } => exit(approvals::list(&ctx, watch)),
+        Command::Approvals {
+            command: Some(ApprovalsCommand::Show { id }),
+            ..
+        } => exit(approvals::show_one(&ctx, &id)),
+        Command::Approvals {
+            watch,
+            command: None,
+        } => exit(approvals::list(&ctx, watch)),
         Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
         Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
         Command::Audit {
@@ -235,34 +251,27 @@ pub fn run(cli: Cli) -> ExitCode {
             Err(e) => failed(e),
         },
         Command::Dev(DevCommand::Up(args)) => {
-            if args.provider != Provider::Script {
-                if args.model.is_none() || args.api_key_file.is_none() {
-                    return usage(&format!(
-                        "--provider {} needs --model NAME and --api-key-file FILE",
-                        args.provider
-                    ));
-                }
-                if args.script.is_some() {
-                    return usage("--script goes with --provider script");
-                }
-            }
-            let base_url = args.base_url.or_else(|| match args.provider {
-                Provider::Openai => Some("https://api.openai.com/v1".into()),
-                Provider::Anthropic => Some("https://api.anthropic.com".into()),
-                Provider::Script => None,
-            });
+            // dev::up checks every flag before it writes anything.
             let opts = UpOptions {
                 home: Target::for_dev(cli.home.as_deref()).home().to_path_buf(),
                 user: args.user,
-                model: ModelChoice {
+                model: ModelFlags {
                     provider: args.provider,
-                    base_url,
+                    base_url: args.base_url,
                     model: args.model,
                     api_key_file: args.api_key_file,
                     script: args.script,
                 },
             };
             match dev::up(&opts, &mut out) {
+                Ok(_) => ExitCode::SUCCESS,
+                // A flag that is wrong, or does not go with the others: exit 2, as clap's own.
+                Err(e @ dev::DevError::Usage(_)) => usage(&e.to_string()),
+                Err(e) => failed(e),
+            }
+        }
+        Command::Dev(DevCommand::Restart { user }) => {
+            match dev::restart(Target::for_dev(cli.home.as_deref()).home(), user, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
             }

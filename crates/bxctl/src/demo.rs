@@ -18,7 +18,7 @@ use bxcore::{
 };
 
 use crate::chat::{self, Style, TurnLog};
-use crate::dev::{self, ModelChoice, Provider, UpOptions};
+use crate::dev::{self, ModelFlags, Provider, UpOptions};
 
 /// The shipped demo script (`@WORKSPACE@` is replaced when the dev box is made).
 pub const DEMO_SCRIPT: &str = include_str!("../scripts/demo.toml");
@@ -424,12 +424,10 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
     let opts = UpOptions {
         home: home.clone(),
         user: None,
-        model: ModelChoice {
-            provider: Provider::Script,
-            base_url: None,
-            model: None,
-            api_key_file: None,
+        model: ModelFlags {
+            provider: Some(Provider::Script),
             script: Some(script),
+            ..ModelFlags::default()
         },
     };
     dev::up(&opts, out).map_err(DemoError::Up)?;

@@ -7,6 +7,7 @@ pub mod approvals;
 pub mod audit;
 pub mod chat;
 pub mod cli;
+pub mod context;
 pub mod demo;
 pub mod dev;
 pub mod model;

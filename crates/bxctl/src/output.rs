@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::Outcome;
-use crate::cli::Context;
+use crate::context::Context;
 
 /// Print `value` as one line of JSON.
 pub fn json_line(value: &impl Serialize) {

@@ -106,6 +106,16 @@ fn pending_call(b: &Box_, session: &str, content: &str) -> (UnixStream, String) 
 
 /// A `workspace_write` of `rel` (under the home) that waits for the owner; its connection.
 fn pending_write(b: &Box_, session: &str, rel: &str, content: &str) -> (UnixStream, String) {
+    match write_frame_of(b, session, rel, content) {
+        (s, Message::ToolResponse(ToolResponse::PendingApproval { approval, .. })) => {
+            (s, approval.as_str().to_string())
+        }
+        (_, o) => panic!("{o:?}"),
+    }
+}
+
+/// A `workspace_write` from an untrusted session: its connection and brokerd's first answer.
+fn write_frame_of(b: &Box_, session: &str, rel: &str, content: &str) -> (UnixStream, Message) {
     fs::create_dir_all(b.home.join("broker/sessions")).unwrap();
     fs::write(
         b.home.join(format!("broker/sessions/{session}.json")),
@@ -128,12 +138,8 @@ fn pending_write(b: &Box_, session: &str, rel: &str, content: &str) -> (UnixStre
     )
     .unwrap();
     let mut d = Deadline::within(&s, WAIT).unwrap();
-    match read_frame(&mut d).unwrap().msg {
-        Message::ToolResponse(ToolResponse::PendingApproval { approval, .. }) => {
-            (s, approval.as_str().to_string())
-        }
-        o => panic!("{o:?}"),
-    }
+    let msg = read_frame(&mut d).unwrap().msg;
+    (s, msg)
 }
 
 fn final_of(s: &UnixStream) -> ToolResponse {
@@ -158,19 +164,103 @@ fn approvals_shows_everything_the_owner_approves() {
         "taint private, untrusted".to_string(),
         "rule     untrusted-effect: ".to_string(),
         "digest   sha256 ".to_string(),
-        "\"content\": \"the whole text\"".to_string(),
+        "content  \"the whole text\"".to_string(),
         "left)".to_string(),
     ] {
         assert!(out.contains(&want), "{want:?} not in:\n{out}");
     }
+    // Scripts get the summaries, and each approval whole by id.
     let (code, out, _) = bxctl(&b, &["--json", "approvals"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["pending"][0]["approval"], id);
-    assert_eq!(v["pending"][0]["args"]["content"], "the whole text");
+    assert!(v["pending"][0]["args_bytes"].as_u64().unwrap() > 14);
+    let (code, out, _) = bxctl(&b, &["--json", "approvals", "show", &id]);
+    assert_eq!(code, 0);
+    let a: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(a["args"]["content"], "the whole text");
+    assert_eq!(a["digest"], v["pending"][0]["digest"]);
+    assert_eq!(a["digest"], bxcore::canonical::digest(&a["args"]));
+}
+
+#[test]
+fn one_huge_pending_write_does_not_hide_another_sessions_request() {
+    // Beyond what an approval may show (256 KiB by default): denied at the door, never queued.
+    let b = start("");
+    let (s, first) = write_frame_of(&b, "s1", "notes/huge.txt", &"z".repeat(500_000));
+    match first {
+        Message::ToolResponse(ToolResponse::Denied { reason }) => assert!(
+            reason.ends_with("see docs/runbook.md#approval-too-large"),
+            "{:.300}",
+            reason
+        ),
+        other => panic!("{:.300}", format!("{other:?}")),
+    }
+    drop(s);
+    drop(b);
+    // The most brokerd may show: almost 512 KiB waits beside another session's request.
+    let b = start("[approvals]\nmax_args_bytes = 524288\n");
+    let big = "q".repeat(500_000);
+    let (_s1, big_id) = pending_write(&b, "s1", "notes/big.txt", &big);
+    let (_s2, small_id) = pending_write(&b, "s2", "notes/out.txt", "small");
+    let (code, out, err) = bxctl(&b, &["approvals"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("approval {small_id}")), "{out}");
+    assert!(out.contains("content  \"small\""), "{out}");
+    assert!(out.contains(&format!("approval {big_id}")), "{out}");
+    let cut = format!(
+        "\"{}\"… (500000 bytes, sha256 {}; whole: bxctl approvals show {big_id})",
+        "q".repeat(160),
+        bxcore::canonical::sha256_hex(big.as_bytes())
+    );
+    assert!(out.contains(&cut), "{out}");
+    assert!(out.len() < 10_000, "the list shows the first bytes only");
+    let (code, out, _) = bxctl(&b, &["approvals", "show", &big_id]);
+    assert_eq!(code, 0);
+    assert!(out.contains(&format!("content  \"{big}\"")), "whole");
+    // A decided one is gone, the other still there.
+    let (code, _, _) = bxctl(&b, &["deny", &big_id]);
+    assert_eq!(code, 0);
+    let (code, out, err) = bxctl(&b, &["approvals", "show", &big_id]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no such pending approval"), "{out}{err}");
+}
+
+#[test]
+fn a_urls_host_is_shown_apart_from_the_rest() {
+    use bxctl::approvals::{show, url_host};
     assert_eq!(
-        v["pending"][0]["digest"],
-        bxcore::canonical::digest(&v["pending"][0]["args"])
+        url_host("https://example.org/a?b"),
+        Some(("example.org", None))
+    );
+    assert_eq!(
+        url_host("HTTP://bank.example@evil.example:8443/login"),
+        Some(("evil.example:8443", Some("bank.example")))
+    );
+    assert_eq!(url_host("notes/a.txt"), None);
+    let a = bxcore::Approval {
+        approval: bxcore::ApprovalId::new("0123456789abcdef").unwrap(),
+        session: SessionId::new("s1").unwrap(),
+        call: CallId(1),
+        tool: "web_fetch".into(),
+        args: json!({"url": "https://bank.example@evil.example/\u{202e}x"}),
+        digest: "d".repeat(64),
+        taint: bxcore::DataClass::Public,
+        untrusted: true,
+        rule: "r".into(),
+        reason: "why".into(),
+        requested: bxcore::Timestamp(0),
+        expires: bxcore::Timestamp(1),
+    };
+    let out = show(&a, bxcore::Timestamp(0), false);
+    assert!(
+        out.contains("url  \"https://bank.example@evil.example/\\u{202e}x\"\n"),
+        "{out}"
+    );
+    assert!(out.contains("     host \"evil.example\"\n"), "{out}");
+    assert!(
+        out.contains("     user info \"bank.example\" (not the host)\n"),
+        "{out}"
     );
 }
 

@@ -9,8 +9,6 @@
 
 use std::os::fd::OwnedFd;
 
-use seccompiler::BpfProgram;
-
 use crate::landlock_layer::{self, Enforced};
 use crate::profiles::Arch;
 use crate::sandbox::{Profile, SandboxError};
@@ -21,10 +19,16 @@ use crate::seccomp::{self, Mismatch, SeccompError};
 pub struct ChildSandbox {
     ruleset: Option<OwnedFd>,
     landlock: Enforced,
-    clone3: BpfProgram,
-    main: BpfProgram,
+    clone3: Vec<libc::sock_filter>,
+    /// The allow-list with [`seccomp::SELF_PID`] where the child's own pid goes.
+    main: Vec<libc::sock_filter>,
+    self_places: usize,
     log: bool,
 }
+
+/// The longest program the kernel takes (`BPF_MAXINSNS`): the child copies the list onto its
+/// stack to put its pid in, since it may not allocate.
+const MAX_PROGRAM: usize = 4096;
 
 impl ChildSandbox {
     /// Build the child's Landlock ruleset from `profile`'s paths (opened now) and compile its
@@ -49,11 +53,18 @@ impl ChildSandbox {
         let arch = Arch::current().ok_or(SandboxError::Seccomp(SeccompError::Arch))?;
         let filters =
             seccomp::compile(profile.seccomp(), arch, mismatch).map_err(SandboxError::Seccomp)?;
+        if filters.main.len() > MAX_PROGRAM {
+            return Err(SandboxError::Seccomp(SeccompError::Compile(format!(
+                "{} instructions, more than the kernel's {MAX_PROGRAM}",
+                filters.main.len()
+            ))));
+        }
         Ok(ChildSandbox {
             ruleset,
             landlock,
-            clone3: filters.clone3,
-            main: filters.main,
+            clone3: seccomp::to_kernel(&filters.clone3),
+            main: seccomp::to_kernel(&filters.main),
+            self_places: seccomp::self_pid_places(profile.seccomp()),
             log: mismatch == Mismatch::LogEperm,
         })
     }
@@ -64,9 +75,23 @@ impl ChildSandbox {
     }
 
     /// Enter the sandbox: `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset, the `clone3` filter, the
-    /// allow-list. System calls only (no allocation): call it in the child after `fork`, e.g.
-    /// from `pre_exec`. An error leaves the child to exit; it must not `execve`.
+    /// allow-list bound to the child's own pid. System calls only (no allocation): call it in
+    /// the child after `fork`, e.g. from `pre_exec`. An error leaves the child to exit; it must
+    /// not `execve`.
     pub fn enter(&self) -> std::io::Result<()> {
+        let n = self.main.len();
+        let mut main = [libc::sock_filter {
+            code: 0,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }; MAX_PROGRAM];
+        main[..n].copy_from_slice(&self.main);
+        // SAFETY: getpid has no arguments and cannot fail.
+        let pid = unsafe { libc::getpid() } as u32;
+        if seccomp::bind_self(&mut main[..n], pid) != self.self_places {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
         // SAFETY: prctl with integer arguments.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(std::io::Error::last_os_error());
@@ -75,6 +100,6 @@ impl ChildSandbox {
             landlock_layer::restrict_with(fd)?;
         }
         seccomp::install_here(&self.clone3, self.log)?;
-        seccomp::install_here(&self.main, self.log)
+        seccomp::install_here(&main[..n], self.log)
     }
 }

@@ -152,6 +152,21 @@ impl SeccompProfile {
     }
 }
 
+impl SeccompProfile {
+    /// The system calls that take a pid, allowed only with pid 0 or the caller's own pid (see
+    /// [`crate::seccomp::conditional`]); none of them is on [`SeccompProfile::syscalls`].
+    pub fn pid_calls(self) -> BTreeSet<&'static str> {
+        let mut s: BTreeSet<&'static str> = PID_SERVER.iter().copied().collect();
+        if matches!(
+            self,
+            SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+        ) {
+            s.extend(PID_PROGRAM);
+        }
+        s
+    }
+}
+
 impl fmt::Display for SeccompProfile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -218,7 +233,6 @@ const SERVER: &[&str] = &[
     "rt_sigreturn",
     "sigaltstack",
     "restart_syscall",
-    "tgkill",
     "exit",
     "exit_group",
     // who and when
@@ -235,7 +249,6 @@ const SERVER: &[&str] = &[
     "clock_nanosleep",
     "getrandom",
     "uname",
-    "prlimit64",
     // Unix sockets, already bound: accept, talk, connect to a peer daemon
     "accept",
     "accept4",
@@ -251,6 +264,21 @@ const SERVER: &[&str] = &[
     "shutdown",
     "ppoll",
 ];
+
+/// The system calls of the skeleton that act on a process named by its pid: allowed only on
+/// the caller itself, pid 0 or its own pid ([`crate::seccomp::conditional`]), so no daemon sets
+/// another's resource limits (`prlimit64`: `RLIMIT_FSIZE` of 1 kills at the next write) or
+/// signals it. glibc's `raise` and `abort` call `tgkill(getpid(), ..)`; `getrlimit` and
+/// `setrlimit` call `prlimit64(0, ..)`. The calls that only read about a process by pid stay
+/// plain: `sched_getaffinity` (glibc asks it of each new thread by its tid), and for programs
+/// `getpgid`, `getsid`, `sched_getparam`, `sched_getscheduler`.
+const PID_SERVER: &[&str] = &["tgkill", "prlimit64"];
+
+/// What an ordinary program calls with a pid to act on a process, on the caller only as well
+/// (`kill(0, ..)` is the caller's own process group, which the `run` tool's child leads).
+/// `wait4`, `waitid` and `setpgid` stay plain: the kernel confines them to the caller and its
+/// own children.
+const PID_PROGRAM: &[&str] = &["kill"];
 
 /// What glibc calls on x86_64 for `mkdir`, `rename`, `unlink`, `poll` and friends.
 const SERVER_X86_64: &[&str] = &[
@@ -269,12 +297,12 @@ const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
 const BROKERD: &[&str] = &["openat2"];
 
 /// brokerd with the `run` tool: start the child, which installs its own Landlock and seccomp
-/// before `execve`, then wait for it and kill its process group at the end.
+/// before `execve`, then wait for it. brokerd signals only itself ([`PID_SERVER`]): a child is
+/// bounded by the limits it sets on itself before `execve` (`setrlimit`), not by a signal.
 const RUN_PARENT: &[&str] = &[
     "execve",
     "wait4",
     "waitid",
-    "kill",
     "setpgid",
     "getpgid",
     "prctl",
@@ -293,7 +321,6 @@ const PROGRAM: &[&str] = &[
     "execve",
     "wait4",
     "waitid",
-    "kill",
     "getpgid",
     "setpgid",
     "getppid",

@@ -9,7 +9,10 @@
 //!    wins, so a kill there would beat the first filter's `ENOSYS` and kill the first thread spawn.
 //!
 //! `clone` is allowed without any `CLONE_NEW*` flag; `socket` and `socketpair` only for the
-//! profile's families.
+//! profile's families; the calls that take a pid ([`SeccompProfile::pid_calls`]) only with pid 0
+//! or the caller's own. The caller's pid is known only in the process the filter confines, so
+//! the compiled list holds [`SELF_PID`] there and [`bind_self`] puts the real pid in just before
+//! the filter is installed: by `apply` in the daemon, by the child itself after `fork`.
 
 use std::fmt;
 
@@ -26,6 +29,13 @@ pub const CLONE_NEW_MASK: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWUSER
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET) as u64;
+
+/// The stand-in for the caller's own pid in a compiled list, above any pid the kernel hands out
+/// (`pid_max` is at most 2^22) and unlike any other constant of a list (a test checks).
+pub const SELF_PID: u32 = 0x7ffe_5e1f;
+
+// Above every pid the kernel can hand out (`PID_MAX_LIMIT` is 2^22).
+const _: () = assert!(SELF_PID > 1 << 22);
 
 /// What the list does with a system call that is not on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +57,8 @@ pub enum SeccompError {
     Install(std::io::Error),
     /// `TSYNC` could not put the filter on thread `tid`.
     Sync(i64),
+    /// The compiled list did not hold the caller's pid where the pid calls need it.
+    SelfPid { found: usize, wanted: usize },
 }
 
 impl fmt::Display for SeccompError {
@@ -62,6 +74,10 @@ impl fmt::Display for SeccompError {
             SeccompError::Sync(tid) => {
                 write!(f, "seccomp: cannot put the filter on thread {tid}")
             }
+            SeccompError::SelfPid { found, wanted } => write!(
+                f,
+                "seccomp: the list holds the caller's pid in {found} places, not {wanted}"
+            ),
         }
     }
 }
@@ -124,10 +140,15 @@ const IOCTLS: [(u64, &str); 7] = [
 
 /// The system calls allowed only with given arguments: `socket` and `socketpair` by the
 /// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
-/// its threads), `ioctl` only with the requests of [`IOCTLS`]. A name on the profile's plain
-/// list is allowed whatever its arguments (`prctl` where programs are started).
+/// its threads), `ioctl` only with the requests of [`IOCTLS`], the calls that take a pid only
+/// with pid 0 or [`SELF_PID`]. A name on the profile's plain list is allowed whatever its
+/// arguments (`prctl` where programs are started).
 pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
     let mut out = Vec::new();
+    for call in profile.pid_calls() {
+        out.push(cond(call, 0, 0, "pid 0"));
+        out.push(cond(call, 0, u64::from(SELF_PID), "pid self"));
+    }
     for (family, name) in profile.socket_families() {
         out.push(cond("socket", 0, family as u64, name));
         out.push(cond("socketpair", 0, family as u64, name));
@@ -204,6 +225,8 @@ pub fn compile(
     // Every name on the list, with a condition or without.
     let mut names = profile.syscalls(arch);
     names.insert("clone");
+    // The pid calls are conditional on every profile, so no plain name hides their condition.
+    debug_assert!(profile.pid_calls().is_disjoint(&names));
     names.extend(conditional(profile).into_iter().map(|c| c.call));
     let syscall_count = names.len();
     Ok(Filters {
@@ -213,15 +236,47 @@ pub fn compile(
     })
 }
 
+/// Put `pid` where `program` holds [`SELF_PID`]; how many places. No allocation: the child
+/// calls it after `fork` on its own copy.
+pub fn bind_self(program: &mut [libc::sock_filter], pid: u32) -> usize {
+    let mut n = 0;
+    for ins in program.iter_mut() {
+        if ins.k == SELF_PID {
+            ins.k = pid;
+            n += 1;
+        }
+    }
+    n
+}
+
+/// How many places of a profile's list hold [`SELF_PID`].
+pub fn self_pid_places(profile: SeccompProfile) -> usize {
+    profile.pid_calls().len()
+}
+
+/// A compiled program as the kernel's `struct sock_filter` (the same layout; `Copy`, so a child
+/// can copy it onto its stack without allocating).
+pub fn to_kernel(program: &BpfProgram) -> Vec<libc::sock_filter> {
+    program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect()
+}
+
 #[repr(C)]
 struct SockFprog {
     len: libc::c_ushort,
-    filter: *const seccompiler::sock_filter,
+    filter: *const libc::sock_filter,
 }
 
-/// Install one compiled filter on the calling thread only, with no allocation: for a child
-/// between `fork` and `execve`. `PR_SET_NO_NEW_PRIVS` must be set first.
-pub fn install_here(program: &BpfProgram, log: bool) -> std::io::Result<()> {
+/// Install one filter on the calling thread only, with no allocation: for a child between
+/// `fork` and `execve`. `PR_SET_NO_NEW_PRIVS` must be set first.
+pub fn install_here(program: &[libc::sock_filter], log: bool) -> std::io::Result<()> {
     let prog = SockFprog {
         len: program.len() as libc::c_ushort,
         filter: program.as_ptr(),
@@ -246,7 +301,7 @@ pub fn install_here(program: &BpfProgram, log: bool) -> std::io::Result<()> {
     Ok(())
 }
 
-fn install(program: &BpfProgram, log: bool) -> Result<(), SeccompError> {
+fn install(program: &[libc::sock_filter], log: bool) -> Result<(), SeccompError> {
     let prog = SockFprog {
         len: program.len() as libc::c_ushort,
         filter: program.as_ptr(),
@@ -278,8 +333,14 @@ pub fn apply(profile: SeccompProfile, mismatch: Mismatch) -> Result<usize, Secco
     let arch = Arch::current().ok_or(SeccompError::Arch)?;
     let filters = compile(profile, arch, mismatch)?;
     let log = mismatch == Mismatch::LogEperm;
-    install(&filters.clone3, log)?;
-    install(&filters.main, log)?;
+    let mut main = to_kernel(&filters.main);
+    let wanted = self_pid_places(profile);
+    let found = bind_self(&mut main, std::process::id());
+    if found != wanted {
+        return Err(SeccompError::SelfPid { found, wanted });
+    }
+    install(&to_kernel(&filters.clone3), log)?;
+    install(&main, log)?;
     Ok(filters.syscall_count)
 }
 
@@ -297,6 +358,25 @@ mod tests {
                     assert!(!f.main.is_empty());
                     assert!(!f.clone3.is_empty());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_self_pid_stands_only_where_a_pid_call_needs_it() {
+        for profile in SeccompProfile::ALL {
+            for arch in Arch::ALL {
+                let f = compile(profile, arch, Mismatch::KillProcess).unwrap();
+                let mut main = to_kernel(&f.main);
+                assert_eq!(
+                    bind_self(&mut main, 4242),
+                    self_pid_places(profile),
+                    "{profile} on {}",
+                    arch.name()
+                );
+                assert!(main.iter().all(|i| i.k != SELF_PID));
+                let mut clone3 = to_kernel(&f.clone3);
+                assert_eq!(bind_self(&mut clone3, 4242), 0);
             }
         }
     }

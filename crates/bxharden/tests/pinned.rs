@@ -73,10 +73,10 @@ fn no_list_has_a_forbidden_call() {
                 profile,
                 SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
             );
-            for name in ["execve", "execveat", "kill"] {
+            for name in ["execve", "execveat"] {
                 assert_eq!(
                     list.contains(name),
-                    starts_programs && name != "execveat",
+                    starts_programs && name == "execve",
                     "{profile} on {}: {name}",
                     arch.name()
                 );
@@ -101,6 +101,78 @@ fn no_list_has_a_forbidden_call() {
             );
             assert!(!list.contains("socket"), "{profile}: socket only by family");
         }
+    }
+}
+
+/// Every call that acts on a process named by its pid.
+const TAKES_A_PID: [&str; 21] = [
+    "kill",
+    "tkill",
+    "tgkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+    "pidfd_send_signal",
+    "pidfd_open",
+    "pidfd_getfd",
+    "prlimit64",
+    "sched_setaffinity",
+    "sched_setparam",
+    "sched_setscheduler",
+    "sched_setattr",
+    "setpriority",
+    "ioprio_set",
+    "process_madvise",
+    "process_mrelease",
+    "migrate_pages",
+    "move_pages",
+    "kcmp",
+    "getpriority",
+];
+
+#[test]
+fn a_call_that_takes_a_pid_is_allowed_on_the_caller_only() {
+    for profile in SeccompProfile::ALL {
+        for arch in Arch::ALL {
+            let plain = profile.syscalls(arch);
+            let pid_calls = profile.pid_calls();
+            for name in TAKES_A_PID.iter().chain(pid_calls.iter()) {
+                assert!(
+                    !plain.contains(name),
+                    "{profile} on {}: {name} with any pid",
+                    arch.name()
+                );
+            }
+            let d = describe(profile, arch);
+            for name in &pid_calls {
+                // Only pid 0 and the caller's own, nothing else.
+                let forms: Vec<&String> = d
+                    .iter()
+                    .filter(|l| l.split('(').next() == Some(name))
+                    .collect();
+                assert_eq!(
+                    forms,
+                    [&format!("{name}(pid 0)"), &format!("{name}(pid self)")],
+                    "{profile} on {}",
+                    arch.name()
+                );
+            }
+            for name in TAKES_A_PID {
+                let on = d.iter().any(|l| l.split('(').next() == Some(name));
+                assert_eq!(on, pid_calls.contains(name), "{profile}: {name}");
+            }
+        }
+        for name in ["tgkill", "prlimit64"] {
+            assert!(profile.pid_calls().contains(name), "{profile}: {name}");
+        }
+        let starts_programs = matches!(
+            profile,
+            SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+        );
+        assert_eq!(
+            profile.pid_calls().contains("kill"),
+            starts_programs,
+            "{profile}"
+        );
     }
 }
 

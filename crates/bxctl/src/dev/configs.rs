@@ -28,6 +28,174 @@ pub struct ModelChoice {
     pub script: Option<PathBuf>,
 }
 
+/// The model flags `dev up` was given, each `None` when not given. A fresh home resolves them
+/// into a [`ModelChoice`] (the scripted provider when none are given); a reused home keeps what
+/// it has and refuses a flag that says otherwise. Every flag is checked before anything is
+/// written.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelFlags {
+    pub provider: Option<Provider>,
+    pub base_url: Option<String>,
+    pub model: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+    pub script: Option<PathBuf>,
+}
+
+/// The endpoint each remote provider uses when `--base-url` is not given.
+pub fn default_base_url(provider: Provider) -> Option<&'static str> {
+    match provider {
+        Provider::Openai => Some("https://api.openai.com/v1"),
+        Provider::Anthropic => Some("https://api.anthropic.com"),
+        Provider::Script => None,
+    }
+}
+
+fn check_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| {
+            format!("--base-url {url} is not a URL: it must start with http:// or https://")
+        })?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() || host.starts_with(':') || host.contains(char::is_whitespace) {
+        return Err(format!("--base-url {url} names no host"));
+    }
+    Ok(())
+}
+
+fn check_readable(flag: &str, path: &Path) -> Result<(), String> {
+    match fs::metadata(path) {
+        Ok(m) if m.is_file() => fs::File::open(path)
+            .map(drop)
+            .map_err(|e| format!("{flag} {}: cannot read it: {e}", path.display())),
+        Ok(_) => Err(format!("{flag} {}: not a file", path.display())),
+        Err(e) => Err(format!("{flag} {}: {e}", path.display())),
+    }
+}
+
+impl ModelFlags {
+    /// Each flag that was given, checked on its own: a URL with a host, files that can be read,
+    /// a script that is TOML, a model name that is not empty.
+    pub fn check_each(&self) -> Result<(), String> {
+        if let Some(url) = &self.base_url {
+            check_url(url)?;
+        }
+        if let Some(model) = &self.model {
+            if model.trim().is_empty() {
+                return Err("--model is empty".into());
+            }
+        }
+        if let Some(key) = &self.api_key_file {
+            check_readable("--api-key-file", key)?;
+        }
+        if let Some(script) = &self.script {
+            check_readable("--script", script)?;
+            let text = fs::read_to_string(script)
+                .map_err(|e| format!("--script {}: {e}", script.display()))?;
+            toml::from_str::<Table>(&text)
+                .map_err(|e| format!("--script {}: not TOML: {e}", script.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The choice for a fresh home: every flag checked, the ones that go together present, the
+    /// defaults filled in. `Err` says which flag is wrong; nothing has been written.
+    pub fn resolve(&self) -> Result<ModelChoice, String> {
+        self.check_each()?;
+        let provider = self.provider.unwrap_or(Provider::Script);
+        match provider {
+            Provider::Script => {
+                for (given, flag) in [
+                    (self.base_url.is_some(), "--base-url"),
+                    (self.model.is_some(), "--model"),
+                    (self.api_key_file.is_some(), "--api-key-file"),
+                ] {
+                    if given {
+                        return Err(format!(
+                            "{flag} goes with --provider openai or anthropic, not script"
+                        ));
+                    }
+                }
+            }
+            Provider::Openai | Provider::Anthropic => {
+                if self.model.is_none() || self.api_key_file.is_none() {
+                    return Err(format!(
+                        "--provider {provider} needs --model NAME and --api-key-file FILE"
+                    ));
+                }
+                if self.script.is_some() {
+                    return Err("--script goes with --provider script".into());
+                }
+            }
+        }
+        Ok(ModelChoice {
+            provider,
+            base_url: self
+                .base_url
+                .clone()
+                .or_else(|| default_base_url(provider).map(str::to_string)),
+            model: self.model.clone(),
+            api_key_file: self.api_key_file.clone(),
+            script: self.script.clone(),
+        })
+    }
+
+    /// For a reused home made with `provider`: each given flag that says something else than
+    /// the home has, as `--flag GIVEN, not HAD` (empty when all agree).
+    pub fn differences(&self, home: &DevHome, provider: Provider) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(p) = self.provider {
+            if p != provider {
+                out.push(format!("--provider {p}, not {provider}"));
+            }
+        }
+        let config: Table = fs::read_to_string(home.config("inferproxy"))
+            .ok()
+            .and_then(|t| toml::from_str(&t).ok())
+            .unwrap_or_default();
+        let get = |path: &[&str]| -> Option<String> {
+            let mut v = config.get(path[0])?;
+            for k in &path[1..] {
+                v = v.get(k)?;
+            }
+            v.as_str().map(str::to_string)
+        };
+        let had = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+        if let Some(url) = &self.base_url {
+            let was = get(&["provider", "base_url"]);
+            if was.as_deref() != Some(url.as_str()) {
+                out.push(format!("--base-url {url}, not {}", had(was)));
+            }
+        }
+        if let Some(model) = &self.model {
+            let was = get(&["slots", "main", "model"]).filter(|_| provider != Provider::Script);
+            if was.as_deref() != Some(model.as_str()) {
+                out.push(format!("--model {model}, not {}", had(was)));
+            }
+        }
+        if let Some(key) = &self.api_key_file {
+            let was = get(&["provider", "api_key_file"]);
+            let key = key.display().to_string();
+            if was.as_deref() != Some(key.as_str()) {
+                out.push(format!("--api-key-file {key}, not {}", had(was)));
+            }
+        }
+        if let Some(script) = &self.script {
+            let given = fs::read_to_string(script).map(|t| with_workspace(&t, home));
+            let was = fs::read_to_string(home.script());
+            if !matches!((&given, &was), (Ok(g), Ok(w)) if g == w) {
+                out.push(format!(
+                    "--script {}, not the script in {}",
+                    script.display(),
+                    home.script().display()
+                ));
+            }
+        }
+        out
+    }
+}
+
 /// Who runs the daemons and who may connect to them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Who {

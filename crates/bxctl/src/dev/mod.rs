@@ -21,7 +21,7 @@ use bxcore::layout::{SOCKETS, SocketSpec};
 use bxcore::runbook::pointer;
 use nix::unistd::{geteuid, getuid};
 
-pub use configs::ModelChoice;
+pub use configs::{ModelChoice, ModelFlags};
 pub use home::{DAEMONS, DevHome, MADE_BY, Marker, Provider};
 pub use procs::Stopped;
 
@@ -36,7 +36,9 @@ pub struct UpOptions {
     pub home: PathBuf,
     /// As root: the user the daemons drop to (created when missing); default `bx-dev`.
     pub user: Option<String>,
-    pub model: ModelChoice,
+    /// The model flags given (none at all: a fresh home gets the scripted provider, a reused
+    /// home keeps what it has).
+    pub model: ModelFlags,
 }
 
 /// Why the dev box did not come up, or go down.
@@ -182,6 +184,21 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             home.root().display()
         )));
     }
+    // Every flag is checked before anything is written, made or started.
+    let choice = match &marker {
+        None => Some(opts.model.resolve().map_err(DevError::Usage)?),
+        Some(m) => {
+            opts.model.check_each().map_err(DevError::Usage)?;
+            let differ = opts.model.differences(&home, m.provider);
+            if !differ.is_empty() {
+                return Err(DevError::Mismatch {
+                    home: home.root().into(),
+                    what: format!("with other settings than {}", differ.join("; ")),
+                });
+            }
+            None
+        }
+    };
     let as_root = geteuid().is_root();
     if !as_root && opts.user.is_some() {
         return Err(DevError::Usage(
@@ -210,15 +227,6 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
 
     let reused = match &marker {
         Some(m) => {
-            if m.provider != opts.model.provider {
-                return Err(DevError::Mismatch {
-                    home: home.root().into(),
-                    what: format!(
-                        "with --provider {}, not {}",
-                        m.provider, opts.model.provider
-                    ),
-                });
-            }
             if m.user != who.user {
                 let said = |u: &Option<String>| u.clone().unwrap_or_else(|| "your own uid".into());
                 return Err(DevError::Mismatch {
@@ -242,13 +250,16 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
                 .mode(0o700)
                 .create(home.root())
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
-            configs::write_all(&home, &who, &opts.model).map_err(io_err(format!(
+            let Some(choice) = &choice else {
+                unreachable!("a fresh home always has its resolved choice")
+            };
+            configs::write_all(&home, &who, choice).map_err(io_err(format!(
                 "cannot write the configs in {}",
                 home.root().display()
             )))?;
             let m = Marker {
                 made_by: MADE_BY.into(),
-                provider: opts.model.provider,
+                provider: choice.provider,
                 user: who.user.clone(),
             };
             let text = toml::to_string(&m).map_err(|e| DevError::Io {
@@ -384,6 +395,19 @@ fn wait_for_ping(
         }
         thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// `dev restart`: stop the dev box in `home`, then bring it up again as it was made (no flags).
+pub fn restart(home: &Path, user: Option<String>, out: &mut dyn Write) -> Result<Up, DevError> {
+    down(home, out)?;
+    up(
+        &UpOptions {
+            home: home.to_path_buf(),
+            user,
+            model: ModelFlags::default(),
+        },
+        out,
+    )
 }
 
 /// Stop the dev box in `home`; one line per daemon goes to `out`.

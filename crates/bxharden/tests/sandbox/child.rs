@@ -258,6 +258,58 @@ fn attempt(op: &str) -> Result<(), i32> {
                 Ok(())
             }
         }
+        // Another process of the same uid, in the same sandbox: forked now, waiting on a pipe.
+        "prlimit-other" | "tgkill-other" | "kill-other" => {
+            let mut fds = [0; 2];
+            if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+                return Err(errno());
+            }
+            let pid = unsafe { libc::fork() };
+            if pid < 0 {
+                return Err(errno());
+            }
+            if pid == 0 {
+                // Until the caller closes its end (or dies): this side holds no write end.
+                let mut b = [0u8; 1];
+                unsafe {
+                    libc::close(fds[1]);
+                    libc::read(fds[0], b.as_mut_ptr().cast(), 1);
+                    libc::_exit(0)
+                };
+            }
+            unsafe { libc::close(fds[0]) };
+            let rc = match op {
+                // What stopped brokerd: a file size limit of one byte (SIGXFSZ at its next write).
+                "prlimit-other" => {
+                    let one = libc::rlimit {
+                        rlim_cur: 1,
+                        rlim_max: 1,
+                    };
+                    unsafe { libc::prlimit(pid, libc::RLIMIT_FSIZE, &one, std::ptr::null_mut()) }
+                }
+                "tgkill-other" => unsafe { libc::syscall(libc::SYS_tgkill, pid, pid, 0) as i32 },
+                _ => unsafe { libc::kill(pid, 0) },
+            };
+            let r = if rc < 0 { Err(errno()) } else { Ok(()) };
+            unsafe { libc::close(fds[1]) };
+            r
+        }
+        // The caller's own limits, by pid 0 (glibc's getrlimit) and by its own pid.
+        "prlimit-own" => {
+            let mut old = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            let own = unsafe { libc::getpid() };
+            if unsafe { libc::prlimit(0, libc::RLIMIT_FSIZE, std::ptr::null(), &mut old) } != 0
+                || unsafe { libc::prlimit(own, libc::RLIMIT_FSIZE, &old, std::ptr::null_mut()) }
+                    != 0
+            {
+                Err(errno())
+            } else {
+                Ok(())
+            }
+        }
         "abstract-connect" => {
             let addr = SocketAddr::from_abstract_name(var("BXH_ABSTRACT").as_bytes()).unwrap();
             UnixStream::connect_addr(&addr).map(drop).map_err(io_errno)
