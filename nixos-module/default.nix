@@ -305,8 +305,18 @@ in
     '';
 
     environment.systemPackages = [ cfg.package ];
-    environment.etc = lib.listToAttrs (
-      map (d: lib.nameValuePair "boxmaker/${d}.toml" { source = configFile d; }) units.daemonNames
-    );
+    environment.etc =
+      lib.listToAttrs (
+        map (d: lib.nameValuePair "boxmaker/${d}.toml" { source = configFile d; }) units.daemonNames
+      )
+      // {
+        # What `bxctl check` (the device check) expects: units, sockets, directories, owners.
+        "boxmaker/device.json".text = builtins.toJSON (
+          units.deviceManifest {
+            inherit (cfg) home;
+            inherit ownerUser ownerGroup configFile;
+          }
+        );
+      };
   };
 }

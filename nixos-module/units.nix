@@ -204,6 +204,50 @@ let
       }
     ) socketNames;
 
+  # The exposure `systemd-analyze security` may give each service unit at most, times ten
+  # (its `--threshold=` takes it so): 1.5 on the 0 to 10 scale (nix.md).
+  securityThreshold = 15;
+
+  # What the device check (`bxctl check`) reads to know the box it checks: the module
+  # installs it as /etc/boxmaker/device.json, the twin the same rendering. Every fact in it
+  # comes from this file, so the check expects what the units and tmpfiles rules make.
+  #   configFile daemon -> its generated TOML configuration
+  deviceManifest =
+    {
+      home,
+      ownerUser,
+      ownerGroup,
+      configFile,
+    }:
+    {
+      inherit home securityThreshold;
+      owner = {
+        user = ownerUser;
+        group = ownerGroup;
+      };
+      services = map (d: {
+        daemon = d;
+        unit = serviceUnit d;
+        user = daemons.${d}.user;
+        group = daemons.${d}.user;
+        config = configFile d;
+      }) daemonNames;
+      sockets = map (
+        s:
+        let
+          c = clientOf { inherit ownerUser ownerGroup; } s;
+        in
+        {
+          name = s;
+          unit = socketUnit s;
+          path = socketPath s;
+          server = sockets.${s}.server;
+          inherit (c) user group;
+        }
+      ) socketNames;
+      directories = directories { inherit home ownerUser ownerGroup; };
+    };
+
   # What a daemon's unit may write: its own state directory and the directories of the
   # sockets it is the client of (the same set its Landlock ruleset allows).
   readWritePaths = home: daemon: [ (stateDir home daemon) ] ++ map socketDir daemons.${daemon}.uses;
@@ -396,6 +440,8 @@ in
     stateDir
     clientOf
     directories
+    securityThreshold
+    deviceManifest
     readWritePaths
     render
     ;

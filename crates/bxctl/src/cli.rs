@@ -12,7 +12,7 @@ use crate::chat::{self, ChatOptions};
 use crate::context::Context;
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, demo, selftest, status};
+use crate::{Outcome, approvals, audit, check, demo, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -71,6 +71,13 @@ pub enum Command {
         /// How long the model has to answer, in seconds.
         #[arg(long, default_value_t = 120, value_name = "SECONDS")]
         model_timeout: u64,
+    },
+    /// The device check, as root after each `nixos-rebuild switch`: units, sandboxes, modes,
+    /// peers, answers, the audit chain and each unit's exposure; exit 1 on any failure.
+    Check {
+        /// What the module installed [default: /etc/boxmaker/device.json].
+        #[arg(long, value_name = "PATH")]
+        manifest: Option<PathBuf>,
     },
     /// Run the dev box through one scripted conversation that shows what the broker does.
     Demo,
@@ -245,6 +252,14 @@ pub fn run(cli: Cli) -> ExitCode {
             match selftest::run(&target, opts, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
+            }
+        }
+        Command::Check { manifest } => {
+            let path = manifest.unwrap_or_else(|| check::manifest::DEFAULT_PATH.into());
+            match check::main(&path, cli.json, &mut out) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(e) => usage(&e),
             }
         }
         Command::Demo => match demo::run(&mut out) {

@@ -6,6 +6,7 @@
 pub mod approvals;
 pub mod audit;
 pub mod chat;
+pub mod check;
 pub mod cli;
 pub mod context;
 pub mod demo;

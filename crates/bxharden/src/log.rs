@@ -117,6 +117,19 @@ pub fn error(anchor: &str, error: &dyn fmt::Display) {
     line(anchor, &format!("{}: {error}", daemon().name));
 }
 
+/// Log `{daemon}: {error}; see docs/runbook.md#{anchor}` with `RUNBOOK=<anchor>` in the journal:
+/// the one place an error that knows its anchor gets its pointer. (An error whose text ends with
+/// the pointer already is not given a second one.)
+pub fn fail(anchor: &str, error: &dyn fmt::Display) {
+    let text = error.to_string();
+    let pointer = bxcore::runbook::pointer(anchor);
+    if text.ends_with(&pointer) {
+        line(anchor, &format!("{}: {text}", daemon().name));
+    } else {
+        line(anchor, &format!("{}: {text}; {pointer}", daemon().name));
+    }
+}
+
 /// Log `{daemon}: {text}`: a notice (startup, what is served), no runbook pointer.
 pub fn notice(text: &str) {
     tracing::info!("{}: {}", daemon().name, text);

@@ -1,0 +1,353 @@
+//! The running half of the device check: what systemd says of each unit, what the kernel says of
+//! each daemon's threads, and what each socket answers to its client and to a peer it must
+//! refuse. The check runs as root and talks to a socket as its client by taking the client's
+//! effective ids for that one exchange (`SO_PEERCRED` and the file modes both see them).
+
+use std::io;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bxcore::client::{self, ClientError};
+use bxcore::{ErrorCode, Message, Outcome, SessionId, TurnEvent};
+use bxharden::proc_status;
+use nix::unistd::{Gid, Uid, setegid, seteuid};
+
+use super::Verdict;
+use super::manifest::{Ids, Manifest, Service, Socket, resolve};
+use crate::chat::{self, Style};
+
+/// How long one answer on a socket may take.
+const ANSWER: Duration = Duration::from_secs(10);
+/// How long the scripted turn may take.
+const TURN: Duration = Duration::from_secs(60);
+/// How long a refusal may take to reach the journal.
+const JOURNAL: Duration = Duration::from_secs(15);
+/// The uid no socket of the box belongs to.
+const NOBODY: u32 = 65534;
+
+/// Run `f` with the effective uid and gid `ids`, then as root again. Only in a process with
+/// one thread (bxctl has one): glibc changes every thread's ids anyway, but nothing else may
+/// run while they are someone else's.
+fn as_ids<T>(ids: Ids, f: impl FnOnce() -> T) -> Result<T, String> {
+    setegid(Gid::from_raw(ids.gid)).map_err(|e| format!("setegid({}): {e}", ids.gid))?;
+    if let Err(e) = seteuid(Uid::from_raw(ids.uid)) {
+        let _ = setegid(Gid::from_raw(0));
+        return Err(format!("seteuid({}): {e}", ids.uid));
+    }
+    let out = f();
+    seteuid(Uid::from_raw(0)).map_err(|e| format!("seteuid(0): {e}"))?;
+    setegid(Gid::from_raw(0)).map_err(|e| format!("setegid(0): {e}"))?;
+    Ok(out)
+}
+
+fn run(cmd: &mut Command) -> Result<(bool, String), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if !err.is_empty() {
+            if !text.is_empty() {
+                text.push_str("; ");
+            }
+            text.push_str(&err);
+        }
+    }
+    Ok((out.status.success(), text))
+}
+
+/// systemd says the unit is active.
+pub fn active(unit: &str) -> Verdict {
+    match run(Command::new("systemctl").args(["is-active", unit])) {
+        Ok((_, state)) if state == "active" => Verdict::Ok("active".into()),
+        Ok((_, state)) => Verdict::Fail(format!("{state}, not active")),
+        Err(e) => Verdict::Fail(e),
+    }
+}
+
+fn main_pid(unit: &str) -> Result<u32, String> {
+    let (_, text) =
+        run(Command::new("systemctl").args(["show", "-p", "MainPID", "--value", unit]))?;
+    match text.parse::<u32>() {
+        Ok(0) => Err("systemd knows no main process of it".into()),
+        Ok(pid) => Ok(pid),
+        Err(_) => Err(format!("systemctl show MainPID said `{text}`")),
+    }
+}
+
+/// Every thread of the daemon's main process: `Seccomp: 2`, `NoNewPrivs: 1`, every capability
+/// set empty, and the daemon's own uid and gid, never root.
+pub fn sandbox(s: &Service) -> Verdict {
+    let ids = match resolve(&s.user, &s.group) {
+        Ok(ids) => ids,
+        Err(e) => return Verdict::Fail(e),
+    };
+    if ids.uid == 0 {
+        return Verdict::Fail(format!("its user {} is root", s.user));
+    }
+    let pid = match main_pid(&s.unit) {
+        Ok(pid) => pid,
+        Err(e) => return Verdict::Fail(e),
+    };
+    let threads = match proc_status::threads(pid) {
+        Ok(t) if !t.is_empty() => t,
+        Ok(_) => return Verdict::Fail(format!("pid {pid} has no threads")),
+        Err(e) => return Verdict::Fail(format!("cannot read /proc/{pid}/task: {e}")),
+    };
+    let problems: Vec<String> = threads
+        .iter()
+        .flat_map(|t| {
+            t.problems(ids.uid, ids.gid)
+                .into_iter()
+                .map(move |p| format!("thread {}: {p}", t.tid))
+        })
+        .collect();
+    if problems.is_empty() {
+        Verdict::Ok(format!(
+            "pid {pid}, {} threads, each uid {} ({}): Seccomp 2, NoNewPrivs 1, no capabilities",
+            threads.len(),
+            ids.uid,
+            s.user
+        ))
+    } else {
+        Verdict::Fail(problems.join("; "))
+    }
+}
+
+/// `ping` as the socket's client: the server answers as itself.
+pub fn ping(sock: &Socket) -> Verdict {
+    let ids = match resolve(&sock.user, &sock.group) {
+        Ok(ids) => ids,
+        Err(e) => return Verdict::Fail(e),
+    };
+    match as_ids(ids, || client::ping(&sock.path, ANSWER)) {
+        Ok(Ok(p)) if p.daemon == sock.server => {
+            Verdict::Ok(format!("{} {} answers {}", p.daemon, p.version, sock.user))
+        }
+        Ok(Ok(p)) => Verdict::Fail(format!("answered as {}, not {}", p.daemon, sock.server)),
+        Ok(Err(e)) => Verdict::Fail(format!("as {}: {e}", sock.user)),
+        Err(e) => Verdict::Fail(e),
+    }
+}
+
+/// Seconds since the epoch, for `journalctl --since=@…`.
+pub fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A peer that is not allowed is refused: another user by the file modes, and root (who passes
+/// them) by the server's peer check, whose line is then found in the journal under
+/// `RUNBOOK=socket-peer-refused SYSLOG_IDENTIFIER=<server>`.
+pub fn refuses(sock: &Socket, since: u64) -> Verdict {
+    let nobody = Ids {
+        uid: NOBODY,
+        gid: NOBODY,
+    };
+    match as_ids(nobody, || client::ping(&sock.path, ANSWER)) {
+        Ok(Err(ClientError::Connect { error, .. }))
+            if error.kind() == io::ErrorKind::PermissionDenied => {}
+        Ok(Ok(_)) => return Verdict::Fail(format!("uid {NOBODY} got an answer")),
+        Ok(Err(e)) => {
+            return Verdict::Fail(format!(
+                "uid {NOBODY} was not refused by the file modes: {e}"
+            ));
+        }
+        Err(e) => return Verdict::Fail(e),
+    }
+    match client::ping(&sock.path, ANSWER) {
+        Err(ClientError::Remote(w)) if w.code == ErrorCode::Forbidden => {}
+        Ok(_) => return Verdict::Fail(format!("root got an answer from {}", sock.server)),
+        Err(e) => {
+            return Verdict::Fail(format!(
+                "root was not refused as `forbidden` by {}: {e}",
+                sock.server
+            ));
+        }
+    }
+    let want = format!("refused a connection from uid 0 on {}", sock.file());
+    let deadline = Instant::now() + JOURNAL;
+    loop {
+        let found = run(Command::new("journalctl").args([
+            "--no-pager",
+            "--output=cat",
+            &format!("--since=@{since}"),
+            "RUNBOOK=socket-peer-refused",
+            &format!("SYSLOG_IDENTIFIER={}", sock.server),
+        ]));
+        match found {
+            Ok((_, text)) if text.lines().any(|l| l.contains(&want)) => {
+                return Verdict::Ok(format!(
+                    "uid {NOBODY} by the file mode, root by {}'s peer check, in the journal",
+                    sock.server
+                ));
+            }
+            Ok(_) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Ok(_) => {
+                return Verdict::Fail(format!(
+                    "{} refused root, but within {}s `journalctl RUNBOOK=socket-peer-refused \
+                     SYSLOG_IDENTIFIER={}` had no line `{want}`",
+                    sock.server,
+                    JOURNAL.as_secs(),
+                    sock.server
+                ));
+            }
+            Err(e) => return Verdict::Fail(e),
+        }
+    }
+}
+
+/// `tools_list` on broker.sock as its client: brokerd offers at least one tool.
+pub fn tools_list(sock: &Socket) -> Verdict {
+    let ids = match resolve(&sock.user, &sock.group) {
+        Ok(ids) => ids,
+        Err(e) => return Verdict::Fail(e),
+    };
+    match as_ids(ids, || {
+        client::call(&sock.path, ANSWER, 1, Message::ToolsList {}, |_| {})
+    }) {
+        Ok(Ok(Message::Tools(t))) if !t.tools.is_empty() => {
+            let names: Vec<&str> = t.tools.iter().map(|d| d.name.as_str()).collect();
+            Verdict::Ok(format!("{} tools: {}", names.len(), names.join(", ")))
+        }
+        Ok(Ok(Message::Tools(_))) => Verdict::Fail("brokerd offers no tool".into()),
+        Ok(Ok(other)) => Verdict::Fail(format!("answered {}", other.kind())),
+        Ok(Err(e)) => Verdict::Fail(e.to_string()),
+        Err(e) => Verdict::Fail(e),
+    }
+}
+
+/// The provider inferproxy's configuration names (`[provider] kind`).
+pub fn provider_kind(config: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(config)
+        .map_err(|e| format!("cannot read {}: {e}", config.display()))?;
+    let value: toml::Value =
+        toml::from_str(&text).map_err(|e| format!("{}: {e}", config.display()))?;
+    value
+        .get("provider")
+        .and_then(|p| p.get("kind"))
+        .and_then(|k| k.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{}: no [provider] kind", config.display()))
+}
+
+/// One turn as the owner on loop.sock, in a session of its own, asking the time: the
+/// scripted model calls `time_now` through brokerd, and the turn ends with text.
+pub fn scripted_turn(m: &Manifest, sock: &Socket) -> Verdict {
+    let ids = match resolve(&m.owner.user, &m.owner.group) {
+        Ok(ids) => ids,
+        Err(e) => return Verdict::Fail(e),
+    };
+    let session = match SessionId::new(format!("device-check-{}", now_secs())) {
+        Ok(s) => s,
+        Err(e) => return Verdict::Fail(e.to_string()),
+    };
+    let style = Style {
+        json: false,
+        color: false,
+    };
+    let started = Instant::now();
+    let log = as_ids(ids, || {
+        chat::turn(
+            &sock.path,
+            &session,
+            false,
+            "What time is it?",
+            style,
+            &mut io::sink(),
+            |_| {},
+        )
+    });
+    let log = match log {
+        Ok(Ok(log)) => log,
+        Ok(Err(e)) => return Verdict::Fail(e.to_string()),
+        Err(e) => return Verdict::Fail(e),
+    };
+    if started.elapsed() > TURN {
+        return Verdict::Fail(format!("the turn took {:?}", started.elapsed()));
+    }
+    let tool_ok = log.events.iter().any(|e| {
+        matches!(
+            e,
+            TurnEvent::ToolResult {
+                outcome: Outcome::Result,
+                ..
+            }
+        )
+    });
+    let text = log
+        .events
+        .iter()
+        .any(|e| matches!(e, TurnEvent::AssistantText { text } if !text.is_empty()));
+    match (tool_ok, text) {
+        (true, true) => Verdict::Ok(format!(
+            "session {}: a tool call answered through brokerd, and a reply",
+            session.as_str()
+        )),
+        (false, _) => Verdict::Fail(format!(
+            "session {}: no tool call was answered: {:?}",
+            session.as_str(),
+            log.events
+        )),
+        (true, false) => Verdict::Fail(format!("session {}: no reply text", session.as_str())),
+    }
+}
+
+/// brokerd verifies the whole audit chain, asked as the owner on admin.sock.
+pub fn audit_chain(m: &Manifest, sock: &Socket) -> Verdict {
+    let ids = match resolve(&m.owner.user, &m.owner.group) {
+        Ok(ids) => ids,
+        Err(e) => return Verdict::Fail(e),
+    };
+    match as_ids(ids, || {
+        client::call(&sock.path, ANSWER, 1, Message::AuditVerify {}, |_| {})
+    }) {
+        Ok(Ok(Message::AuditReport(r))) if r.ok => {
+            Verdict::Ok(format!("{} records, head {}", r.records, r.head))
+        }
+        Ok(Ok(Message::AuditReport(r))) => {
+            Verdict::Fail(format!("broken after {} records: {}", r.records, r.detail))
+        }
+        Ok(Ok(other)) => Verdict::Fail(format!("answered {}", other.kind())),
+        Ok(Err(e)) => Verdict::Fail(e.to_string()),
+        Err(e) => Verdict::Fail(e),
+    }
+}
+
+/// `systemd-analyze security --threshold=<t>` of the installed unit: its exposure is at most
+/// the module's target.
+pub fn security(unit: &str, threshold: u32) -> Verdict {
+    let out = match Command::new("systemd-analyze")
+        .args([
+            "security",
+            "--no-pager",
+            &format!("--threshold={threshold}"),
+            unit,
+        ])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => return Verdict::Fail(format!("cannot run systemd-analyze: {e}")),
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let overall = text
+        .lines()
+        .find_map(|l| l.split_once("Overall exposure level for "))
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .and_then(|(_, v)| v.split_whitespace().next())
+        .map(str::to_string);
+    let target = format!("{}.{}", threshold / 10, threshold % 10);
+    match (out.status.success(), overall) {
+        (true, Some(level)) => Verdict::Ok(format!("exposure {level}, at most {target}")),
+        (false, Some(level)) => Verdict::Fail(format!("exposure {level}, over {target}")),
+        (_, None) => Verdict::Fail(format!(
+            "systemd-analyze security gave no exposure level: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+    }
+}
