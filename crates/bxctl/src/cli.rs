@@ -98,7 +98,12 @@ pub enum ApprovalsCommand {
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
     /// Ask brokerd to verify the whole chain: records, head hash; exit 1 on a break.
-    Verify,
+    Verify {
+        /// Also check that the chain holds this head, kept from the journal's `audit chain head
+        /// SEQ:HASH` line: a chain cut short or re-hashed after an edit fails here.
+        #[arg(long, value_name = "SEQ:HASH")]
+        head: Option<String>,
+    },
     /// Print the last records of the chain.
     Tail {
         /// How many records.
@@ -227,8 +232,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Approve { id } => exit(approvals::decide(&ctx, &id, true)),
         Command::Deny { id } => exit(approvals::decide(&ctx, &id, false)),
         Command::Audit {
-            command: AuditCommand::Verify,
-        } => exit(audit::verify(&ctx)),
+            command: AuditCommand::Verify { head },
+        } => exit(audit::verify(&ctx, head.as_deref())),
         Command::Audit {
             command: AuditCommand::Tail { n, chain },
         } => exit(audit::tail(&ctx, n, chain.as_deref())),

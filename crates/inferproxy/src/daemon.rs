@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bxcore::layout;
+use bxcore::runbook::Anchored;
 use bxcore::{Envelope, ErrorCode, InferDelta, InferRequest, Message};
 use bxharden::daemon::{self, Spec, Start, StartError};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
