@@ -194,8 +194,14 @@ fn exit(outcome: Outcome) -> ExitCode {
     }
 }
 
+/// An error's text may quote what loopd, a daemon or the model said: escaped like everything
+/// else shown to a person (its own line breaks kept).
 fn failed(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("{e}");
+    let text = e.to_string();
+    eprintln!(
+        "{}",
+        bxcore::visible::Shown(&text, bxcore::visible::Mode::Text)
+    );
     ExitCode::FAILURE
 }
 
