@@ -11,9 +11,12 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
 use crate::context::Context;
+#[cfg(feature = "devbox")]
+use crate::demo;
+#[cfg(feature = "devbox")]
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, check, demo, logs, selftest, status};
+use crate::{Outcome, approvals, audit, check, logs, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -131,8 +134,10 @@ pub enum Command {
         json: Json,
     },
     /// Run the dev box through one scripted conversation that shows what the broker does.
+    #[cfg(feature = "devbox")]
     Demo,
     /// The local dev box: the whole box on this machine.
+    #[cfg(feature = "devbox")]
     #[command(subcommand)]
     Dev(DevCommand),
 }
@@ -150,6 +155,10 @@ pub enum ApprovalsCommand {
 pub enum AuditCommand {
     /// Ask brokerd to verify the whole chain: records, head hash; exit 1 on a break.
     Verify {
+        /// Also check that the chain holds this head, kept from the journal's `audit chain head
+        /// SEQ:HASH` line: a chain cut short or re-hashed after an edit fails here.
+        #[arg(long, value_name = "SEQ:HASH")]
+        head: Option<String>,
         #[command(flatten)]
         json: Json,
         #[command(flatten)]
@@ -192,6 +201,7 @@ pub struct ChatArgs {
     pub broker: Broker,
 }
 
+#[cfg(feature = "devbox")]
 #[derive(Debug, Subcommand)]
 pub enum DevCommand {
     /// Write default configs into a fresh home (or reuse one made before), start every daemon
@@ -207,6 +217,7 @@ pub enum DevCommand {
     },
 }
 
+#[cfg(feature = "devbox")]
 #[derive(Debug, Args)]
 pub struct UpArgs {
     /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
@@ -252,8 +263,14 @@ fn exit(outcome: Outcome) -> ExitCode {
     }
 }
 
+/// An error's text may quote what loopd, a daemon or the model said: escaped like everything
+/// else shown to a person (its own line breaks kept).
 fn failed(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("{e}");
+    let text = e.to_string();
+    eprintln!(
+        "{}",
+        bxcore::visible::Shown(&text, bxcore::visible::Mode::Text)
+    );
     ExitCode::FAILURE
 }
 
@@ -313,8 +330,11 @@ pub fn run(cli: Cli) -> ExitCode {
             false,
         )),
         Command::Audit {
-            command: AuditCommand::Verify { json, broker },
-        } => exit(audit::verify(&cli.context(*json, Some(broker)))),
+            command: AuditCommand::Verify { head, json, broker },
+        } => exit(audit::verify(
+            &cli.context(*json, Some(broker)),
+            head.as_deref(),
+        )),
         Command::Audit {
             command:
                 AuditCommand::Tail {
@@ -387,10 +407,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => usage(&e),
             }
         }
+        #[cfg(feature = "devbox")]
         Command::Demo => match demo::run(&mut out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failed(e),
         },
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Up(args)) => {
             // dev::up checks every flag before it writes anything.
             let opts = UpOptions {
@@ -411,6 +433,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Restart { user }) => {
             match dev::restart(
                 Target::for_dev(cli.home.as_deref()).home(),
@@ -421,6 +444,7 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Down) => {
             match dev::down(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
                 Ok(_) => ExitCode::SUCCESS,

@@ -14,8 +14,8 @@
 //!    ends it (`SIGTERM`'s default action: every record is durable before it is answered, so
 //!    there is nothing to flush).
 //!
-//! Every step fails with a [`StartError`], which knows its runbook anchor; [`exit`] logs it once,
-//! as `{daemon}: {error}; see docs/runbook.md#{anchor}` with `RUNBOOK=` in the journal, and exits 1.
+//! Every step fails with a [`StartError`], which knows its runbook anchor ([`Anchored`]); [`exit`]
+//! logs it once, through the logger that adds the pointer and `RUNBOOK=`, and exits 1.
 
 use std::io;
 use std::os::unix::net::UnixStream;
@@ -24,6 +24,7 @@ use std::process::ExitCode;
 
 use bxcore::Envelope;
 use bxcore::layout::SocketSpec;
+use bxcore::runbook::Anchored;
 use serde::de::DeserializeOwned;
 
 use crate::config::{Peers, SandboxConfig, ServeConfig};
@@ -133,9 +134,9 @@ pub enum StartError {
     Own { anchor: &'static str, text: String },
 }
 
-impl StartError {
+impl Anchored for StartError {
     /// The runbook entry the line points at.
-    pub fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &'static str {
         match self {
             StartError::Config { anchor, .. }
             | StartError::Peers { anchor, .. }
@@ -146,7 +147,9 @@ impl StartError {
             StartError::Thread { .. } => LISTENER_ANCHOR,
         }
     }
+}
 
+impl StartError {
     /// A step of the daemon's own that failed with `error`, whose runbook entry is `anchor`.
     pub fn own(anchor: &'static str, error: impl std::fmt::Display) -> StartError {
         StartError::Own {
@@ -159,7 +162,7 @@ impl StartError {
 /// Log why the daemon did not start (once, with its pointer and `RUNBOOK=`), and give the exit
 /// status 1.
 pub fn exit(e: &StartError) -> ExitCode {
-    crate::log::fail(e.anchor(), e);
+    crate::log::fail(e);
     ExitCode::FAILURE
 }
 

@@ -579,7 +579,7 @@ fn a_wrong_key_is_an_auth_error_with_the_providers_message_and_no_key() {
 
 #[test]
 fn another_4xx_is_refused_with_the_providers_message() {
-    let (_h, p, inf) = setup(
+    let (_h, _p, inf) = setup(
         vec![Answer::json(
             404,
             r#"{"error":{"message":"The model `test-model` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
@@ -589,10 +589,7 @@ fn another_4xx_is_refused_with_the_providers_message() {
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(
         e.to_string(),
-        format!(
-            "the provider refused the request (404): {}: The model `test-model` does not exist; see docs/runbook.md#inference-request-refused",
-            p.base_url("/v1/chat/completions")
-        )
+        "the provider refused the request (404): The model `test-model` does not exist; see docs/runbook.md#inference-request-refused"
     );
 }
 
@@ -651,10 +648,7 @@ fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
     assert!(other.seen().is_empty(), "the redirect was followed");
     assert_eq!(
         e.to_string(),
-        format!(
-            "the provider refused the request (307): {}: (no message); see docs/runbook.md#inference-request-refused",
-            p.base_url("/v1/chat/completions")
-        )
+        "the provider refused the request (307): (no message); see docs/runbook.md#inference-request-refused"
     );
 }
 
@@ -763,21 +757,4 @@ fn max_completion_tokens_replaces_max_tokens_when_configured() {
     let body = p.seen()[0].json();
     assert_eq!(body["max_completion_tokens"], 512);
     assert!(body.get("max_tokens").is_none(), "{body}");
-}
-
-#[test]
-fn an_html_page_with_200_is_named_as_such_with_the_url() {
-    let page = Answer::Whole {
-        status: 200,
-        headers: vec![("content-type".into(), "text/html; charset=utf-8".into())],
-        body: "<!doctype html><html><body>Welcome</body></html>".into(),
-    };
-    let (_h, p, inf) = setup(vec![page], "retries = 0");
-    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
-    assert!(e.contains("answered 200 with an HTML page"), "{e}");
-    assert!(e.contains(&p.base_url("/v1/chat/completions")), "{e}");
-    assert!(
-        e.ends_with("see docs/runbook.md#inference-malformed"),
-        "{e}"
-    );
 }
