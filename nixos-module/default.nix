@@ -258,10 +258,10 @@ in
     # Every value the typed options produce is a default: settings.<daemon> wins.
     services.boxmaker.settings = lib.mapAttrs (_: lib.mapAttrsRecursive (_: lib.mkDefault)) generated;
 
-    users.users = lib.mapAttrs (name: what: {
+    users.users = lib.mapAttrs (name: _: {
       isSystemUser = true;
       group = name;
-      description = "boxmaker: ${what}";
+      description = units.userDescription name;
     }) units.users;
     users.groups = lib.mapAttrs (_: _: { }) units.users;
 
