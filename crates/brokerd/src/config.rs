@@ -2,7 +2,6 @@
 //! roots, how the owner tightens tools, and the sandbox. Unknown keys are refused everywhere.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use bxcore::layout;
@@ -113,86 +112,80 @@ pub struct Config {
     pub serve: ServeConfig,
 }
 
-/// A configuration that cannot be used.
-#[derive(Debug)]
-pub enum ConfigError {
-    Read(PathBuf, std::io::Error),
-    Parse(PathBuf, String),
-    Invalid(PathBuf, String),
-}
+pub use bxharden::daemon::ConfigError;
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::Read(p, e) => write!(f, "{}: cannot be read: {e}", p.display()),
-            ConfigError::Parse(p, e) => write!(f, "{}: {e}", p.display()),
-            ConfigError::Invalid(p, e) => write!(f, "{}: {e}", p.display()),
+impl bxharden::daemon::DaemonConfig for Config {
+    /// The home absolute, approvals' time within a day, the gateway socket absolute, the roots
+    /// usable, the tightening consistent, `[peers]` and `[serve]` naming brokerd's sockets.
+    fn check(&mut self) -> Result<(), String> {
+        if !self.paths.home.is_absolute() {
+            return Err(format!(
+                "[paths] home = {:?} is not an absolute path",
+                self.paths.home
+            ));
         }
+        if self.approvals.ttl_ms == 0 || self.approvals.ttl_ms > MAX_TTL_MS {
+            return Err(format!(
+                "[approvals] ttl_ms = {} is not between 1 and {MAX_TTL_MS} (a day)",
+                self.approvals.ttl_ms
+            ));
+        }
+        let a = &self.approvals;
+        if a.max_args_bytes == 0 || a.max_args_bytes > MAX_ARGS_BYTES {
+            return Err(format!(
+                "[approvals] max_args_bytes = {} is not between 1 and {MAX_ARGS_BYTES}",
+                a.max_args_bytes
+            ));
+        }
+        if a.max_pending == 0 || a.max_pending > MAX_PENDING {
+            return Err(format!(
+                "[approvals] max_pending = {} is not between 1 and {MAX_PENDING}",
+                a.max_pending
+            ));
+        }
+        if a.max_pending_per_session == 0 || a.max_pending_per_session > a.max_pending {
+            return Err(format!(
+                "[approvals] max_pending_per_session = {} is not between 1 and max_pending ({})",
+                a.max_pending_per_session, a.max_pending
+            ));
+        }
+        if let Some(gw) = &self.gateway.socket {
+            if !gw.is_absolute() {
+                return Err(format!("[gateway] socket = {gw:?} is not an absolute path"));
+            }
+        }
+        self.roots().map_err(|e| e.to_string())?;
+        self.registry().map_err(|e| e.to_string())?;
+        self.peers
+            .check_sockets(&SOCKET_NAMES)
+            .map_err(|e| e.to_string())?;
+        self.serve
+            .check(&[layout::BROKER, layout::ADMIN, layout::STATE])
+    }
+
+    fn sandbox(&self) -> &SandboxConfig {
+        &self.sandbox
+    }
+
+    fn peers(&self) -> &Peers {
+        &self.peers
+    }
+
+    fn serve(&self) -> &ServeConfig {
+        &self.serve
     }
 }
-
-impl std::error::Error for ConfigError {}
 
 impl Config {
     /// Read and check `path`: TOML, no unknown key, the home absolute, the roots usable, the
-    /// tightenings tightenings, the approval time within a day, `[peers]` naming known sockets.
+    /// tightening consistent (`bxharden::daemon::load`).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_path_buf(), e))?;
-        Config::parse(path, &text)
+        bxharden::daemon::load(path)
     }
 
+    /// Check `text`, named `path` in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config = toml::from_str(text)
-            .map_err(|e| ConfigError::Parse(path.to_path_buf(), e.to_string()))?;
-        let invalid = |why: String| ConfigError::Invalid(path.to_path_buf(), why);
-        if !cfg.paths.home.is_absolute() {
-            return Err(invalid(format!(
-                "[paths] home = {:?} is not an absolute path",
-                cfg.paths.home
-            )));
-        }
-        if cfg.approvals.ttl_ms == 0 || cfg.approvals.ttl_ms > MAX_TTL_MS {
-            return Err(invalid(format!(
-                "[approvals] ttl_ms = {} is not between 1 and {MAX_TTL_MS} (a day)",
-                cfg.approvals.ttl_ms
-            )));
-        }
-        let a = &cfg.approvals;
-        if a.max_args_bytes == 0 || a.max_args_bytes > MAX_ARGS_BYTES {
-            return Err(invalid(format!(
-                "[approvals] max_args_bytes = {} is not between 1 and {MAX_ARGS_BYTES}",
-                a.max_args_bytes
-            )));
-        }
-        if a.max_pending == 0 || a.max_pending > MAX_PENDING {
-            return Err(invalid(format!(
-                "[approvals] max_pending = {} is not between 1 and {MAX_PENDING}",
-                a.max_pending
-            )));
-        }
-        if a.max_pending_per_session == 0 || a.max_pending_per_session > a.max_pending {
-            return Err(invalid(format!(
-                "[approvals] max_pending_per_session = {} is not between 1 and max_pending ({})",
-                a.max_pending_per_session, a.max_pending
-            )));
-        }
-        if let Some(gw) = &cfg.gateway.socket {
-            if !gw.is_absolute() {
-                return Err(invalid(format!(
-                    "[gateway] socket = {gw:?} is not an absolute path"
-                )));
-            }
-        }
-        cfg.roots().map_err(|e| invalid(e.to_string()))?;
-        cfg.registry().map_err(|e| invalid(e.to_string()))?;
-        cfg.peers
-            .check_sockets(&SOCKET_NAMES)
-            .map_err(|e| invalid(e.to_string()))?;
-        cfg.serve
-            .check(&[layout::BROKER, layout::ADMIN, layout::STATE])
-            .map_err(invalid)?;
-        Ok(cfg)
+        bxharden::daemon::parse(path, text)
     }
 
     /// The workspace roots, checked.

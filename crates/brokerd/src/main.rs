@@ -8,7 +8,7 @@ use brokerd::config::Config;
 use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::lock::AuditLock;
 use brokerd::serve::{self, CONFIG_ANCHOR};
-use bxharden::Daemon;
+use bxharden::daemon;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -54,25 +54,13 @@ enum AuditCommand {
 }
 
 fn main() -> ExitCode {
-    bxharden::log::init(Daemon {
-        name: "brokerd",
-        version: env!("CARGO_PKG_VERSION"),
-    });
+    bxharden::log::init(serve::SPEC.daemon);
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => {
-            let cfg = match load(&config) {
-                Some(c) => c,
-                None => return ExitCode::FAILURE,
-            };
-            match serve::start(cfg, &config) {
-                Ok(started) => started.run(),
-                Err(e) => {
-                    bxharden::log::error(e.anchor(), &e);
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Serve { config } => match serve::start(&config) {
+            Ok(started) => started.run(),
+            Err(e) => daemon::exit(&e),
+        },
         Command::Check { config } => check(&config),
         Command::Audit {
             command: AuditCommand::Verify { config },

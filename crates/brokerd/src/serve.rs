@@ -4,132 +4,83 @@
 //! tail recovered, a break refused), the three sockets (state, broker, admin), the sandbox, the
 //! `started` record; then the notices, one accept thread per socket, and readiness.
 
-use std::fmt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::Arc;
 
 use bxcore::{Envelope, layout};
-use bxharden::identity::LookupError;
-use bxharden::peers::PeerError;
-use bxharden::sandbox::SandboxError;
-use bxharden::socket::{ActivationError, ListenError};
-use bxharden::{Identity, PeerPolicy, Profile, Report, SeccompProfile};
+use bxharden::daemon::{self, Running, Spec, Start, StartError};
+use bxharden::serve::Socket;
+use bxharden::{Daemon, Profile, SeccompProfile};
 use serde_json::json;
 use toolkit::Env;
 
 use crate::broker::{self, Broker};
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::dirs;
 use crate::ledger::Ledger;
 use crate::ledger::chain::{self, ChainError, OnBreak, Opened};
-use crate::ledger::lock::{AuditLock, LockError};
+use crate::ledger::lock::AuditLock;
 use crate::ledger::record::{Draft, Event};
 use crate::state::StateStore;
 use crate::{admin, state_socket};
-use bxharden::DirError;
 
 /// The runbook anchor of a configuration brokerd refuses.
 pub const CONFIG_ANCHOR: &str = "broker-config-invalid";
 
-/// Why brokerd did not start. Each text ends with its runbook pointer.
-#[derive(Debug)]
-pub enum ServeError {
-    Config(ConfigError),
-    Lookup(LookupError),
-    Peers(PeerError),
-    Dir(DirError),
-    Lock(LockError),
-    Chain(ChainError),
-    Activation(ActivationError),
-    Listen(ListenError),
-    Sandbox(SandboxError),
-}
-
-impl ServeError {
-    /// The anchor its text ends with.
-    pub fn anchor(&self) -> &'static str {
-        match self {
-            ServeError::Config(_) | ServeError::Lookup(_) | ServeError::Peers(_) => CONFIG_ANCHOR,
-            ServeError::Dir(_) => bxharden::STATE_DIR_ANCHOR,
-            ServeError::Lock(_) => crate::ledger::lock::RUNNING_ANCHOR,
-            ServeError::Chain(ChainError::Io(..)) => chain::WRITE_ANCHOR,
-            ServeError::Chain(_) => chain::BROKEN_ANCHOR,
-            ServeError::Activation(_) | ServeError::Listen(_) => bxharden::socket::LISTEN_ANCHOR,
-            ServeError::Sandbox(_) => bxharden::sandbox::SANDBOX_ANCHOR,
-        }
-    }
-}
-
-impl fmt::Display for ServeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServeError::Config(e) => write!(f, "{e}; see docs/runbook.md#{CONFIG_ANCHOR}"),
-            ServeError::Lookup(e) => write!(f, "{e}; see docs/runbook.md#{CONFIG_ANCHOR}"),
-            ServeError::Peers(e) => write!(f, "{e}; see docs/runbook.md#{CONFIG_ANCHOR}"),
-            ServeError::Dir(e) => write!(f, "{e}"),
-            ServeError::Lock(e) => write!(f, "{e}"),
-            ServeError::Chain(e) => write!(f, "{e}"),
-            ServeError::Activation(e) => write!(f, "{e}"),
-            ServeError::Listen(e) => write!(f, "{e}"),
-            ServeError::Sandbox(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ServeError {}
+/// brokerd, for the start-up every daemon runs.
+pub const SPEC: Spec = Spec {
+    daemon: Daemon {
+        name: "brokerd",
+        version: env!("CARGO_PKG_VERSION"),
+    },
+    config_anchor: CONFIG_ANCHOR,
+};
 
 /// A broker with its sockets open and its sandbox applied, not yet accepting.
 #[derive(Debug)]
 pub struct Started {
     pub broker: Arc<Broker>,
     pub opened: Opened,
-    pub report: Report,
-    tools: (UnixListener, PeerPolicy),
-    admin: (UnixListener, PeerPolicy),
-    state: (UnixListener, PeerPolicy),
+    running: Running,
+    tools: Socket,
+    admin: Socket,
+    state: Socket,
     _lock: AuditLock,
 }
 
-/// Start the broker from `cfg` (read from `config_path`, which the sandbox keeps readable).
-pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
-    let id = Identity::resolve(&cfg.sandbox).map_err(ServeError::Lookup)?;
-    let owner = id.owner();
-    let policy = |socket: &str| cfg.peers.policy(socket, id.uid).map_err(ServeError::Peers);
-    let policies = (
-        policy(broker::SOCKET)?,
-        policy(admin::SOCKET)?,
-        policy(state_socket::SOCKET)?,
-    );
+/// Start the broker from the configuration at `config_path` (which the sandbox keeps readable):
+/// the start-up every daemon runs, with brokerd's own step between its directories and its
+/// sockets: the audit lock taken and the chain verified (a torn tail recovered, a break refused).
+pub fn start(config_path: &Path) -> Result<Started, StartError> {
+    let mut s = Start::<Config>::load(SPEC, config_path)?;
+    let cfg = s.cfg();
     let registry = cfg
         .registry()
-        .map_err(|e| ServeError::Config(ConfigError::Invalid(config_path.into(), e.to_string())))?;
-    let roots = cfg
-        .roots()
-        .map_err(|e| ServeError::Config(ConfigError::Invalid(config_path.into(), e.to_string())))?;
-
+        .map_err(|e| StartError::own(CONFIG_ANCHOR, e))?;
+    let roots = cfg.roots().map_err(|e| StartError::own(CONFIG_ANCHOR, e))?;
     for dir in [cfg.broker_dir(), cfg.state_dir(), cfg.audit_dir()] {
-        bxharden::own_dir(&dir, owner).map_err(ServeError::Dir)?;
+        s.own_dir(&dir)?;
     }
-    let lock = AuditLock::take(&cfg.lock_path()).map_err(ServeError::Lock)?;
-    let (audit, opened) =
-        chain::open(&cfg.chain_path(), OnBreak::Refuse).map_err(ServeError::Chain)?;
+
+    let lock = AuditLock::take(&cfg.lock_path())
+        .map_err(|e| StartError::own(crate::ledger::lock::RUNNING_ANCHOR, e))?;
+    let (audit, opened) = chain::open(&cfg.chain_path(), OnBreak::Refuse)
+        .map_err(|e| StartError::own(chain_anchor(&e), e))?;
     for file in [cfg.lock_path(), cfg.chain_path()] {
-        dirs::give(&file, owner).map_err(ServeError::Dir)?;
+        dirs::give(&file, s.owner())?;
     }
 
     // The three sockets. `state.sock` comes first: whoever waits for the tool and admin sockets
     // then finds it bound too.
-    let mut activated = bxharden::activated().map_err(ServeError::Activation)?;
-    let mut bind = |name: &str, path: PathBuf| {
-        bxharden::socket_for(&mut activated, name, &path, owner).map_err(ServeError::Listen)
-    };
-    let state = bind(layout::STATE.name, cfg.state_socket())?;
-    let tools = bind(layout::BROKER.name, cfg.broker_socket())?;
-    let admin = bind(layout::ADMIN.name, cfg.admin_socket())?;
+    let (state_path, tools_path, admin_path) =
+        (cfg.state_socket(), cfg.broker_socket(), cfg.admin_socket());
+    let state = s.listen(layout::STATE, &state_path)?;
+    let tools = s.listen(layout::BROKER, &tools_path)?;
+    let admin = s.listen(layout::ADMIN, &admin_path)?;
 
     let mut profile = Profile::new(SeccompProfile::Brokerd { run_tool: false })
-        .read_write(cfg.broker_dir())
+        .read_write(s.cfg().broker_dir())
         .read_only(config_path.to_path_buf());
     for root in roots.iter() {
         profile = if root.writable {
@@ -138,8 +89,7 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
             profile.read_only(root.path.clone())
         };
     }
-    let report = bxharden::apply(&cfg.sandbox, &profile).map_err(ServeError::Sandbox)?;
-    bxharden::serve::set_frame_budget(cfg.serve.frame_budget);
+    let (cfg, running) = s.sandbox(&profile)?;
 
     audit
         .commit(vec![Draft::broker(
@@ -150,10 +100,13 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
                 "recovered": opened.torn.is_some(),
                 "accepted": opened.accepted.iter().map(|b| b.at).collect::<Vec<_>>(),
                 "expired_at_restart": opened.expired,
-                "sandbox": report.to_string(),
+                "sandbox": running.report().to_string(),
             }),
         )])
-        .map_err(|e| ServeError::Chain(ChainError::Io(cfg.chain_path(), e.0)))?;
+        .map_err(|e| {
+            let e = ChainError::Io(cfg.chain_path(), e.0);
+            StartError::own(chain_anchor(&e), e)
+        })?;
 
     let env = Env {
         roots,
@@ -164,12 +117,20 @@ pub fn start(cfg: Config, config_path: &Path) -> Result<Started, ServeError> {
     Ok(Started {
         broker,
         opened,
-        report,
-        tools: (tools, policies.0),
-        admin: (admin, policies.1),
-        state: (state, policies.2),
+        running,
+        tools,
+        admin,
+        state,
         _lock: lock,
     })
+}
+
+/// The runbook entry of a chain that cannot be opened or written.
+fn chain_anchor(e: &ChainError) -> &'static str {
+    match e {
+        ChainError::Io(..) => chain::WRITE_ANCHOR,
+        _ => chain::BROKEN_ANCHOR,
+    }
 }
 
 impl Started {
@@ -187,7 +148,6 @@ impl Started {
             "serving session state on {}",
             cfg.state_socket().display()
         ));
-        notice(&self.report.to_string());
         if let Some(t) = &self.opened.torn {
             notice(&format!(
                 "a torn tail is recovered: {} bytes at offset {} of {} were cut off and recorded",
@@ -208,34 +168,19 @@ impl Started {
                 self.opened.expired
             ));
         }
-        let serve = |(listener, policy): (UnixListener, PeerPolicy),
-                     spec: layout::SocketSpec,
-                     handler: fn(UnixStream, Envelope, &Broker)| {
+        let serve = |socket: Socket, handler: fn(UnixStream, Envelope, &Broker)| {
             let broker = Arc::clone(&self.broker);
-            let cap = cfg.serve.max_connections(&spec);
-            let socket = bxharden::serve::Socket::new(listener, spec, policy, cap);
-            bxharden::serve::accept_loop(socket, move |s, env| handler(s, env, &broker))
+            self.running
+                .serve(socket, move |s, env| handler(s, env, &broker))
         };
-        let spawned = [
-            serve(self.state, layout::STATE, state_socket::handle),
-            serve(self.tools, layout::BROKER, broker::handle),
-            serve(self.admin, layout::ADMIN, admin::handle),
-        ];
-        for s in &spawned {
-            if let Err(e) = s {
-                bxharden::runbook!(
-                    bxharden::serve::LISTENER_ANCHOR,
-                    "cannot start an accept thread: {e}"
-                );
-                std::process::exit(1);
-            }
-        }
-        if let Err(e) = bxharden::notify::ready() {
-            bxharden::log::notice(&format!("cannot tell systemd it is ready: {e}"));
+        let served = serve(self.state, state_socket::handle)
+            .and_then(|()| serve(self.tools, broker::handle))
+            .and_then(|()| serve(self.admin, admin::handle));
+        if let Err(e) = served {
+            daemon::exit(&e);
+            std::process::exit(1);
         }
         let _lock = self._lock;
-        loop {
-            std::thread::park();
-        }
+        self.running.ready()
     }
 }

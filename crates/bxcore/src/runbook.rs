@@ -11,3 +11,15 @@ pub const RUNBOOK: &str = "docs/runbook.md";
 pub fn pointer(anchor: &str) -> String {
     format!("see {RUNBOOK}#{anchor}")
 }
+
+/// An error that knows its runbook entry. The logger (`bxharden::log::fail`) adds the pointer
+/// and the journal's `RUNBOOK=` field in one place, so the error's text never carries it.
+pub trait Anchored: std::error::Error {
+    /// The `## <anchor>` entry of `docs/runbook.md` the error's line points at.
+    fn anchor(&self) -> &'static str;
+
+    /// The code it is answered with when it is answered on the wire.
+    fn code(&self) -> crate::ErrorCode {
+        crate::ErrorCode::Internal
+    }
+}

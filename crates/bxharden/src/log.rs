@@ -1,8 +1,9 @@
 //! Logging: `tracing` into the journal when stderr is the journal, else plain lines on stderr,
 //! so a daemon started by hand or by a test writes where its starter reads.
 //!
-//! Fail-closed lines keep their exact text (the runbook quotes them): `{daemon}: {what}; see
-//! docs/runbook.md#{anchor}`, written with [`runbook!`](crate::runbook). In the journal they carry
+//! Fail-closed lines keep their exact text (the runbook quotes them): `{daemon}: {what}; ` and
+//! the anchor's pointer (`bxcore::runbook::pointer`), written with [`runbook!`](crate::runbook),
+//! or by [`fail`] for an error that knows its anchor. In the journal they carry
 //! `RUNBOOK=<anchor>` and `SYSLOG_IDENTIFIER=<daemon>`, so `journalctl RUNBOOK=<anchor>` finds
 //! every occurrence (the journald layer is built with `with_field_prefix(None)`: by default it
 //! would write `F_RUNBOOK`).
@@ -12,6 +13,7 @@ use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::sync::OnceLock;
 
+pub use bxcore::runbook::{Anchored, pointer};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::filter::LevelFilter;
@@ -105,16 +107,30 @@ pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
 /// already ends in its pointer: `log::line(ANCHOR, &format!("{}: {e}", daemon().name))`.
 pub fn line(anchor: &str, text: &str) {
     debug_assert!(
-        text.ends_with(&bxcore::runbook::pointer(anchor)),
+        text.ends_with(&pointer(anchor)),
         "a runbook line must end with its pointer: {text}"
     );
     tracing::warn!(RUNBOOK = anchor, "{}", text);
 }
 
-/// Log `{daemon}: {error}` for an error whose `Display` already ends in `see
-/// docs/runbook.md#{anchor}`, with `RUNBOOK=<anchor>` in the journal.
+/// Log `{daemon}: {error}` for an error whose `Display` already ends in its pointer, with
+/// `RUNBOOK=<anchor>` in the journal. (New errors implement [`Anchored`] and use [`fail`].)
 pub fn error(anchor: &str, error: &dyn fmt::Display) {
     line(anchor, &format!("{}: {error}", daemon().name));
+}
+
+/// Log `{daemon}: {error}` and the error's runbook pointer, with `RUNBOOK=<anchor>` in the
+/// journal: the one place an error that knows its anchor ([`Anchored`]) gets its pointer. (An
+/// error whose text ends with the pointer already is not given a second one.)
+pub fn fail(error: &dyn Anchored) {
+    let anchor = error.anchor();
+    let text = error.to_string();
+    let pointer = pointer(anchor);
+    if text.ends_with(&pointer) {
+        line(anchor, &format!("{}: {text}", daemon().name));
+    } else {
+        line(anchor, &format!("{}: {text}; {pointer}", daemon().name));
+    }
 }
 
 /// Log `{daemon}: {text}`: a notice (startup, what is served), no runbook pointer.
@@ -122,7 +138,7 @@ pub fn notice(text: &str) {
     tracing::info!("{}: {}", daemon().name, text);
 }
 
-/// Log `{daemon}: {what}; see docs/runbook.md#{anchor}` with the journal fields
+/// Log `{daemon}: {what}; ` and the anchor's pointer, with the journal fields
 /// `RUNBOOK=<anchor>` and `SYSLOG_IDENTIFIER=<daemon>`. The anchor is a literal or a
 /// `const *_ANCHOR` (the runbook check reads the source line by line: when the call spans lines,
 /// name the anchor in a constant).
@@ -136,10 +152,10 @@ macro_rules! runbook {
         $crate::log::line(
             $anchor,
             &::std::format!(
-                "{}: {}; see docs/runbook.md#{}",
+                "{}: {}; {}",
                 $crate::log::daemon().name,
                 ::std::format_args!($($arg)+),
-                $anchor
+                $crate::log::pointer($anchor)
             ),
         )
     };

@@ -5,7 +5,6 @@
 //! this machine) is a refusal to start, never a surprise at the first request.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -197,64 +196,53 @@ pub struct Endpoint {
     pub tls: bool,
 }
 
-/// Why the configuration does not load. Its `Display` ends with the runbook pointer.
-#[derive(Debug)]
-pub struct ConfigError {
-    path: PathBuf,
-    why: String,
-}
+pub use bxharden::daemon::ConfigError;
 
-impl ConfigError {
-    fn new(path: &Path, why: impl Into<String>) -> ConfigError {
-        ConfigError {
-            path: path.to_path_buf(),
-            why: why.into(),
-        }
+impl bxharden::daemon::DaemonConfig for Config {
+    fn check(&mut self) -> Result<(), String> {
+        self.validate()
     }
-}
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {}; see docs/runbook.md#{CONFIG_ANCHOR}",
-            self.path.display(),
-            self.why
-        )
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-impl Config {
-    /// Read, parse and check `path`. The files `[provider]` names (`api_key_file`, `script`,
-    /// `ca_file`), when relative, are taken relative to the configuration's own directory.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new(path, format!("cannot read it: {e}")))?;
-        let mut cfg = Config::parse(path, &text)?;
-        let base = path.parent().unwrap_or(Path::new(""));
+    /// The files `[provider]` names (`api_key_file`, `script`, `ca_file`), when relative, are
+    /// taken relative to the configuration's own directory.
+    fn resolve(&mut self, dir: &Path) {
         for p in [
-            &mut cfg.provider.api_key_file,
-            &mut cfg.provider.script,
-            &mut cfg.provider.ca_file,
+            &mut self.provider.api_key_file,
+            &mut self.provider.script,
+            &mut self.provider.ca_file,
         ]
         .into_iter()
         .flatten()
         {
             if p.is_relative() {
-                *p = base.join(&*p);
+                *p = dir.join(&*p);
             }
         }
-        Ok(cfg)
+    }
+
+    fn sandbox(&self) -> &SandboxConfig {
+        &self.sandbox
+    }
+
+    fn peers(&self) -> &Peers {
+        &self.peers
+    }
+
+    fn serve(&self) -> &bxharden::ServeConfig {
+        &self.serve
+    }
+}
+
+impl Config {
+    /// Read, parse and check `path` (`bxharden::daemon::load`); relative files it names are
+    /// taken from its directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        bxharden::daemon::load(path)
     }
 
     /// Parse and check `text` (named `path` in errors).
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let cfg: Config =
-            toml::from_str(text).map_err(|e| ConfigError::new(path, e.to_string()))?;
-        cfg.validate().map_err(|why| ConfigError::new(path, why))?;
-        Ok(cfg)
+        bxharden::daemon::parse(path, text)
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -574,7 +562,6 @@ context_tokens = 100000
         ] {
             let e = parse(&text).unwrap_err();
             assert!(e.contains("unknown field"), "{text}: {e}");
-            assert!(e.ends_with("see docs/runbook.md#inferproxy-config-invalid"));
         }
     }
 

@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use bxcore::layout;
+use bxcore::runbook::Anchored;
 use bxcore::{Envelope, ErrorCode, InferDelta, InferRequest, Message};
-use bxharden::sandbox::{SANDBOX_ANCHOR, SandboxError};
-use bxharden::socket::LISTEN_ANCHOR;
-use bxharden::{Daemon, Identity, Profile, SeccompProfile, serve};
+use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::{Daemon, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
 use crate::key::KEY_ANCHOR;
@@ -20,25 +20,26 @@ pub fn socket_name() -> String {
     layout::INFER.file()
 }
 
-fn daemon() -> Daemon {
-    Daemon {
+/// inferproxy, for the start-up every daemon runs.
+pub const SPEC: Spec = Spec {
+    daemon: Daemon {
         name: "inferproxy",
         version: env!("CARGO_PKG_VERSION"),
-    }
-}
+    },
+    config_anchor: CONFIG_ANCHOR,
+};
 
-/// Load the configuration and everything it names (the key, the CA bundle, the script).
-fn load(config: &Path) -> Result<(Config, Inference), (&'static str, String)> {
-    let cfg = Config::load(config).map_err(|e| (CONFIG_ANCHOR, e.to_string()))?;
+/// Everything the configuration names, read while the whole filesystem is there: the key, the CA
+/// bundle, the script.
+fn inference(cfg: &Config) -> Result<Inference, StartError> {
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
-    let inference = Inference::from_config(&cfg, creds.as_deref()).map_err(|e| {
+    Inference::from_config(cfg, creds.as_deref()).map_err(|e| {
         let anchor = match e {
             SetupError::Key(_) => KEY_ANCHOR,
             SetupError::Script(_) | SetupError::Ca(_) => CONFIG_ANCHOR,
         };
-        (anchor, e.to_string())
-    })?;
-    Ok((cfg, inference))
+        StartError::own(anchor, e)
+    })
 }
 
 /// What the daemon serves, for `check` and the startup notice. Never the key.
@@ -83,14 +84,20 @@ fn describe(cfg: &Config, inference: &Inference) -> String {
 
 /// `inferproxy check --config FILE`: load and check everything, print what would be served.
 pub fn check(config: &Path) -> ExitCode {
-    match load(config) {
-        Ok((cfg, inference)) => {
+    let loaded = bxharden::daemon::load::<Config>(config)
+        .map_err(|error| StartError::Config {
+            anchor: CONFIG_ANCHOR,
+            error,
+        })
+        .and_then(|cfg| Ok((inference(&cfg)?, cfg)));
+    match loaded {
+        Ok((inference, cfg)) => {
             println!("inferproxy: configuration ok");
             println!("inferproxy: would serve {}", describe(&cfg, &inference));
             ExitCode::SUCCESS
         }
-        Err((_, line)) => {
-            eprintln!("inferproxy: {line}");
+        Err(e) => {
+            eprintln!("inferproxy: {e}; {}", bxcore::runbook::pointer(e.anchor()));
             ExitCode::from(1)
         }
     }
@@ -98,43 +105,23 @@ pub fn check(config: &Path) -> ExitCode {
 
 /// `inferproxy serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
-    bxharden::log::init(daemon());
+    bxharden::log::init(SPEC.daemon);
     match start(config) {
         Ok(never) => match never {},
-        Err((anchor, line)) => {
-            bxharden::log::line(anchor, &format!("inferproxy: {line}"));
-            ExitCode::from(1)
-        }
+        Err(e) => daemon::exit(&e),
     }
 }
 
 /// Uninhabited: `start` returns only with an error.
 enum Never {}
 
-fn start(config: &Path) -> Result<Never, (&'static str, String)> {
-    let (cfg, inference) = load(config)?;
-    let id = Identity::resolve(&cfg.sandbox)
-        .map_err(|e| (SANDBOX_ANCHOR, SandboxError::Lookup(e).to_string()))?;
-    let socket = socket_name();
-    let policy = cfg.peers.policy(&socket, id.uid).map_err(|e| {
-        (
-            CONFIG_ANCHOR,
-            format!(
-                "{}: {e}; see docs/runbook.md#{CONFIG_ANCHOR}",
-                config.display()
-            ),
-        )
-    })?;
-    let own = cfg.own_dir();
-    bxharden::own_dir(&own, id.owner()).map_err(|e| (bxharden::STATE_DIR_ANCHOR, e.to_string()))?;
-    let mut handed = bxharden::activated().map_err(|e| (LISTEN_ANCHOR, e.to_string()))?;
-    let listener = bxharden::socket_for(
-        &mut handed,
-        layout::INFER.name,
-        &cfg.infer_socket(),
-        id.owner(),
-    )
-    .map_err(|e| (LISTEN_ANCHOR, e.to_string()))?;
+fn start(config: &Path) -> Result<Never, StartError> {
+    let mut s = Start::<Config>::load(SPEC, config)?;
+    let inference = inference(s.cfg())?;
+    let own = s.cfg().own_dir();
+    s.own_dir(&own)?;
+    let path = s.cfg().infer_socket();
+    let socket = s.listen(layout::INFER, &path)?;
 
     let mut profile = Profile::new(SeccompProfile::Inferproxy)
         .read_write(&own)
@@ -142,38 +129,17 @@ fn start(config: &Path) -> Result<Never, (&'static str, String)> {
     if let Provider::Http(h) = inference.provider() {
         profile = profile.resolver_and_ca().connect_tcp(h.endpoint().port);
     }
-    let report =
-        bxharden::apply(&cfg.sandbox, &profile).map_err(|e| (SANDBOX_ANCHOR, e.to_string()))?;
-    bxharden::log::notice(&report.to_string());
+    let (cfg, running) = s.sandbox(&profile)?;
 
     serve::set_timeouts(serve::Timeouts {
         first_frame_ms: cfg.limits.first_frame_ms,
         write_ms: cfg.limits.write_ms,
     });
-    serve::set_frame_budget(cfg.serve.frame_budget);
     let what = describe(&cfg, &inference);
     let inference = std::sync::Arc::new(inference);
-    let cap = cfg.serve.max_connections(&layout::INFER);
-    let socket = serve::Socket::new(listener, layout::INFER, policy, cap);
-    let accept = serve::accept_loop(socket, move |stream, env| {
-        handle(stream, env, &inference);
-    })
-    .map_err(|e| {
-        (
-            serve::LISTENER_ANCHOR,
-            format!("cannot start the accept thread: {e}; see docs/runbook.md#listener-lost"),
-        )
-    })?;
+    running.serve(socket, move |stream, env| handle(stream, env, &inference))?;
     bxharden::log::notice(&format!("serving {what}"));
-    if let Err(e) = bxharden::notify::ready() {
-        tracing::warn!("inferproxy: cannot tell the service manager it is ready: {e}");
-    }
-    // The accept thread runs for ever (it exits the process if the socket is lost).
-    let _ = accept.join();
-    Err((
-        serve::LISTENER_ANCHOR,
-        "the accept thread stopped; see docs/runbook.md#listener-lost".into(),
-    ))
+    running.ready()
 }
 
 /// One `infer_request` (the only kind infer.sock's table accepts): its text streamed as

@@ -3,18 +3,14 @@
 //! Whatever goes wrong there, the model gets a plain failure and the turn goes on; loopd logs one
 //! line that points at the runbook. One connection per call, no retries (brokerd records every
 //! call it sees, so a retry would be a second call), and one deadline for the whole answer read
-//! through `Deadline`, so a peer that trickles bytes cannot hold a turn past its timeout.
+//! through `bxcore::client` (its `Deadline`), so a peer that trickles bytes cannot hold a turn
+//! past its timeout.
 
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bxcore::client;
-use bxcore::deadline::Deadline;
-use bxcore::{
-    Envelope, FrameError, Message, Timestamp, ToolDef, ToolRequest, ToolResponse, read_frame,
-    write_frame,
-};
+use bxcore::client::{self, ClientError};
+use bxcore::{FrameError, Message, Timestamp, ToolDef, ToolRequest, ToolResponse};
 
 use crate::config::MAX_TIMEOUT_MS;
 use crate::tools::{Pending, ToolPort};
@@ -95,43 +91,26 @@ impl BrokerPort {
 impl ToolPort for BrokerPort {
     fn call(&self, request: &ToolRequest, on_pending: &mut dyn FnMut(&Pending)) -> ToolResponse {
         let want = request.call.0;
-        // 1. The first deadline, taken before connecting.
-        let Some(mut until) = Instant::now().checked_add(self.timeout) else {
-            return self.unavailable("the timeout is too large");
-        };
-        // 2.
-        let mut stream = match UnixStream::connect(&self.socket) {
-            Ok(s) => s,
-            Err(e) => {
-                return self
-                    .unavailable(&format!("cannot connect to {}: {e}", self.socket.display()));
-            }
-        };
-        // 3.
-        if let Err(e) = stream.set_write_timeout(Some(self.timeout)) {
-            return self.unavailable(&format!("cannot set a timeout: {e}"));
-        }
-        // 4.
-        let env = Envelope::new(want, true, Message::ToolRequest(request.clone()));
-        match write_frame(&mut stream, &env) {
-            Ok(()) => {}
-            Err(FrameError::TooLarge(_)) => {
+        // 1. to 4., through the one client: the first deadline taken before connecting (1: "the
+        // timeout is too large"), the connection (2), the write timeout (3), the request (4).
+        let request = Message::ToolRequest(request.clone());
+        let mut exchange = match client::Exchange::start(&self.socket, self.timeout, want, request)
+        {
+            Ok(ex) => ex,
+            Err(ClientError::Send(FrameError::TooLarge(_))) => {
                 return ToolResponse::Failed {
                     message: TOO_LARGE.to_string(),
                 };
             }
-            Err(e) => return self.unavailable(&format!("cannot send the request: {e}")),
-        }
+            Err(e) => return self.unavailable(&e.to_string()),
+        };
         let mut pending_seen = false;
         loop {
-            // 5.
-            let env = match read_frame(&mut Deadline::new(&stream, until)) {
+            // 5. The frame within the deadline: "the connection closed before the final answer",
+            // "no answer in time", or "bad frame: ...".
+            let env = match exchange.next_envelope() {
                 Ok(env) => env,
-                Err(FrameError::Closed) => {
-                    return self.unavailable("the connection closed before the final answer");
-                }
-                Err(e) if e.is_timeout() => return self.unavailable("no answer in time"),
-                Err(e) => return self.unavailable(&format!("bad frame: {e}")),
+                Err(e) => return self.unavailable(&e.to_string()),
             };
             // 6.
             if env.id != want {
@@ -158,7 +137,7 @@ impl ToolPort for BrokerPort {
                     }
                     pending_seen = true;
                     match self.after_pending(expires) {
-                        Some(next) => until = next,
+                        Some(next) => exchange.extend(next),
                         None => return self.unavailable("an expiry too far away"),
                     }
                     on_pending(&Pending { approval, expires });

@@ -4,7 +4,6 @@
 //! every bound that matters later is checked here, so a running loopd never meets a value it
 //! cannot use: a broker timeout over 24 hours, a zero timeout, a relative home.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -149,56 +148,47 @@ pub struct Sockets {
     pub channel: PathBuf,
 }
 
-/// Why a configuration was refused.
-#[derive(Debug)]
-pub enum ConfigError {
-    Read(PathBuf, std::io::Error),
-    Parse(PathBuf, toml::de::Error),
-    Invalid(PathBuf, String),
-}
+pub use bxharden::daemon::ConfigError;
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::Read(p, e) => {
-                write!(f, "{}: cannot read the configuration: {e}", p.display())
-            }
-            ConfigError::Parse(p, e) => write!(f, "{}: {}", p.display(), e.to_string().trim_end()),
-            ConfigError::Invalid(p, why) => write!(f, "{}: {why}", p.display()),
+impl bxharden::daemon::DaemonConfig for Config {
+    /// Every key in range, then the default socket paths under the home's run directory.
+    fn check(&mut self) -> Result<(), String> {
+        self.validate()?;
+        if self.sockets.channel.as_os_str().is_empty() {
+            self.sockets.channel = layout::LOOP.path(&self.paths.home);
         }
+        if self.inference.socket.as_os_str().is_empty() {
+            self.inference.socket = layout::INFER.path(&self.paths.home);
+        }
+        Ok(())
+    }
+
+    fn sandbox(&self) -> &SandboxConfig {
+        &self.sandbox
+    }
+
+    fn peers(&self) -> &Peers {
+        &self.peers
+    }
+
+    fn serve(&self) -> &bxharden::ServeConfig {
+        &self.serve
     }
 }
 
-impl std::error::Error for ConfigError {}
-
 impl Config {
-    /// Read, parse and check `path`, and fill in the default socket paths.
+    /// Read, parse and check `path`, and fill in the default socket paths
+    /// (`bxharden::daemon::load`).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_path_buf(), e))?;
-        Config::parse(&text).map_err(|e| match e {
-            ConfigError::Parse(_, e) => ConfigError::Parse(path.to_path_buf(), e),
-            ConfigError::Invalid(_, why) => ConfigError::Invalid(path.to_path_buf(), why),
-            other => other,
-        })
+        bxharden::daemon::load(path)
     }
 
     /// Parse and check a configuration's text (errors name no file).
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let mut cfg: Config =
-            toml::from_str(text).map_err(|e| ConfigError::Parse(PathBuf::new(), e))?;
-        cfg.check()
-            .map_err(|why| ConfigError::Invalid(PathBuf::new(), why))?;
-        if cfg.sockets.channel.as_os_str().is_empty() {
-            cfg.sockets.channel = layout::LOOP.path(&cfg.paths.home);
-        }
-        if cfg.inference.socket.as_os_str().is_empty() {
-            cfg.inference.socket = layout::INFER.path(&cfg.paths.home);
-        }
-        Ok(cfg)
+        bxharden::daemon::parse(Path::new(""), text)
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), String> {
         self.serve.check(&[layout::LOOP])?;
         if let Err(e) = self.peers.check_sockets(&[layout::LOOP.file().as_str()]) {
             return Err(format!("[peers]: {e}"));

@@ -7,21 +7,21 @@
 //! the sandbox closes, and only then do threads start.
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bxcore::{Message, PROTOCOL_VERSION};
 use bxcore::{client, layout};
+use bxharden::daemon::{self, Spec, Start, StartError};
 use bxharden::log::{line, notice};
 use bxharden::profiles::SeccompProfile;
-use bxharden::sandbox::SANDBOX_ANCHOR;
 use bxharden::serve::LISTENER_ANCHOR;
-use bxharden::socket::LISTEN_ANCHOR;
-use bxharden::{Identity, Profile, STATE_DIR_ANCHOR};
+use bxharden::{Profile, STATE_DIR_ANCHOR};
 
 use crate::baseline::Baseline;
 use crate::broker_port::{BrokerPort, NoBroker, not_configured_line};
-use crate::channel::{Context, serve};
+use crate::channel::{Context, handle};
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::Outbox;
@@ -37,58 +37,54 @@ pub const SELFTEST_ANCHOR: &str = "loopd-selftest-failed";
 /// How long `selftest` waits for each socket.
 pub const SELFTEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `loopd serve`: returns only with the reason loopd stops (the line is logged already).
-pub fn run_serve(config: &Path) -> i32 {
-    let cfg = match Config::load(config) {
-        Ok(cfg) => cfg,
-        Err(e) => {
-            bxharden::runbook!(CONFIG_ANCHOR, "{e}");
-            return 1;
-        }
-    };
-    let id = match Identity::resolve(&cfg.sandbox) {
-        Ok(id) => id,
-        Err(e) => {
-            bxharden::runbook!(SANDBOX_ANCHOR, "[sandbox]: {e}");
-            return 1;
-        }
-    };
+/// loopd, for the start-up every daemon runs.
+pub const SPEC: Spec = Spec {
+    daemon: bxharden::Daemon {
+        name: "loopd",
+        version: env!("CARGO_PKG_VERSION"),
+    },
+    config_anchor: CONFIG_ANCHOR,
+};
+
+/// `loopd serve`: returns only with the reason loopd did not start (logged).
+pub fn run_serve(config: &Path) -> ExitCode {
+    match start(config) {
+        Ok(never) => match never {},
+        Err(e) => daemon::exit(&e),
+    }
+}
+
+/// Uninhabited: `start` returns only with an error.
+enum Never {}
+
+fn start(config: &Path) -> Result<Never, StartError> {
+    let mut s = Start::<Config>::load(SPEC, config)?;
+    let cfg = s.cfg();
     for dir in [Some(cfg.loop_dir()), Some(cfg.sessions_dir())]
         .into_iter()
         .chain([cfg.memory.socket.as_ref().map(|_| cfg.outbox_dir())])
         .flatten()
     {
-        if let Err(e) = bxharden::own_dir(&dir, id.owner()) {
-            line(STATE_DIR_ANCHOR, &format!("loopd: {e}"));
-            return 1;
-        }
+        s.own_dir(&dir)?;
     }
-    let peers = match cfg.peers.policy(&layout::LOOP.file(), id.uid) {
-        Ok(p) => p,
-        Err(e) => {
-            bxharden::runbook!(CONFIG_ANCHOR, "[peers]: {e}");
-            return 1;
-        }
+    let outbox = match &cfg.memory.socket {
+        Some(_) => Some(Arc::new(Outbox::open(&cfg.outbox_dir()).map_err(|e| {
+            StartError::own(
+                STATE_DIR_ANCHOR,
+                format!(
+                    "{}: cannot open the memory outbox: {e}",
+                    cfg.outbox_dir().display()
+                ),
+            )
+        })?)),
+        None => None,
     };
-    let listener = match bxharden::activated() {
-        Ok(mut act) => bxharden::socket_for(
-            &mut act,
-            layout::LOOP.name,
-            &cfg.sockets.channel,
-            id.owner(),
-        ),
-        Err(e) => {
-            bxharden::runbook!(LISTEN_ANCHOR, "socket activation: {e}");
-            return 1;
-        }
-    };
-    let listener = match listener {
-        Ok(l) => l,
-        Err(e) => {
-            line(LISTEN_ANCHOR, &format!("loopd: {e}"));
-            return 1;
-        }
-    };
+    let channel = cfg.sockets.channel.clone();
+    let socket = s.listen(layout::LOOP, &channel)?;
+    let profile = profile(s.cfg(), config);
+    let (cfg, running) = s.sandbox(&profile)?;
+
+    // Threads from here on: the sandbox is closed.
     let port: Box<dyn ToolPort> = match &cfg.broker.socket {
         Some(path) => Box::new(BrokerPort::with_log(
             path.clone(),
@@ -100,44 +96,18 @@ pub fn run_serve(config: &Path) -> i32 {
             Box::new(NoBroker)
         }
     };
-    let outbox = match &cfg.memory.socket {
-        Some(_) => match Outbox::open(&cfg.outbox_dir()) {
-            Ok(o) => Some(Arc::new(o)),
-            Err(e) => {
-                bxharden::runbook!(
-                    STATE_DIR_ANCHOR,
-                    "{}: cannot open the memory outbox: {e}",
-                    cfg.outbox_dir().display()
-                );
-                return 1;
-            }
-        },
-        None => None,
-    };
-
-    match bxharden::apply(&cfg.sandbox, &profile(&cfg, config)) {
-        Ok(report) => notice(&report.to_string()),
-        Err(e) => {
-            line(SANDBOX_ANCHOR, &format!("loopd: {e}"));
-            return 1;
-        }
-    }
-
-    // Threads from here on: the sandbox is closed.
-    bxharden::serve::set_frame_budget(cfg.serve.frame_budget);
     if let (Some(outbox), Some(socket)) = (&outbox, cfg.memory.socket.clone()) {
         let outbox = Arc::clone(outbox);
         let timeout = cfg.memory_timeout();
-        let spawned = std::thread::Builder::new()
+        std::thread::Builder::new()
             .name("memory-outbox".to_owned())
-            .spawn(move || outbox.run_sender(&socket, timeout));
-        if let Err(e) = spawned {
-            bxharden::runbook!(
-                LISTENER_ANCHOR,
-                "cannot start the memory outbox's sender: {e}"
-            );
-            return 1;
-        }
+            .spawn(move || outbox.run_sender(&socket, timeout))
+            .map_err(|e| {
+                StartError::own(
+                    LISTENER_ANCHOR,
+                    format!("cannot start the memory outbox's sender: {e}"),
+                )
+            })?;
     }
     let client = Client::new(cfg.inference.socket.clone(), cfg.inference_timeout());
     notice(&format!(
@@ -153,20 +123,15 @@ pub fn run_serve(config: &Path) -> i32 {
             .as_ref()
             .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
     ));
-    let mut ctx = Context::new(cfg, client, port, Registry::new()).with_peers(peers);
+    let mut ctx = Context::new(cfg, client, port, Registry::new());
     if let Some(outbox) = outbox {
         ctx = ctx.with_outbox(outbox);
     }
-    let _ = bxharden::notify::ready();
-    let e = match serve(listener, Arc::new(ctx)) {
-        Ok(()) => std::io::Error::other("the accept loop ended"),
-        Err(e) => e,
-    };
-    bxharden::runbook!(
-        LISTENER_ANCHOR,
-        "cannot accept on loop.sock, the listening socket is gone: {e}; stopping"
-    );
-    1
+    let ctx = Arc::new(ctx);
+    running.serve(socket, move |stream, env| {
+        handle(stream, env, Arc::clone(&ctx))
+    })?;
+    running.ready()
 }
 
 /// What loopd may touch: its own directory read-write, the client socket directories that exist,

@@ -34,12 +34,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    bxharden::log::init(bxharden::Daemon {
-        name: "loopd",
-        version: env!("CARGO_PKG_VERSION"),
-    });
+    bxharden::log::init(loopd::daemon::SPEC.daemon);
     let code = match cli.command {
-        Command::Serve { config } => loopd::daemon::run_serve(&config),
+        Command::Serve { config } => return loopd::daemon::run_serve(&config),
         Command::Check { config } => loopd::daemon::run_selftest_check(&config, false),
         Command::Selftest { config } => loopd::daemon::run_selftest_check(&config, true),
     };

@@ -27,6 +27,7 @@ struct Server {
     socket: PathBuf,
     infer: ScriptedInfer,
     tools: Arc<FakeTools>,
+    ctx: Arc<Context>,
 }
 
 struct Shared(Arc<FakeTools>);
@@ -62,12 +63,14 @@ fn server_in(home: tempfile::TempDir, script: Vec<Step>, tools: FakeTools, extra
     let socket = home.path().join("loop.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let ctx = Arc::new(ctx);
-    std::thread::spawn(move || serve(listener, ctx));
+    let served = Arc::clone(&ctx);
+    std::thread::spawn(move || serve(listener, served));
     Server {
         home,
         socket,
         infer,
         tools,
+        ctx,
     }
 }
 
@@ -495,6 +498,8 @@ fn the_channel_going_away_mid_turn_lets_the_turn_finish_quietly_with_its_log_who
         !log.contains(r#""error""#),
         "the turn itself succeeded: {log}"
     );
+    // The turn's end is in the log a moment before its thread lets the session go.
+    wait_until("the session to be free", || !s.ctx.is_busy(&sid("gone")));
     let frames = turn(&s.socket, 2, "gone", true, "still there?");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
 }

@@ -3,11 +3,9 @@
 //! nothing secret may) and public, untrusted output. Until a gateway is configured it is decided
 //! like any call and then fails, so the policy's answers are the same before and after.
 
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use bxcore::deadline::Deadline;
-use bxcore::{DataClass, Envelope, FetchReply, FetchRequest, Message, read_frame, write_frame};
+use bxcore::{DataClass, FetchReply, FetchRequest, Message};
 use serde_json::{Value, json};
 
 use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError, arg_str};
@@ -81,13 +79,9 @@ impl Tool for WebFetch {
                 socket.display()
             ))
         };
-        let mut stream = UnixStream::connect(socket).map_err(|e| unavailable(e.to_string()))?;
-        write_frame(&mut stream, &Envelope::new(1, true, request))
+        let reply = bxcore::client::call(socket, FETCH_TIMEOUT, 1, request, |_| {})
             .map_err(|e| unavailable(e.to_string()))?;
-        let mut reader = Deadline::within(&stream, FETCH_TIMEOUT)
-            .ok_or_else(|| unavailable("no deadline".to_string()))?;
-        let reply = read_frame(&mut reader).map_err(|e| unavailable(e.to_string()))?;
-        match reply.msg {
+        match reply {
             Message::FetchReply(FetchReply {
                 status,
                 body,
@@ -100,7 +94,6 @@ impl Tool for WebFetch {
                 }
                 Ok(Output { content })
             }
-            Message::Error(e) => Err(unavailable(e.to_string())),
             other => Err(unavailable(format!("it answered {}", other.kind()))),
         }
     }
