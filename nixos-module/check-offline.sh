@@ -408,7 +408,7 @@ step_module() {
     "let
       r = import $here/device.nix {
         config = {
-          services.boxmaker = { owner = \"alice\"; inference.provider = \"openai\"; };
+          services.boxmaker = { owner = \"alice\"; settings.inferproxy.provider.kind = \"openai\"; };
           system.build = { toplevel = \"/nix/store/t\"; initialRamdisk = \"/nix/store/i\"; };
           system.boot.loader = { kernelFile = \"bzImage\"; initrdFile = \"initrd\"; };
           boot = { kernelParams = [ ]; kernelPackages.kernel = \"/nix/store/k\"; };
@@ -448,16 +448,92 @@ step_module() {
   else
     fail "default.nix does not refuse an undeclared owner: $got"
   fi
-  got="$($om --arg roots '[ { path = "/home/alice/projects"; writable = true; } ]' 2>/dev/null | jq -r '.failedAssertions[]')" || got="did not evaluate"
+  got="$($om --arg boxmaker '{ settings.brokerd.workspace.roots = [ { path = "/home/alice/projects"; writable = true; } ]; }' 2>/dev/null | jq -r '.failedAssertions[]')" || got="did not evaluate"
   if grep -q "root /home/alice/projects lies in /home/alice" <<<"$got"; then
     echo "nix-check: default.nix: refuses a workspace root in a 0700 home: ok"
   else
     fail "default.nix does not refuse a workspace root in a 0700 home: $got"
   fi
+  check_settings_options "$om"
   if [[ -f "$repo/LICENSE" ]] && grep -q "Apache License" "$repo/LICENSE"; then
     echo "nix-check: LICENSE: the Apache-2.0 text the package's meta.license names"
   else
     fail "LICENSE: missing, or not the Apache-2.0 text that Cargo.toml and nix/package.nix name"
+  fi
+}
+
+# settings.<daemon> as RFC 42 has it: the typed options inside it, beside it only what is no
+# configuration key, and what default.nix writes equal to what configs.nix renders for
+# tests/nix_configs.rs (which runs each daemon's `check` on it).
+# options_in_settings JSON: fails (naming them) on options declared beside settings.<daemon>
+# that belong inside it, or a settings.<daemon> that is not a free-form TOML submodule.
+options_in_settings() {
+  local shape="$1"
+  jq -e '.beside == ["enable","home","inference","owner","package"] and .inference == ["apiKeyFile"]
+      and ([.settings[] | select(.type == "submodule" and .freeform == "toml")] | length) == 3' \
+    <<<"$shape" >/dev/null || {
+    echo "typed options beside settings.<daemon> (only enable, home, inference.apiKeyFile, owner and package belong there), or a settings.<daemon> that is not a free-form TOML submodule: $shape"
+    return 1
+  }
+}
+
+# compare_configs OM NAME BOXMAKER CONFIGS: offline-module.nix with services.boxmaker
+# BOXMAKER writes exactly what the expression CONFIGS (configs.nix) renders, with no warning
+# and no failed assertion.
+compare_configs() {
+  local om="$1" name="$2" box="$3" expr="$4" got want
+  got="$($om --arg boxmaker "$box" 2>/dev/null | jq -S -c '{toml, warnings, failedAssertions}')" || got="did not evaluate"
+  want="$(nix-instantiate --eval --strict --json -E "$expr" 2>/dev/null | jq -S -c '{toml: ., warnings: [], failedAssertions: []}')" || want="configs.nix did not evaluate"
+  if [[ "$got" == "$want" ]]; then
+    echo "nix-check: default.nix writes what configs.nix renders ($name): ok"
+  else
+    fail "default.nix writes other than configs.nix renders ($name): got $got, want $want"
+  fi
+}
+
+check_settings_options() {
+  local om="$1" got want out
+  got="$($om 2>/dev/null | jq -c .options)" || got="did not evaluate"
+  if out="$(options_in_settings "$got")"; then
+    echo "nix-check: default.nix: the typed options live inside settings.<daemon>: ok"
+  else
+    fail "default.nix: $out"
+  fi
+  # Self-test: the old form (inference.* and tools beside settings) is caught.
+  if options_in_settings '{"beside":["enable","home","inference","owner","package","tools"],"inference":["apiKeyFile","baseUrl","provider","script","slots"],"settings":{"brokerd":{"type":"submodule","freeform":"toml"},"inferproxy":{"type":"submodule","freeform":"toml"},"loopd":{"type":"submodule","freeform":"toml"}}}' >/dev/null; then
+    fail "self-test options-beside-settings: the old form passed"
+  else
+    echo "nix-check: self-test options-beside-settings: caught"
+  fi
+  # What default.nix writes equals configs.nix's rendering: the defaults, and a fuller
+  # configuration (new names); the old names give the same files, each with a warning.
+  local configs="let d = import $here/defaults.nix; in import $here/configs.nix"
+  local script="/nix/store/boxmaker/share/boxmaker/inferproxy-default-script.toml"
+  local full='{ inference.apiKeyFile = "/run/keys/k";
+      settings.inferproxy = { provider = { kind = "openai"; base_url = "http://127.0.0.1:8080/v1"; };
+        slots.main = { model = "m"; context_tokens = 32768; };
+        slots.small = { model = "s"; max_tokens = 512; temperature = 0.5; }; };
+      settings.brokerd.tools = { web_fetch.enabled = false; workspace_write.approval = "always"; }; }'
+  local old='{ inference = { apiKeyFile = "/run/keys/k"; provider = "openai"; baseUrl = "http://127.0.0.1:8080/v1";
+        slots.main = { model = "m"; contextTokens = 32768; };
+        slots.small = { model = "s"; maxTokens = 512; temperature = 0.5; }; };
+      tools = { web_fetch.enabled = false; workspace_write.approval = "always"; }; }'
+  compare_configs "$om" defaults '{ }' \
+    "$configs { inherit (d) home inference tools; ownerUser = \"alice\"; defaultScript = \"$script\"; }"
+  compare_configs "$om" "a fuller device" "$full" \
+    "$configs { inherit (d) home; ownerUser = \"alice\"; defaultScript = \"$script\";
+        inference = d.inference // { provider = \"openai\"; baseUrl = \"http://127.0.0.1:8080/v1\";
+          slots = { main = d.slot // { model = \"m\"; contextTokens = 32768; };
+                    small = d.slot // { model = \"s\"; maxTokens = 512; temperature = 0.5; }; }; };
+        tools = { web_fetch.enabled = false; workspace_write.approval = \"always\"; }; }"
+  local newer
+  newer="$($om --arg boxmaker "$full" 2>/dev/null | jq -S -c .toml)" || newer="did not evaluate"
+  got="$($om --arg boxmaker "$old" 2>/dev/null | jq -S -c '{toml, n: (.warnings | length), w: .warnings[0]}')" || got="did not evaluate"
+  want="$(jq -S -c --argjson t "$newer" -n '{toml: $t, n: 4, w: "The option `services.boxmaker.inference.provider'"'"' has been renamed to `services.boxmaker.settings.inferproxy.provider.kind'"'"'."}')"
+  if [[ "$got" == "$want" ]]; then
+    echo "nix-check: default.nix: the old option names still work, with a warning each: ok"
+  else
+    fail "default.nix: the old option names: got $got, want $want"
   fi
 }
 

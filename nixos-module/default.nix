@@ -3,6 +3,12 @@
 # Users, directories, sockets and units come from units.nix (plain data, shared with the
 # offline check); this file adds the options, the TOML configurations and the NixOS
 # wiring. Secrets are only ever paths, handed to the units with LoadCredential=.
+#
+# As RFC 42 (and nixpkgs' kanidm module) has it, each daemon's configuration is one option,
+# settings.<daemon>: free-form TOML with typed, documented options for the keys this module
+# sets or reads. Beside it stay only what is no configuration key: enable, the package, the
+# owner (a login the units and directories use), the home (the directories', and every
+# daemon's `[paths] home`), and the API key (a secret, so a path handed over by systemd).
 {
   config,
   lib,
@@ -15,6 +21,9 @@ let
     mkEnableOption
     mkPackageOption
     mkIf
+    mkDefault
+    mkRenamedOptionModule
+    mkChangedOptionModule
     types
     literalExpression
     ;
@@ -32,19 +41,23 @@ let
     in
     if g == "" then "users" else g;
 
-  # What the typed options produce (configs.nix, builtins only, shared with the test that
-  # runs each daemon's `check` on it); settings.<daemon> is merged over it.
-  generated = import ./configs.nix {
-    inherit (cfg) home tools;
+  # The keys that follow from layout.json, the home and the owner (layout-configs.nix,
+  # builtins only, shared with the test that runs each daemon's `check`).
+  fixed = import ./layout-configs.nix {
+    inherit (cfg) home;
     inherit ownerUser;
-    inference = cfg.inference // {
-      # A script given as a Nix path is copied into the store; a string path stays as is.
-      script = if cfg.inference.script == null then null else "${cfg.inference.script}";
-    };
-    defaultScript = "${cfg.package}/share/boxmaker/inferproxy-default-script.toml";
   };
+  defaultScript = "${cfg.package}/share/boxmaker/inferproxy-default-script.toml";
 
-  configFile = daemon: format.generate "${daemon}.toml" cfg.settings.${daemon};
+  # settings.<daemon> as TOML: an option left null is no key (TOML has no null), and
+  # brokerd's `[tools]` is written only when it tightens something.
+  tomlOf =
+    daemon:
+    let
+      s = lib.filterAttrsRecursive (_: v: v != null) cfg.settings.${daemon};
+    in
+    if (s.tools or null) == { } then removeAttrs s [ "tools" ] else s;
+  configFile = daemon: format.generate "${daemon}.toml" (tomlOf daemon);
 
   # brokerd's workspace roots: writable ones join its ReadWritePaths=, and one under a
   # home directory turns ProtectHome= from true to read-only.
@@ -58,6 +71,9 @@ let
     exe = daemon: lib.getExe' cfg.package daemon;
     credentials = {
       inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
+    };
+    ipAddresses = {
+      inferproxy = units.ipAddressesOfProvider cfg.inference.baseUrl;
     };
     extraReadWritePaths = {
       brokerd = map (r: r.path) (lib.filter (r: r.writable or false) roots);
@@ -74,17 +90,18 @@ let
     );
 
   slotType = types.submodule {
+    freeformType = format.type;
     options = {
       model = mkOption {
         type = types.str;
         description = "The provider's model name this slot asks for.";
       };
-      maxTokens = mkOption {
+      max_tokens = mkOption {
         type = types.ints.positive;
         default = defaults.slot.maxTokens;
         description = "The most tokens one reply may have.";
       };
-      contextTokens = mkOption {
+      context_tokens = mkOption {
         type = types.ints.positive;
         default = defaults.slot.contextTokens;
         description = "The model's context window, in tokens.";
@@ -97,21 +114,134 @@ let
     };
   };
 
+  # settings.<daemon>: free-form TOML for the daemon, with the keys this module sets or
+  # reads declared as options inside it.
   settingsOption =
-    daemon:
+    daemon: options:
     mkOption {
-      type = types.submodule { freeformType = format.type; };
+      type = types.submodule {
+        freeformType = format.type;
+        inherit options;
+      };
       default = { };
       example = literalExpression ''{ sandbox.seccomp_log = true; }'';
       description = ''
-        Free-form TOML for {command}`${daemon}`, merged over what the typed options
-        produce (a value set here wins). See docs/install.md.
+        {command}`${daemon}`'s configuration, written as TOML to
+        `/etc/boxmaker/${daemon}.toml`. Free-form: any key the daemon knows may be set (it
+        refuses one it does not). `[paths]`, `[sockets]`, `[peers]` and `[sandbox]` follow
+        from the home, the owner and nixos-module/layout.json, set as defaults (a value
+        here wins). See docs/install.md.
       '';
     };
 
+  # The slot loopd's sessions run on; its window is loopd's budget.
+  mainSlot = cfg.settings.inferproxy.slots.main or null;
+
+  inferproxyOptions = {
+    provider = {
+      kind = mkOption {
+        type = types.enum [
+          "openai"
+          "anthropic"
+          "script"
+        ];
+        default = defaults.inference.provider;
+        description = ''
+          The model API inferproxy talks to: an OpenAI-compatible server, Anthropic, or
+          `script` (fixed scripted replies, no model: the default until one is configured).
+        '';
+      };
+      base_url = mkOption {
+        type = types.nullOr types.str;
+        default = defaults.inference.baseUrl;
+        example = "http://127.0.0.1:8080/v1";
+        description = ''
+          The provider's base URL (for OpenAI-compatible servers it ends in `/v1`).
+          Needed unless `kind` is `script`, refused with it.
+        '';
+      };
+      script = mkOption {
+        type = types.nullOr types.path;
+        default = defaults.inference.script;
+        defaultText = literalExpression ''
+          if kind == "script" then "''${package}/share/boxmaker/inferproxy-default-script.toml" else null
+        '';
+        description = ''
+          For the `script` provider: the file of scripted turns (a Nix path is copied into
+          the store). Unset, the default script the package ships.
+        '';
+      };
+    };
+    slots = mkOption {
+      type = types.attrsOf slotType;
+      default = lib.mapAttrs (_: s: {
+        inherit (s) model;
+        max_tokens = s.maxTokens;
+        context_tokens = s.contextTokens;
+        inherit (s) temperature;
+      }) defaults.inference.slots;
+      example = literalExpression ''{ main = { model = "gpt-4o"; context_tokens = 128000; }; }'';
+      description = ''
+        Named model slots; loopd names a slot (`main` for new sessions), never a model.
+      '';
+    };
+  };
+
+  brokerdOptions = {
+    tools = mkOption {
+      type = types.attrsOf format.type;
+      default = defaults.tools;
+      example = literalExpression ''{ web_fetch.enabled = false; workspace_write.approval = "always"; }'';
+      description = ''
+        Per-tool settings (`[tools.<name>]`). They can only tighten a tool's built-in
+        policy: brokerd refuses to start on a setting that loosens one.
+      '';
+    };
+  };
+
+  loopdOptions = {
+    loop.context_tokens = mkOption {
+      type = types.ints.positive;
+      default = if mainSlot == null then defaults.slot.contextTokens else mainSlot.context_tokens;
+      defaultText = literalExpression "config.services.boxmaker.settings.inferproxy.slots.main.context_tokens";
+      description = ''
+        A session's token budget: by default the window of the `main` slot, which new
+        sessions run on.
+      '';
+    };
+  };
+
+  # The options that were declared beside settings.<daemon> before they moved inside it.
+  old = [
+    "services"
+    "boxmaker"
+  ];
+  new = old ++ [ "settings" ];
+
   absolute = p: lib.hasPrefix "/" p;
+  inherit (cfg.settings.inferproxy) provider;
 in
 {
+  imports = [
+    (mkRenamedOptionModule (old ++ [ "inference" "provider" ]) (new ++ [ "inferproxy" "provider" "kind" ]))
+    (mkRenamedOptionModule (old ++ [ "inference" "baseUrl" ]) (new ++ [ "inferproxy" "provider" "base_url" ]))
+    (mkRenamedOptionModule (old ++ [ "inference" "script" ]) (new ++ [ "inferproxy" "provider" "script" ]))
+    (mkRenamedOptionModule (old ++ [ "tools" ]) (new ++ [ "brokerd" "tools" ]))
+    # The slots' keys changed case with the move (maxTokens is max_tokens, as in the TOML).
+    (mkChangedOptionModule (old ++ [ "inference" "slots" ]) (new ++ [ "inferproxy" "slots" ]) (
+      config:
+      lib.mapAttrs (
+        _: s:
+        removeAttrs s [
+          "maxTokens"
+          "contextTokens"
+        ]
+        // lib.optionalAttrs (s ? maxTokens) { max_tokens = s.maxTokens; }
+        // lib.optionalAttrs (s ? contextTokens) { context_tokens = s.contextTokens; }
+      ) config.services.boxmaker.inference.slots
+    ))
+  ];
+
   options.services.boxmaker = {
     enable = mkEnableOption "boxmaker, the hardened on-device AI agent";
 
@@ -134,65 +264,22 @@ in
       '';
     };
 
-    inference = {
-      provider = mkOption {
-        type = types.enum [
-          "openai"
-          "anthropic"
-          "script"
-        ];
-        default = defaults.inference.provider;
-        description = ''
-          The model API inferproxy talks to: an OpenAI-compatible server, Anthropic, or
-          `script` (fixed scripted replies, no model: the default until one is configured).
-        '';
-      };
-      baseUrl = mkOption {
-        type = types.nullOr types.str;
-        default = defaults.inference.baseUrl;
-        example = "http://127.0.0.1:8080/v1";
-        description = ''
-          The provider's base URL (for OpenAI-compatible servers it ends in `/v1`).
-        '';
-      };
-      apiKeyFile = mkOption {
-        type = types.nullOr types.str;
-        default = defaults.inference.apiKeyFile;
-        example = "/run/keys/boxmaker-api-key";
-        description = ''
-          A file holding the provider's API key, outside the Nix store. systemd hands it
-          to inferproxy alone as the credential `api_key`; no other unit can read it.
-        '';
-      };
-      script = mkOption {
-        type = types.nullOr types.path;
-        default = defaults.inference.script;
-        description = ''
-          For the `script` provider: the file of scripted turns. Null uses the default
-          script the package ships (`share/boxmaker/inferproxy-default-script.toml`).
-        '';
-      };
-      slots = mkOption {
-        type = types.attrsOf slotType;
-        default = defaults.inference.slots;
-        example = literalExpression ''{ main = { model = "gpt-4o"; contextTokens = 128000; }; }'';
-        description = ''
-          Named model slots; loopd names a slot (`main` for new sessions), never a model.
-        '';
-      };
-    };
-
-    tools = mkOption {
-      type = types.attrsOf format.type;
-      default = defaults.tools;
-      example = literalExpression ''{ web_fetch.enabled = false; workspace_write.approval = "always"; }'';
+    # A secret, so no configuration key: systemd hands the file to inferproxy alone.
+    inference.apiKeyFile = mkOption {
+      type = types.nullOr types.str;
+      default = defaults.inference.apiKeyFile;
+      example = "/run/keys/boxmaker-api-key";
       description = ''
-        Per-tool settings for brokerd (`[tools.<name>]`). They can only tighten a tool's
-        built-in policy: brokerd refuses to start on a setting that loosens one.
+        A file holding the provider's API key, outside the Nix store. systemd hands it
+        to inferproxy alone as the credential `api_key`; no other unit can read it.
       '';
     };
 
-    settings = lib.genAttrs units.daemonNames settingsOption;
+    settings = {
+      loopd = settingsOption "loopd" loopdOptions;
+      brokerd = settingsOption "brokerd" brokerdOptions;
+      inferproxy = settingsOption "inferproxy" inferproxyOptions;
+    };
   };
 
   config = mkIf cfg.enable {
@@ -232,31 +319,36 @@ in
           message = "services.boxmaker.inference.apiKeyFile must be an absolute path outside the Nix store (the store is world-readable).";
         }
         {
-          assertion = cfg.inference.provider == "script" || cfg.inference.baseUrl != null;
-          message = "services.boxmaker.inference.baseUrl is needed for the ${cfg.inference.provider} provider.";
+          assertion = provider.kind == "script" || provider.base_url != null;
+          message = "services.boxmaker.settings.inferproxy.provider.base_url is needed for the ${provider.kind} provider.";
         }
         {
-          assertion = cfg.inference.provider == "script" || cfg.inference.apiKeyFile != null;
-          message = "services.boxmaker.inference.apiKeyFile is needed for the ${cfg.inference.provider} provider: inferproxy refuses to start without a key.";
+          assertion = provider.kind == "script" || cfg.inference.apiKeyFile != null;
+          message = "services.boxmaker.inference.apiKeyFile is needed for the ${provider.kind} provider: inferproxy refuses to start without a key.";
         }
         {
           assertion =
-            cfg.inference.provider != "script"
-            || (cfg.inference.baseUrl == null && cfg.inference.apiKeyFile == null);
-          message = "services.boxmaker.inference.baseUrl and apiKeyFile do not apply to the script provider (inferproxy refuses them).";
+            provider.kind != "script"
+            || (provider.base_url == null && cfg.inference.apiKeyFile == null);
+          message = "services.boxmaker.settings.inferproxy.provider.base_url and services.boxmaker.inference.apiKeyFile do not apply to the script provider (inferproxy refuses them).";
         }
         {
-          assertion = cfg.inference.provider == "script" || cfg.inference.script == null;
-          message = "services.boxmaker.inference.script applies only to the script provider (inferproxy refuses it for ${cfg.inference.provider}).";
+          assertion = provider.kind == "script" || provider.script == null;
+          message = "services.boxmaker.settings.inferproxy.provider.script applies only to the script provider (inferproxy refuses it for ${provider.kind}).";
         }
         {
-          assertion = cfg.inference.slots ? main;
-          message = "services.boxmaker.inference.slots needs a `main` slot: new sessions use it.";
+          assertion = cfg.settings.inferproxy.slots ? main;
+          message = "services.boxmaker.settings.inferproxy.slots needs a `main` slot: new sessions use it.";
         }
       ];
 
-    # Every value the typed options produce is a default: settings.<daemon> wins.
-    services.boxmaker.settings = lib.mapAttrs (_: lib.mapAttrsRecursive (_: lib.mkDefault)) generated;
+    # What follows from the layout is a default: a value in settings.<daemon> wins.
+    services.boxmaker.settings = lib.mapAttrs (_: lib.mapAttrsRecursive (_: mkDefault)) fixed // {
+      inferproxy = lib.mapAttrsRecursive (_: mkDefault) fixed.inferproxy // {
+        # The script provider without a script of its own runs the one the package ships.
+        provider.script = mkIf (provider.kind == "script") (mkDefault defaultScript);
+      };
+    };
 
     users.users = lib.mapAttrs (name: _: {
       isSystemUser = true;

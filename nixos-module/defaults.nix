@@ -5,7 +5,8 @@
 rec {
   home = "/var/lib/boxmaker";
 
-  # One slot's defaults (services.boxmaker.inference.slots.<name>), all but `model`.
+  # One slot's defaults (services.boxmaker.settings.inferproxy.slots.<name>, there in snake_case:
+  # max_tokens, context_tokens), all but `model`.
   slot = {
     maxTokens = 4096;
     contextTokens = 100000;

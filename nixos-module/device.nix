@@ -61,7 +61,7 @@ in
     enable = true;
     owner = lib.mkDefault "owner";
     # The provisioned key, for any provider that needs one (the script provider refuses it).
-    inference.apiKeyFile = lib.mkIf (cfg.inference.provider != "script") (lib.mkDefault apiKeyFile);
+    inference.apiKeyFile = lib.mkIf (cfg.settings.inferproxy.provider.kind != "script") (lib.mkDefault apiKeyFile);
   };
 
   users.mutableUsers = false;

@@ -1,35 +1,116 @@
-# The module's `config` (default.nix) evaluated with builtins only, for the offline check
-# (check-offline.sh): a stand-in for the few nixpkgs `lib` functions default.nix calls, and a
-# configuration as the module system would hand it over (the options at their defaults, the
-# owner declared). Not NixOS: no merging, priorities or types; what it catches is a wrong
-# name or shape in default.nix's wiring (unit names, serviceConfig, tmpfiles, assertions),
-# which nothing else here evaluates. `nix flake check` evaluates the real thing.
+# The module (default.nix) evaluated with builtins only, for the offline check
+# (check-offline.sh): a stand-in for the nixpkgs `lib` functions default.nix calls, and a
+# small evaluator of services.boxmaker's options that follows lib/modules.nix where
+# default.nix relies on it:
+#
+#   - an option's definitions: `mkIf` discharged, then only those of the highest priority
+#     kept (a plain value 100, `mkDefault` 1000, the option's default 1500), at every level
+#     where lib merges (an option, an element of `attrsOf`, a free-form value);
+#   - between options (an option set, not an option) `mkIf` and `mkOverride` are pushed down
+#     to the attributes, as lib's pushDownProperties does;
+#   - `types.submodule` with `freeformType`: keys with an option are merged by it, every other
+#     key by the free-form type (TOML: tables merged key by key, lists joined, other values
+#     equal or an error), and an unknown key without a free-form type is an error;
+#   - `mkRenamedOptionModule` / `mkChangedOptionModule`: a definition of the old option is
+#     moved to the new one (through the change function) with the warning lib gives.
+#
+# Types are checked only as far as the leaf types default.nix uses (str, bool, path, enum,
+# nullOr, positive ints, numbers between). Not NixOS: no other module, no `nix flake check`.
 #
 #   nix-instantiate --eval --strict --json offline-module.nix --argstr owner NAME \
-#     [--arg declareOwner false] [--arg roots '[ { path = "/home/NAME/p"; } ]']
+#     [--arg declareOwner false] [--arg boxmaker '{ settings.inferproxy.provider.kind = "openai"; }']
 {
   owner ? "alice",
   declareOwner ? true,
-  # brokerd's [[workspace.roots]], as settings.brokerd.workspace.roots would hold them.
-  roots ? [ ],
+  # More of services.boxmaker, as a configuration would define it.
+  boxmaker ? { },
 }:
 let
-  defaults = import ./defaults.nix;
+  inherit (builtins)
+    all
+    attrNames
+    concatMap
+    elem
+    filter
+    foldl'
+    head
+    isAttrs
+    isFunction
+    isList
+    length
+    mapAttrs
+    toJSON
+    ;
+
+  leaf = name: check: {
+    kind = "leaf";
+    inherit name check;
+  };
 
   lib = rec {
-    mkOption = x: x;
-    mkEnableOption = x: x;
-    mkPackageOption = _: _: _: null;
-    literalExpression = x: x;
-    types = { };
-    mkIf = cond: v: if cond then v else { };
-    mkDefault = v: v;
+    mkOption = o: o // { _type = "option"; };
+    mkEnableOption = _: mkOption {
+      type = types.bool;
+      default = false;
+    };
+    mkPackageOption = _: _: _: mkOption {
+      type = types.package;
+      default = package;
+    };
+    literalExpression = text: {
+      _type = "literalExpression";
+      inherit text;
+    };
+    types = {
+      str = leaf "string" builtins.isString;
+      bool = leaf "boolean" builtins.isBool;
+      package = leaf "package" (_: true);
+      path = leaf "path" (v: builtins.substring 0 1 (toString v) == "/");
+      enum = vs: leaf "one of ${toJSON vs}" (v: elem v vs);
+      nullOr = t: leaf "null or ${t.name}" (v: v == null || t.check v);
+      ints.positive = leaf "positive integer" (v: builtins.isInt v && v > 0);
+      numbers.between = lo: hi: leaf "number between ${toString lo} and ${toString hi}" (
+        v: (builtins.isInt v || builtins.isFloat v) && v >= lo && v <= hi
+      );
+      attrsOf = elemType: {
+        kind = "attrsOf";
+        name = "attribute set of ${elemType.name}";
+        inherit elemType;
+      };
+      submodule = module: {
+        kind = "submodule";
+        name = "submodule";
+        inherit module;
+      };
+    };
+    mkIf = condition: content: {
+      _type = "if";
+      inherit condition content;
+    };
+    mkOverride = priority: content: {
+      _type = "override";
+      inherit priority content;
+    };
+    mkDefault = mkOverride 1000;
+    mkRenamedOptionModule = from: to: {
+      _rename = {
+        inherit from to;
+        change = v: v;
+      };
+    };
+    mkChangedOptionModule = from: to: f: {
+      _rename = {
+        inherit from to;
+        change = v: f (setAttrByPath from v);
+      };
+    };
     any = builtins.any;
     filter = builtins.filter;
     concatStringsSep = builtins.concatStringsSep;
     listToAttrs = builtins.listToAttrs;
     mapAttrs = builtins.mapAttrs;
     optional = c: v: if c then [ v ] else [ ];
+    optionalAttrs = c: v: if c then v else { };
     nameValuePair = name: value: { inherit name value; };
     genAttrs = names: f: listToAttrs (map (n: nameValuePair n (f n)) names);
     filterAttrs =
@@ -37,10 +118,23 @@ let
       listToAttrs (
         map (n: nameValuePair n set.${n}) (builtins.filter (n: pred n set.${n}) (builtins.attrNames set))
       );
+    filterAttrsRecursive =
+      pred: set:
+      listToAttrs (
+        concatMap (
+          n:
+          let
+            v = set.${n};
+          in
+          if pred n v then [ (nameValuePair n (if isAttrs v then filterAttrsRecursive pred v else v)) ] else [ ]
+        ) (attrNames set)
+      );
     mapAttrs' = f: set: listToAttrs (map (n: f n set.${n}) (builtins.attrNames set));
     mapAttrsRecursive =
       f: set:
       builtins.mapAttrs (n: v: if builtins.isAttrs v then mapAttrsRecursive f v else f [ n ] v) set;
+    setAttrByPath =
+      path: v: if path == [ ] then v else { ${head path} = setAttrByPath (builtins.tail path) v; };
     hasPrefix = p: s: builtins.substring 0 (builtins.stringLength p) s == p;
     hasSuffix =
       x: s:
@@ -55,37 +149,194 @@ let
     getExe' = pkg: name: "${pkg}/bin/${name}";
   };
 
-  pkgs = {
-    formats.toml = _: {
-      type = null;
-      generate = name: value: "/nix/store/generated-${name}";
+  # pkgs.formats.toml: its type is the free-form TOML value; `generate` keeps the value so the
+  # check can read what would be written.
+  tomlType = {
+    kind = "toml";
+    name = "TOML value";
+  };
+  pkgs.formats.toml = _: {
+    type = tomlType;
+    generate = name: value: {
+      outPath = "/nix/store/generated-${name}";
+      inherit value;
     };
   };
 
   package = "/nix/store/boxmaker";
 
-  # What the module system would make of services.boxmaker with only enable and owner set:
-  # every option at its default, settings.<daemon> the generated values (mkDefault).
-  boxmaker = {
-    enable = true;
-    inherit owner package;
-    inherit (defaults) home tools;
-    inference = defaults.inference;
-    settings = generated // {
-      brokerd = generated.brokerd // {
-        workspace.roots = roots;
-      };
-    };
+  isOption = v: isAttrs v && (v._type or "") == "option";
+  typeOf = v: if isAttrs v then v._type or "" else "";
+
+  # lib's dischargeProperties + filterOverrides: the values of one location's definitions.
+  discharge =
+    defs:
+    let
+      unwrap =
+        prio: v:
+        if typeOf v == "if" then
+          (if v.condition then unwrap prio v.content else [ ])
+        else if typeOf v == "override" then
+          unwrap v.priority v.content
+        else
+          [
+            {
+              inherit prio;
+              value = v;
+            }
+          ];
+      ds = concatMap (unwrap 100) defs;
+      best = foldl' (m: d: if d.prio < m then d.prio else m) 10000 ds;
+    in
+    map (d: d.value) (filter (d: d.prio == best) ds);
+
+  # lib's pushDownProperties at an option set: mkIf and mkOverride moved into the attributes.
+  # The condition stays unevaluated (lib's laziness: `config = mkIf cfg.enable` reads cfg).
+  pushDown =
+    v:
+    if typeOf v == "if" then
+      mapAttrs (_: lib.mkIf v.condition) (pushDown v.content)
+    else if typeOf v == "override" then
+      mapAttrs (_: lib.mkOverride v.priority) (pushDown v.content)
+    else
+      v;
+
+  defsOf = n: defs: map (d: d.${n}) (filter (d: d ? ${n}) defs);
+  keysOf = defs: attrNames (foldl' (a: d: a // d) { } defs);
+
+  mergeOption =
+    loc: opt: defs:
+    let
+      all' = defs ++ (if opt ? default then [ (lib.mkOverride 1500 opt.default) ] else [ ]);
+    in
+    if all' == [ ] then throw "The option `${loc}' is used but not defined." else mergeType loc opt.type all';
+
+  mergeType =
+    loc: type: defs:
+    let
+      vs = discharge defs;
+    in
+    if vs == [ ] then
+      throw "The option `${loc}' has no definition left after mkIf."
+    else if type.kind == "submodule" then
+      evalSubmodule loc type.module vs
+    else if type.kind == "attrsOf" then
+      mergeAttrs loc (n: mergeType "${loc}.${n}" type.elemType) vs
+    else if type.kind == "toml" then
+      (
+        if all isAttrs vs then
+          mergeAttrs loc (n: mergeType "${loc}.${n}" tomlType) vs
+        else if all isList vs then
+          builtins.concatLists vs
+        else
+          mergeEqual loc vs
+      )
+    else
+      let
+        v = mergeEqual loc vs;
+      in
+      if type.check v then v else throw "The option `${loc}' is not a ${type.name}: ${toJSON v}.";
+
+  mergeEqual =
+    loc: vs:
+    let
+      v = head vs;
+    in
+    if all (x: x == v) vs then v else throw "The option `${loc}' has conflicting definitions: ${toJSON vs}.";
+
+  mergeAttrs =
+    loc: f: vs:
+    if all isAttrs vs then
+      builtins.listToAttrs (
+        map (n: {
+          name = n;
+          value = f n (defsOf n vs);
+        }) (keysOf vs)
+      )
+    else
+      throw "The option `${loc}' is not an attribute set.";
+
+  # A submodule: its options (the module may be a function of its own config) and its
+  # free-form type for everything else.
+  evalSubmodule =
+    loc: module: defs:
+    let
+      m = if isFunction module then module { config = value; } else module;
+      value = evalOptionSet loc (m.options or { }) (m.freeformType or null) (map pushDown defs);
+    in
+    value;
+
+  evalOptionSet =
+    loc: options: freeform: defs:
+    let
+      names = attrNames options;
+      declared = mapAttrs (
+        n: o:
+        if isOption o then
+          mergeOption "${loc}.${n}" o (defsOf n defs)
+        else
+          evalOptionSet "${loc}.${n}" o freeform (map pushDown (defsOf n defs))
+      ) options;
+      rest = filter (d: d != { }) (map (d: removeAttrs d names) defs);
+      free =
+        if rest == [ ] then
+          { }
+        else if freeform == null then
+          throw "The option `${loc}.${head (keysOf rest)}' does not exist."
+        else
+          mergeType loc freeform rest;
+    in
+    free // declared;
+
+  # --- the configuration ---------------------------------------------------------------
+  module = import ./default.nix { inherit config lib pkgs; };
+  renames = map (i: i._rename) module.imports;
+
+  hasPath =
+    path: v: path == [ ] || (isAttrs v && v ? ${head path} && hasPath (builtins.tail path) v.${head path});
+  getPath = path: v: if path == [ ] then v else getPath (builtins.tail path) v.${head path};
+  removePath =
+    path: v:
+    if length path == 1 then
+      removeAttrs v path
+    else
+      v // { ${head path} = removePath (builtins.tail path) v.${head path}; };
+  showPath = builtins.concatStringsSep ".";
+
+  # What the configuration defines under services.boxmaker, renamed options moved.
+  userDefined = {
+    services.boxmaker = {
+      enable = true;
+      inherit owner;
+    } // boxmaker;
   };
-  generated = import ./configs.nix {
-    inherit (defaults) home tools;
-    ownerUser = owner;
-    inference = defaults.inference;
-    defaultScript = "${package}/share/boxmaker/inferproxy-default-script.toml";
-  };
+  moved = filter (r: hasPath r.from userDefined) renames;
+  userDefs = foldl' (acc: r: removePath r.from acc) userDefined moved;
+  renamedDefs = map (r: lib.setAttrByPath r.to (r.change (getPath r.from userDefined))) moved;
+  warnings = map (
+    r: "The option `${showPath r.from}' has been renamed to `${showPath r.to}'."
+  ) moved;
+
+  # The module's own definitions: `config = mkIf cfg.enable { ... }`.
+  moduleDefs = pushDown module.config;
+
+  at =
+    path: d:
+    if path == [ ] then
+      [ d ]
+    else
+      let
+        p = pushDown d;
+      in
+      if p ? ${head path} then at (builtins.tail path) p.${head path} else [ ];
+  boxmakerDefs = concatMap (at [
+    "services"
+    "boxmaker"
+  ]) ([ userDefs ] ++ renamedDefs ++ [ moduleDefs ]);
+  cfg = evalOptionSet "services.boxmaker" module.options.services.boxmaker null (map pushDown boxmakerDefs);
 
   config = {
-    services.boxmaker = boxmaker;
+    services.boxmaker = cfg;
     users.users =
       (
         if declareOwner then
@@ -111,8 +362,13 @@ let
     security.polkit.enable = true;
   };
 
-  module = import ./default.nix { inherit config lib pkgs; };
-  c = module.config;
+  c =
+    let
+      m = module.config;
+    in
+    if typeOf m != "if" then m else if m.condition then m.content else { };
+  opts = module.options.services.boxmaker;
+  settingsOf = d: opts.settings.${d}.type;
 in
 {
   services = builtins.attrNames c.systemd.services;
@@ -125,4 +381,21 @@ in
   tmpfiles = builtins.attrNames c.systemd.tmpfiles.settings."10-boxmaker";
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) c.assertions);
   etc = builtins.attrNames c.environment.etc;
+  inherit warnings;
+  # What each /etc/boxmaker/<daemon>.toml would hold.
+  toml = mapAttrs (_: e: e.source.value) (
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
+  );
+  # The option tree's shape: what sits beside settings, and each settings.<daemon>'s type.
+  options = {
+    beside = filter (n: n != "settings") (attrNames opts);
+    inference = attrNames opts.inference;
+    settings = mapAttrs (d: _: {
+      type = (settingsOf d).kind or null;
+      freeform = ((settingsOf d).module.freeformType or { }).kind or null;
+    }) opts.settings;
+    renamed = map (r: showPath r.from) renames;
+  };
 }

@@ -4,7 +4,11 @@
 //! - broker round trip: one allowed call of a trivial tool (`workspace_read` of a small file)
 //!   through broker.sock, audited and fsync'd, with 1 and 16 concurrent callers, against a raw
 //!   Unix-socket round trip (connect, one frame each way) and one append + fdatasync;
-//! - audit verify over 1 000 000 records.
+//! - audit verify over 1 000 000 records;
+//! - the leak check (`fingerprints.rs`): one egress argument and one write-down content looked
+//!   up in a full store, the cost every egress or write-down call adds to its round trip.
+//!
+//! `--leak` runs the leak check alone.
 //!
 //! Run: `cargo bench -p brokerd` (or `cargo bench -p brokerd -- --quick`).
 
@@ -165,8 +169,66 @@ fn write_chain(path: &Path, n: u64) {
     out.flush().unwrap();
 }
 
+/// p50 of `leak` over a full store: a 200-byte URL and a 64 KiB write content, neither a hit.
+fn leak_cost(n: usize) -> (usize, Duration, Duration) {
+    use brokerd::fingerprints::{Fingerprints, MAX_ENTRIES};
+    let dir = tempfile::TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let store = Fingerprints::open(dir.path()).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut noise = |len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b'a' + (x % 26) as u8
+            })
+            .collect()
+    };
+    while store.len() < MAX_ENTRIES {
+        store.release(&noise(16_400)).unwrap();
+    }
+    let url = format!(
+        "https://example.org/search?q={}",
+        String::from_utf8(noise(170)).unwrap()
+    );
+    let url = json!({ "url": url });
+    let write = json!({
+        "path": "/srv/notes/x.txt",
+        "content": String::from_utf8(noise(64 * 1024)).unwrap(),
+    });
+    let time = |args: &serde_json::Value| {
+        p50((0..n)
+            .map(|_| {
+                let t = Instant::now();
+                assert!(store.leak(args).is_none());
+                t.elapsed()
+            })
+            .collect())
+    };
+    (store.len(), time(&url), time(&write))
+}
+
+fn print_leak(n: usize) {
+    let (entries, url, write) = leak_cost(n);
+    println!(
+        "| leak check, {entries} fingerprints, a 200-byte URL, p50 | {:.1} µs |",
+        us(url)
+    );
+    println!(
+        "| leak check, {entries} fingerprints, a 64 KiB write, p50 | {:.1} µs |",
+        us(write)
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    if std::env::args().any(|a| a == "--leak") {
+        println!("| measure | value |");
+        println!("| --- | --- |");
+        print_leak(if quick { 50 } else { 500 });
+        return;
+    }
     let (rt_n, sync_n, per1, per16, records) = if quick {
         (300, 100, 200, 30, 100_000u64)
     } else {
@@ -264,6 +326,7 @@ fn main() {
         "| audit verify, {records} records | {:.2} s, {verify_rate:.0} records/s |",
         verify.as_secs_f64()
     );
+    print_leak(if quick { 50 } else { 500 });
     println!();
     println!(
         "ratio p50(1 caller) / floor = {:.2} (target <= 2)",

@@ -5,7 +5,8 @@
 use std::os::unix::net::UnixStream;
 
 use bxcore::{
-    ApprovalAck, ApprovalDecision, Approvals, AuditReport, Envelope, ErrorCode, Message, WireError,
+    ApprovalAck, ApprovalDecision, Approvals, AuditHead, AuditReport, Envelope, ErrorCode, Message,
+    WireError,
 };
 
 use crate::approvals::Verdict;
@@ -33,7 +34,8 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
             let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
             decide(broker, d, by)
         }
-        Message::AuditVerify {} => verify(broker),
+        Message::AuditVerify {} => verify(broker, None),
+        Message::AuditVerifyHead(h) => verify(broker, Some(h)),
         other => {
             bxharden::serve::unhandled(&mut stream, id, &other);
             return;
@@ -104,11 +106,14 @@ fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
 }
 
 /// Verify the chain as far as it is written whole, while calls go on appending.
-fn verify(broker: &Broker) -> Message {
+fn verify(broker: &Broker, head: Option<AuditHead>) -> Message {
     let audit = broker.ledger().audit();
     match chain::read_prefix(audit.path(), audit.written_len()) {
         Ok(bytes) => {
-            let r = chain::report(&bytes);
+            let r = match head {
+                Some(h) => chain::report_head(&bytes, h.seq, &h.hash),
+                None => chain::report(&bytes),
+            };
             Message::AuditReport(AuditReport {
                 records: r.records,
                 head: r.head,

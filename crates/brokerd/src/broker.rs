@@ -8,16 +8,17 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use bxcore::{
-    Approval, ApprovalId, CallId, Envelope, ErrorCode, Message, SessionId, Timestamp, ToolRequest,
-    ToolResponse, Tools, WireError, canonical,
+    Approval, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Message, SessionId, Timestamp,
+    ToolRequest, ToolResponse, Tools, WireError, canonical,
 };
 use serde_json::{Value, json};
-use toolkit::{Entry, Env, Plan, Reads, Registry, ToolError};
+use toolkit::{Effect, Entry, Env, Plan, Reads, Registry, ToolError};
 
 pub use bxharden::serve::send;
 
 use crate::approvals::{Approvals, Verdict};
 use crate::config::Config;
+use crate::fingerprints::{Fingerprints, LEAK_ANCHOR};
 use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
 use crate::policy::{self, AskRule, Carried, Decision, SessionState};
@@ -40,11 +41,18 @@ pub struct Broker {
     env: Env,
     ledger: Ledger,
     approvals: Approvals,
+    fingerprints: Fingerprints,
 }
 
 impl Broker {
     /// A broker over an open ledger. The configuration was checked when it loaded.
-    pub fn new(cfg: Config, registry: Registry, env: Env, ledger: Ledger) -> Broker {
+    pub fn new(
+        cfg: Config,
+        registry: Registry,
+        env: Env,
+        ledger: Ledger,
+        fingerprints: Fingerprints,
+    ) -> Broker {
         let approvals = Approvals::new(cfg.approvals.limits());
         Broker {
             cfg,
@@ -52,6 +60,7 @@ impl Broker {
             env,
             ledger,
             approvals,
+            fingerprints,
         }
     }
 
@@ -157,7 +166,7 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
     let Some(state) = c.state(&requested) else {
         return;
     };
-    match policy::decide(&broker.registry, &broker.env, &c.tool, &c.args, state) {
+    match broker.judge(&c.session, c.call, &c.tool, &c.args, state) {
         Decision::Denied(reason) => c.deny(vec![requested], None, reason),
         Decision::Failed { message, touched } => c.fail(vec![requested], message, touched),
         Decision::Allow { entry, plan } => c.allow(requested, entry, &plan),
@@ -352,6 +361,15 @@ impl Call<'_> {
 fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
     match entry.run(&c.args, plan, &c.broker.env) {
         Ok(out) => {
+            // Released from a secret root: fingerprinted, durably, before anyone sees it.
+            if plan.reads == DataClass::Secret {
+                if let Err(e) = c.broker.fingerprints.release(out.content.as_bytes()) {
+                    bxharden::log::error(crate::fingerprints::STORE_ANCHOR, &e);
+                    return c.answer(ToolResponse::Failed {
+                        message: NOT_RECORDED.to_string(),
+                    });
+                }
+            }
             let detail = json!({
                 "class": plan.reads,
                 "untrusted_output": plan.untrusted_output,
@@ -413,6 +431,50 @@ pub enum Redecision {
 }
 
 impl Broker {
+    /// The policy's decision, and then the leak check: a call that would carry data out of the
+    /// box or into a place below `secret` is `denied` (reason `leak`) when its arguments hold
+    /// text released from a secret root to any session, plain or encoded. No approval lifts it.
+    pub fn judge<'r>(
+        &'r self,
+        session: &SessionId,
+        call: CallId,
+        tool: &str,
+        args: &Value,
+        state: SessionState,
+    ) -> Decision<'r> {
+        let d = policy::decide(&self.registry, &self.env, tool, args, state);
+        let plan = match &d {
+            Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => plan,
+            Decision::Denied(_) | Decision::Failed { .. } => return d,
+        };
+        let down = match (plan.effect, plan.writes_into) {
+            (Effect::None, _) => false,
+            (Effect::Egress { max }, _) => max < DataClass::Secret,
+            (Effect::Local, into) => into.is_none_or(|c| c < DataClass::Secret),
+        };
+        if !down {
+            return d;
+        }
+        let Some(how) = self.fingerprints.leak(args) else {
+            return d;
+        };
+        self.log(
+            LEAK_ANCHOR,
+            &format!(
+                "brokerd: denied {tool} call {} of session {} as a leak ({}); {}",
+                call.0,
+                session.as_str(),
+                how.as_str(),
+                bxcore::runbook::pointer(LEAK_ANCHOR)
+            ),
+        );
+        Decision::Denied(format!(
+            "leak: the arguments carry text released from a secret root ({}); no approval can \
+             allow this",
+            how.as_str()
+        ))
+    }
+
     /// Decide `tool(args)` for `session` against its state now: the second decision of an
     /// approved call, in the broker thread and for the owner's answer.
     pub fn redecide(&self, session: &SessionId, tool: &str, args: &Value) -> Redecision {
@@ -420,7 +482,7 @@ impl Broker {
             Ok(s) => s,
             Err(e) => return Redecision::Unreadable(e),
         };
-        match policy::decide(&self.registry, &self.env, tool, args, state) {
+        match self.judge(session, CallId(0), tool, args, state) {
             Decision::Denied(reason) => Redecision::Denied(reason),
             Decision::Failed { message, touched } => Redecision::Failed(message, touched),
             Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => Redecision::Runs(plan),

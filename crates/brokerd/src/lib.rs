@@ -11,6 +11,7 @@ pub mod approvals;
 pub mod broker;
 pub mod config;
 pub mod dirs;
+pub mod fingerprints;
 pub mod ledger;
 pub mod policy;
 pub mod serve;

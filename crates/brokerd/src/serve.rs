@@ -18,6 +18,7 @@ use toolkit::Env;
 use crate::broker::{self, Broker};
 use crate::config::Config;
 use crate::dirs;
+use crate::fingerprints::{Fingerprints, STORE_ANCHOR};
 use crate::ledger::Ledger;
 use crate::ledger::chain::{self, ChainError, OnBreak, Opened};
 use crate::ledger::lock::AuditLock;
@@ -70,6 +71,8 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
     for file in [cfg.lock_path(), cfg.chain_path()] {
         dirs::give(&file, s.owner())?;
     }
+    let fingerprints =
+        Fingerprints::open(&cfg.broker_dir()).map_err(|e| StartError::own(STORE_ANCHOR, e))?;
 
     // The three sockets. `state.sock` comes first: whoever waits for the tool and admin sockets
     // then finds it bound too.
@@ -100,6 +103,7 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
                 "recovered": opened.torn.is_some(),
                 "accepted": opened.accepted.iter().map(|b| b.at).collect::<Vec<_>>(),
                 "expired_at_restart": opened.expired,
+                "head_found": {"seq": opened.found.0, "hash": opened.found.1},
                 "sandbox": running.report().to_string(),
             }),
         )])
@@ -113,7 +117,7 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
         gateway: cfg.gateway.socket.clone(),
     };
     let ledger = Ledger::new(StateStore::new(&cfg.state_dir()), audit);
-    let broker = Arc::new(Broker::new(cfg, registry, env, ledger));
+    let broker = Arc::new(Broker::new(cfg, registry, env, ledger, fingerprints));
     Ok(Started {
         broker,
         opened,
@@ -131,6 +135,37 @@ fn chain_anchor(e: &ChainError) -> &'static str {
         ChainError::Io(..) => chain::WRITE_ANCHOR,
         _ => chain::BROKEN_ANCHOR,
     }
+}
+
+/// The write end of the pipe the stop signals write to (-1 before it exists).
+static STOP_PIPE: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// SIGTERM and SIGINT: one byte into the stop pipe (`write` is async-signal-safe); the main
+/// thread reads it and logs the head before the process ends.
+extern "C" fn on_stop(_: libc::c_int) {
+    let fd = STOP_PIPE.load(std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: writing one byte from a static buffer to a descriptor this process owns.
+    unsafe {
+        libc::write(fd, b"x".as_ptr().cast(), 1);
+    }
+}
+
+/// The read end of a pipe that SIGTERM and SIGINT write to.
+fn stop_pipe() -> nix::Result<std::os::fd::OwnedFd> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    use std::os::fd::IntoRawFd;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    STOP_PIPE.store(w.into_raw_fd(), std::sync::atomic::Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(on_stop),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGTERM, Signal::SIGINT] {
+        // SAFETY: the handler only calls `write`, which is async-signal-safe.
+        unsafe { sigaction(sig, &action) }?;
+    }
+    Ok(r)
 }
 
 impl Started {
@@ -168,6 +203,22 @@ impl Started {
                 self.opened.expired
             ));
         }
+        let (seq, hash) = self.broker.ledger().audit().head();
+        chain::log_head("at start", seq, &hash);
+        // A stop signal writes to the pipe; a thread of its own logs the head and ends the
+        // process, so the journal gets the head at stop.
+        match stop_pipe() {
+            Ok(r) => {
+                let broker = Arc::clone(&self.broker);
+                let waiter = std::thread::Builder::new()
+                    .name("stop".into())
+                    .spawn(move || wait_for_stop(&r, &broker));
+                if let Err(e) = waiter {
+                    notice(&format!("cannot wait for SIGTERM for a clean stop: {e}"));
+                }
+            }
+            Err(e) => notice(&format!("cannot catch SIGTERM for a clean stop: {e}")),
+        }
         let serve = |socket: Socket, handler: fn(UnixStream, Envelope, &Broker)| {
             let broker = Arc::clone(&self.broker);
             self.running
@@ -182,5 +233,22 @@ impl Started {
         }
         let _lock = self._lock;
         self.running.ready()
+    }
+}
+
+/// Wait for a stop signal's byte, then log the head and end the process.
+fn wait_for_stop(r: &std::os::fd::OwnedFd, broker: &Broker) {
+    use std::os::fd::AsRawFd;
+    let mut byte = [0u8; 1];
+    loop {
+        match nix::unistd::read(r.as_raw_fd(), &mut byte) {
+            Ok(1) => {
+                let (seq, hash) = broker.ledger().audit().head();
+                chain::log_head("at stop", seq, &hash);
+                std::process::exit(0);
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
+        }
     }
 }

@@ -127,6 +127,7 @@ pub const ADMIN: SocketSpec = SocketSpec {
         "approval_show",
         "approval_decision",
         "audit_verify",
+        "audit_verify_head",
     ],
     wrong_kind: WrongKind::Forbidden,
     max_connections: 8,

@@ -26,8 +26,9 @@ pub use frame::{
 };
 pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
 pub use message::{
-    Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary, Approvals, AuditReport,
-    ChatMessage, Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply, InferRequest,
-    Message, Outcome, Pong, SUMMARY_TEXT_MAX, SessionState, SessionStateReply, ToolCall, ToolDef,
-    ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary, Approvals, AuditHead,
+    AuditReport, ChatMessage, Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply,
+    InferRequest, Message, Outcome, Pong, SUMMARY_TEXT_MAX, SessionState, SessionStateReply,
+    ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled,
+    TurnRecord, Usage,
 };

@@ -78,6 +78,8 @@ pub enum Message {
     ApprovalDecision(ApprovalDecision),
     ApprovalAck(ApprovalAck),
     AuditVerify {},
+    /// admin.sock: verify, and check that the chain holds a head the owner kept.
+    AuditVerifyHead(AuditHead),
     AuditReport(AuditReport),
     /// state.sock: memoryd asks what a session has read.
     SessionState(SessionState),
@@ -116,6 +118,7 @@ impl Message {
             Message::ApprovalDecision(_) => "approval_decision",
             Message::ApprovalAck(_) => "approval_ack",
             Message::AuditVerify {} => "audit_verify",
+            Message::AuditVerifyHead(_) => "audit_verify_head",
             Message::AuditReport(_) => "audit_report",
             Message::SessionState(_) => "session_state",
             Message::SessionStateReply(_) => "session_state_reply",
@@ -374,6 +377,15 @@ pub struct ApprovalDecision {
 #[serde(deny_unknown_fields)]
 pub struct ApprovalAck {
     pub approval: ApprovalId,
+}
+
+/// `audit_verify_head {seq, hash}`: a head the owner kept (from the journal), to check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditHead {
+    pub seq: u64,
+    /// 64 hex.
+    pub hash: String,
 }
 
 /// `audit_report {records, head, ok, detail}`.

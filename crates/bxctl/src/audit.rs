@@ -4,18 +4,43 @@
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use bxcore::Message;
 use bxcore::client::{self, ClientError};
 use bxcore::visible::{Mode, Shown, escape};
+use bxcore::{AuditHead, Message};
 use serde_json::{Value, json};
 
 use crate::Outcome;
 use crate::context::Context;
 use crate::output::{failed, json_line};
 
-/// `bxctl audit verify`.
-pub fn verify(ctx: &Context) -> Outcome {
-    match client::call(&ctx.admin, ctx.timeout, 1, Message::AuditVerify {}, |_| {}) {
+/// `SEQ:HASH`, as the journal's `audit chain head` line gives it.
+fn parse_head(text: &str) -> Option<AuditHead> {
+    let (seq, hash) = text.split_once(':')?;
+    let ok = hash.len() == 64
+        && hash
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+    ok.then_some(AuditHead {
+        seq: seq.parse().ok()?,
+        hash: hash.to_string(),
+    })
+}
+
+/// `bxctl audit verify [--head SEQ:HASH]`.
+pub fn verify(ctx: &Context, head: Option<&str>) -> Outcome {
+    let msg = match head.map(|h| (h, parse_head(h))) {
+        None => Message::AuditVerify {},
+        Some((_, Some(h))) => Message::AuditVerifyHead(h),
+        Some((h, None)) => {
+            eprintln!(
+                "bxctl: --head {} is not SEQ:HASH (a record number, a colon, 64 lowercase hex \
+                 digits), as the journal's `audit chain head` line gives it",
+                Shown(h, Mode::Line)
+            );
+            return Outcome::Failed;
+        }
+    };
+    match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {}) {
         Ok(Message::AuditReport(r)) => {
             if ctx.json {
                 json_line(&r);

