@@ -73,7 +73,7 @@ impl fmt::Display for KeyError {
                 p.display()
             ),
         }?;
-        write!(f, "; see docs/runbook.md#{}", self.anchor())
+        write!(f, "; {}", bxcore::runbook::pointer(self.anchor()))
     }
 }
 
