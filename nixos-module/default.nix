@@ -72,6 +72,9 @@ let
     credentials = {
       inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
     };
+    ipAddresses = {
+      inferproxy = units.ipAddressesOfProvider cfg.inference.baseUrl;
+    };
     extraReadWritePaths = {
       brokerd = map (r: r.path) (lib.filter (r: r.writable or false) roots);
     };

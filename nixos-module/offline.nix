@@ -61,6 +61,9 @@ let
     credentials = if full then { inferproxy = [ "api_key:/run/keys/boxmaker-api-key" ]; } else { };
     extraReadWritePaths = if full then { brokerd = [ "/home/boxowner/projects" ]; } else { };
     readOnlyHome = if full then { brokerd = true; } else { };
+    # The full variant's provider names an address: inferproxy's unit allows it alone.
+    ipAddresses =
+      if full then { inferproxy = units.ipAddressesOfProvider "http://192.168.1.5:8080/v1"; } else { };
   };
 in
 builtins.mapAttrs (_: text) rendered

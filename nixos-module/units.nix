@@ -266,6 +266,36 @@ let
         PrivateNetwork = true;
       };
 
+  # inferproxy's IP reach from its provider's base URL (hardening.md, "inferproxy's egress"):
+  # no provider (the script) no IP at all; a URL that names an address, that address and
+  # loopback only; a URL that names a host (whose addresses systemd cannot know) everything
+  # but link-local, where the cloud metadata service answers.
+  ipAddressesOfProvider =
+    baseUrl:
+    let
+      v4 = builtins.match "https?://([0-9]+[.][0-9]+[.][0-9]+[.][0-9]+)([:/].*)?" baseUrl;
+      v6 = builtins.match "https?://[[]([0-9a-fA-F:.]+)[]]([:/].*)?" baseUrl;
+      address =
+        if v4 != null then
+          builtins.head v4
+        else if v6 != null then
+          builtins.head v6
+        else
+          null;
+    in
+    if baseUrl == null then
+      { IPAddressDeny = "any"; }
+    else if address != null then
+      {
+        IPAddressDeny = "any";
+        IPAddressAllow = [
+          address
+          "localhost"
+        ];
+      }
+    else
+      { IPAddressDeny = "link-local"; };
+
   # The [Service] keys a daemon's process runs under, shared by its serve unit and (for
   # loopd) the selftest unit.
   sandboxKeys =
@@ -275,9 +305,11 @@ let
       extraReadWritePaths ? [ ],
       readOnlyHome ? false,
       credentials ? [ ],
+      ipAddresses ? { },
     }:
     hardening
     // networkKeys daemon
+    // ipAddresses
     // {
       User = daemons.${daemon}.user;
       Group = daemons.${daemon}.user;
@@ -303,6 +335,8 @@ let
   #   configFile daemon -> its generated TOML configuration
   #   runbook           -> the installed docs/runbook.md every refusal line points at
   #   credentials, extraReadWritePaths, readOnlyHome: per daemon, from the module's options
+  #   ipAddresses: per daemon, IPAddressAllow=/IPAddressDeny= narrowed from the module's
+  #     options (inferproxy: the provider's address, ipAddressesOfProvider below)
   render =
     {
       home,
@@ -314,12 +348,14 @@ let
       credentials ? { },
       extraReadWritePaths ? { },
       readOnlyHome ? { },
+      ipAddresses ? { },
     }:
     let
       sandbox =
         daemon:
         sandboxKeys {
           inherit home daemon;
+          ipAddresses = ipAddresses.${daemon} or { };
           credentials = credentials.${daemon} or [ ];
           extraReadWritePaths = extraReadWritePaths.${daemon} or [ ];
           readOnlyHome = readOnlyHome.${daemon} or false;
@@ -443,6 +479,7 @@ in
     securityThreshold
     deviceManifest
     readWritePaths
+    ipAddressesOfProvider
     render
     ;
 }

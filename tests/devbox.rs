@@ -375,6 +375,8 @@ fn a_wrong_flag_on_a_new_home_is_refused_before_anything_is_written() {
     let b = DevBox::at("parent/home");
     let key = b.beside("key");
     fs::write(&key, "sk-test\n").unwrap();
+    // A key file must be its owner's alone: inferproxy refuses one others may read.
+    fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let key = key.display().to_string();
     let cases: [(&[&str], &str); 5] = [
         (
@@ -433,6 +435,8 @@ fn a_reused_home_needs_no_flags_and_refuses_changed_ones_saying_which() {
     let b = DevBox::new();
     let key = b.beside("key");
     fs::write(&key, "sk-test\n").unwrap();
+    // A key file must be its owner's alone: inferproxy refuses one others may read.
+    fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let key = key.display().to_string();
     // The endpoint is never called: only `dev up` and `down` run here.
     let flags = [

@@ -123,6 +123,8 @@ fn a_model_server_that_is_down_fails_selftest_naming_provider_model_and_url() {
     let b = DevBox::new();
     let key = b.beside("key");
     fs::write(&key, "sk-test\n").unwrap();
+    // A key file must be its owner's alone: inferproxy refuses one others may read.
+    fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let url = format!("http://127.0.0.1:{port}/v1");
     b.up(&[
         "--provider",

@@ -11,6 +11,7 @@
 
 use bxtest::OutputBounded;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -151,6 +152,8 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
     let creds = home.path().join("credentials");
     fs::create_dir_all(&creds).unwrap();
     fs::write(creds.join("api_key"), "sk-test-not-a-real-key\n").unwrap();
+    // As systemd makes a credential: readable by its owner only (inferproxy refuses more).
+    fs::set_permissions(creds.join("api_key"), fs::Permissions::from_mode(0o400)).unwrap();
 
     let mut args = device(home.path());
     args["inference"] = json!({

@@ -10,9 +10,12 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::chat::{self, ChatOptions};
 use crate::context::Context;
+#[cfg(feature = "devbox")]
+use crate::demo;
+#[cfg(feature = "devbox")]
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, check, demo, selftest, status};
+use crate::{Outcome, approvals, audit, check, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -80,8 +83,10 @@ pub enum Command {
         manifest: Option<PathBuf>,
     },
     /// Run the dev box through one scripted conversation that shows what the broker does.
+    #[cfg(feature = "devbox")]
     Demo,
     /// The local dev box: the whole box on this machine.
+    #[cfg(feature = "devbox")]
     #[command(subcommand)]
     Dev(DevCommand),
 }
@@ -127,6 +132,7 @@ pub struct ChatArgs {
     pub text: Option<String>,
 }
 
+#[cfg(feature = "devbox")]
 #[derive(Debug, Subcommand)]
 pub enum DevCommand {
     /// Write default configs into a fresh home (or reuse one made before), start every daemon
@@ -142,6 +148,7 @@ pub enum DevCommand {
     },
 }
 
+#[cfg(feature = "devbox")]
 #[derive(Debug, Args)]
 pub struct UpArgs {
     /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
@@ -187,8 +194,14 @@ fn exit(outcome: Outcome) -> ExitCode {
     }
 }
 
+/// An error's text may quote what loopd, a daemon or the model said: escaped like everything
+/// else shown to a person (its own line breaks kept).
 fn failed(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("{e}");
+    let text = e.to_string();
+    eprintln!(
+        "{}",
+        bxcore::visible::Shown(&text, bxcore::visible::Mode::Text)
+    );
     ExitCode::FAILURE
 }
 
@@ -261,10 +274,12 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => usage(&e),
             }
         }
+        #[cfg(feature = "devbox")]
         Command::Demo => match demo::run(&mut out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => failed(e),
         },
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Up(args)) => {
             // dev::up checks every flag before it writes anything.
             let opts = UpOptions {
@@ -285,12 +300,14 @@ pub fn run(cli: Cli) -> ExitCode {
                 Err(e) => failed(e),
             }
         }
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Restart { user }) => {
             match dev::restart(Target::for_dev(cli.home.as_deref()).home(), user, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
             }
         }
+        #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Down) => {
             match dev::down(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
                 Ok(_) => ExitCode::SUCCESS,

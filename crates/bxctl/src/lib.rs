@@ -9,6 +9,7 @@ pub mod chat;
 pub mod check;
 pub mod cli;
 pub mod context;
+#[cfg(feature = "devbox")]
 pub mod demo;
 pub mod dev;
 pub mod model;

@@ -442,3 +442,43 @@ fn approvals_watch_prints_again_when_the_list_changes() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn an_error_that_quotes_a_daemon_reaches_the_terminal_escaped() {
+    // A loop.sock that answers every turn with an error whose detail carries terminal controls.
+    let dir = TempDir::new().unwrap();
+    let home = dir.path().canonicalize().unwrap();
+    let sock = bxcore::layout::LOOP.path(&home);
+    fs::create_dir_all(sock.parent().unwrap()).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut d = Deadline::within(&s, WAIT).unwrap();
+        let req = read_frame(&mut d).unwrap();
+        write_frame(
+            &mut s,
+            &Envelope::error(
+                req.id,
+                bxcore::ErrorCode::Internal,
+                "broke\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}",
+            ),
+        )
+        .unwrap();
+    });
+    let out = Command::new(env!("CARGO_BIN_EXE_bxctl"))
+        .arg("--home")
+        .arg(&home)
+        .args(["chat", "--session", "s1", "hello"])
+        .output()
+        .unwrap();
+    server.join().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(!err.contains(raw), "{raw:?} reached the terminal: {err:?}");
+    }
+    assert!(
+        err.contains(r"broke\u{1b}]0;owned\u{7}\u{1b}[2J\u{202e}"),
+        "{err}"
+    );
+}

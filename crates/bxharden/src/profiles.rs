@@ -107,6 +107,13 @@ impl SeccompProfile {
         )
     }
 
+    /// Whether its `AF_INET*` sockets are `SOCK_STREAM` only: any other type (a datagram, a raw
+    /// socket) fails with `EACCES`, and so does a TCP Fast Open send (`MSG_FASTOPEN`, a connect
+    /// by `sendto`). inferproxy, whose one peer is the provider, over TCP.
+    pub fn inet_stream_only(self) -> bool {
+        matches!(self, SeccompProfile::Inferproxy)
+    }
+
     /// The socket families `socket` and `socketpair` accept.
     pub fn socket_families(self) -> Vec<(i32, &'static str)> {
         let mut f = vec![(libc::AF_UNIX, "AF_UNIX")];

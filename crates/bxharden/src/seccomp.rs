@@ -13,6 +13,10 @@
 //! or the caller's own. The caller's pid is known only in the process the filter confines, so
 //! the compiled list holds [`SELF_PID`] there and [`bind_self`] puts the real pid in just before
 //! the filter is installed: by `apply` in the daemon, by the child itself after `fork`.
+//! A profile whose network sockets are stream only (inferproxy) gets a third filter, built like
+//! the first: `socket(AF_INET*)` of any type but `SOCK_STREAM`, and a send with `MSG_FASTOPEN`,
+//! fail with `EACCES` (an errno, not a kill, so that glibc's resolver, which tries a datagram
+//! socket, fails a lookup instead of killing the daemon).
 
 use std::fmt;
 
@@ -91,6 +95,39 @@ pub struct Filters {
     pub main: BpfProgram,
     /// How many system calls the allow-list names (with conditions or without).
     pub syscall_count: usize,
+    /// Non-stream `AF_INET*` sockets and `MSG_FASTOPEN` sends → `EACCES`, for a profile whose
+    /// network sockets are stream only.
+    pub stream_only: Option<BpfProgram>,
+}
+
+/// The socket types a stream-only profile is refused: every value of the type's low four bits
+/// (`SOCK_TYPE_MASK`) but `SOCK_STREAM`, so no type the kernel adds later slips through.
+const NOT_STREAM: [u64; 15] = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+
+/// The third filter's rules: (system call, its rule as seccompiler's JSON), for a stream-only
+/// profile.
+fn stream_only_rules(profile: SeccompProfile) -> Vec<String> {
+    if !profile.inet_stream_only() {
+        return Vec::new();
+    }
+    let mut rules = Vec::new();
+    for (family, _) in profile.socket_families() {
+        if family == libc::AF_UNIX {
+            continue;
+        }
+        for t in NOT_STREAM {
+            rules.push(format!(
+                "{{\"syscall\":\"socket\",\"args\":[{{\"index\":0,\"type\":\"dword\",\"op\":\"eq\",\"val\":{family}}},{{\"index\":1,\"type\":\"dword\",\"op\":{{\"masked_eq\":15}},\"val\":{t}}}]}}"
+            ));
+        }
+    }
+    let fastopen = libc::MSG_FASTOPEN as u32;
+    for (call, arg) in [("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)] {
+        rules.push(format!(
+            "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":{arg},\"type\":\"dword\",\"op\":{{\"masked_eq\":{fastopen}}},\"val\":{fastopen}}}]}}"
+        ));
+    }
+    rules
 }
 
 fn target(arch: Arch) -> TargetArch {
@@ -173,6 +210,10 @@ pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
             out.push(format!("{}({})", c.call, c.label));
         }
     }
+    if profile.inet_stream_only() {
+        out.push("socket(AF_INET*, not SOCK_STREAM) -> EACCES".to_owned());
+        out.push("sendto/sendmsg/sendmmsg(MSG_FASTOPEN) -> EACCES".to_owned());
+    }
     out.sort();
     out
 }
@@ -202,9 +243,19 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
         Mismatch::KillProcess => "\"kill_process\"".to_owned(),
         Mismatch::LogEperm => format!("{{\"errno\":{}}}", libc::EPERM),
     };
+    let stream_only = stream_only_rules(profile);
+    let stream_only = if stream_only.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ",\"stream_only\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{}]}}",
+            libc::EACCES,
+            stream_only.join(",")
+        )
+    };
     format!(
         "{{\"main\":{{\"mismatch_action\":{mismatch},\"match_action\":\"allow\",\"filter\":[{}]}},\
-         \"clone3\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{{\"syscall\":\"clone3\"}}]}}}}",
+         \"clone3\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{{\"syscall\":\"clone3\"}}]}}{stream_only}}}",
         rules.join(","),
         libc::ENOSYS
     )
@@ -222,6 +273,12 @@ pub fn compile(
     let (Some(clone3), Some(main)) = (map.remove("clone3"), map.remove("main")) else {
         return Err(SeccompError::Compile("a filter is missing".to_owned()));
     };
+    let stream_only = map.remove("stream_only");
+    if profile.inet_stream_only() && stream_only.is_none() {
+        return Err(SeccompError::Compile(
+            "the stream-only filter is missing".to_owned(),
+        ));
+    }
     // Every name on the list, with a condition or without.
     let mut names = profile.syscalls(arch);
     names.insert("clone");
@@ -233,6 +290,7 @@ pub fn compile(
         clone3,
         main,
         syscall_count,
+        stream_only,
     })
 }
 
@@ -340,6 +398,9 @@ pub fn apply(profile: SeccompProfile, mismatch: Mismatch) -> Result<usize, Secco
         return Err(SeccompError::SelfPid { found, wanted });
     }
     install(&to_kernel(&filters.clone3), log)?;
+    if let Some(stream_only) = &filters.stream_only {
+        install(&to_kernel(stream_only), log)?;
+    }
     install(&main, log)?;
     Ok(filters.syscall_count)
 }

@@ -13,12 +13,10 @@ use bxcore::{ChatMessage, InferRequest};
 use serde_json::{Map, Value, json};
 
 use crate::config::Slot;
-use crate::error::InferError;
+use crate::error::{InferError, excerpt};
 use crate::reply::{Draft, DraftCall, wire_call_id};
 use crate::sse::Event;
-use crate::stream::{
-    Failure, Flow, StreamParser, count, excerpt, grow_check, json_object, push_text,
-};
+use crate::stream::{Failure, Flow, StreamParser, count, grow_check, json_object, push_text};
 
 /// The API version every request names.
 pub const API_VERSION: &str = "2023-06-01";

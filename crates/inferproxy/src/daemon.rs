@@ -12,7 +12,6 @@ use bxharden::daemon::{self, Spec, Start, StartError};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
-use crate::key::KEY_ANCHOR;
 use crate::provider::{Inference, Provider, SetupError};
 
 /// The socket's name in `[peers]` and in log lines.
@@ -34,8 +33,8 @@ pub const SPEC: Spec = Spec {
 fn inference(cfg: &Config) -> Result<Inference, StartError> {
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     Inference::from_config(cfg, creds.as_deref()).map_err(|e| {
-        let anchor = match e {
-            SetupError::Key(_) => KEY_ANCHOR,
+        let anchor = match &e {
+            SetupError::Key(k) => k.anchor(),
             SetupError::Script(_) | SetupError::Ca(_) => CONFIG_ANCHOR,
         };
         StartError::own(anchor, e)
@@ -207,7 +206,7 @@ fn answer(stream: &mut UnixStream, id: u64, req: &InferRequest, inference: &Infe
 
 fn log_failure(slot: &str, e: &crate::InferError) {
     // The slot is the client's text: escaped and bounded, it stays on its one line.
-    let slot = crate::stream::excerpt(slot);
+    let slot = crate::error::excerpt(slot);
     bxharden::log::line(e.anchor(), &format!("inferproxy: slot {slot}: {e}"));
 }
 

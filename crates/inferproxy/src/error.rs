@@ -76,6 +76,53 @@ impl InferError {
         }
     }
 
+    /// The same failure with the key redacted from every text in it (the provider's messages,
+    /// the excerpts of its output), after JSON escapes in them are decoded.
+    pub fn redacted(self, r: &crate::redact::Redactor<'_>) -> InferError {
+        let t = |s: String| r.text(&s);
+        match self {
+            InferError::UnknownSlot(s) => InferError::UnknownSlot(t(s)),
+            InferError::OverContext {
+                slot,
+                estimate,
+                budget,
+            } => InferError::OverContext {
+                slot: t(slot),
+                estimate,
+                budget,
+            },
+            InferError::Unreachable(s) => InferError::Unreachable(t(s)),
+            InferError::Auth { status, message } => InferError::Auth {
+                status,
+                message: t(message),
+            },
+            InferError::Refused { status, message } => InferError::Refused {
+                status,
+                message: t(message),
+            },
+            InferError::Overloaded {
+                status,
+                message,
+                attempts,
+            } => InferError::Overloaded {
+                status,
+                message: t(message),
+                attempts,
+            },
+            InferError::InStream { kind, message } => InferError::InStream {
+                kind: t(kind),
+                message: t(message),
+            },
+            InferError::Timeout { timeout_ms, during } => InferError::Timeout {
+                timeout_ms,
+                during: t(during),
+            },
+            InferError::Malformed(s) => InferError::Malformed(t(s)),
+            InferError::Stopped(s) => InferError::Stopped(t(s)),
+            InferError::ScriptExhausted(s) => InferError::ScriptExhausted(t(s)),
+        }
+    }
+
     /// Shorthand for a malformed-output error.
     pub(crate) fn malformed(what: impl Into<String>) -> InferError {
         InferError::Malformed(what.into())
@@ -128,9 +175,31 @@ impl fmt::Display for InferError {
 
 impl std::error::Error for InferError {}
 
+/// At most 200 characters of `text`, control characters replaced: what an error may quote of
+/// a provider's output.
+pub fn excerpt(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if text.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn excerpts_are_short_and_single_line() {
+        let long = "a\n".repeat(300);
+        let e = excerpt(&long);
+        assert_eq!(e.chars().count(), 201);
+        assert!(!e.contains('\n'));
+    }
 
     #[test]
     fn every_error_ends_with_its_pointer() {

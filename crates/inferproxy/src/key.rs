@@ -10,8 +10,13 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::redact::Redactor;
+
 /// The runbook anchor of a key that cannot be read, is empty or cannot be a header value.
 pub const KEY_ANCHOR: &str = "inferproxy-key-missing";
+
+/// The runbook anchor of a key file that others than its owner may read or change.
+pub const KEY_OPEN_ANCHOR: &str = "inferproxy-key-open";
 
 /// The systemd credential name the key is read from when `api_key_file` is not set.
 pub const CREDENTIAL: &str = "api_key";
@@ -34,6 +39,9 @@ pub enum KeyError {
     Unreadable(PathBuf, io::Error),
     /// The file holds nothing but whitespace.
     Empty(PathBuf),
+    /// Its group or others may read or change it (its mode): refused, as OpenSSH refuses an
+    /// open private key, because the key may already have leaked to them.
+    Open(PathBuf, u32),
     /// The key holds a byte an HTTP header value cannot carry (a control character, a line
     /// break inside it, non-ASCII).
     NotAHeaderValue(PathBuf),
@@ -51,6 +59,13 @@ impl fmt::Display for KeyError {
                 write!(f, "cannot read the API key file {}: {e}", p.display())
             }
             KeyError::Empty(p) => write!(f, "the API key file {} is empty", p.display()),
+            KeyError::Open(p, mode) => write!(
+                f,
+                "the API key file {} has mode {mode:04o}: its group or others may read or change \
+                 it, so the key is refused (allow its owner only: chmod 600, or pass it as the \
+                 systemd credential `{CREDENTIAL}`)",
+                p.display()
+            ),
             KeyError::NotAHeaderValue(p) => write!(
                 f,
                 "the API key in {} holds a character an HTTP header cannot carry \
@@ -58,7 +73,17 @@ impl fmt::Display for KeyError {
                 p.display()
             ),
         }?;
-        write!(f, "; see docs/runbook.md#{KEY_ANCHOR}")
+        write!(f, "; see docs/runbook.md#{}", self.anchor())
+    }
+}
+
+impl KeyError {
+    /// Its runbook anchor.
+    pub fn anchor(&self) -> &'static str {
+        match self {
+            KeyError::Open(..) => KEY_OPEN_ANCHOR,
+            _ => KEY_ANCHOR,
+        }
     }
 }
 
@@ -78,12 +103,21 @@ impl ApiKey {
         }
     }
 
-    /// Read the key from `path`, surrounding whitespace trimmed. An empty key, or one that is
-    /// not printable ASCII (it would not survive as a header value, or could split a header),
-    /// is refused.
+    /// Read the key from `path`, surrounding whitespace trimmed. A file its group or others may
+    /// read or change (mode & 077), an empty key, or one that is not printable ASCII (it would
+    /// not survive as a header value, or could split a header), is refused. The mode is that of
+    /// the file opened, so it cannot change between the check and the read.
     pub fn read(path: &Path) -> Result<ApiKey, KeyError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| KeyError::Unreadable(path.into(), e))?;
+        use std::io::Read;
+        use std::os::unix::fs::PermissionsExt;
+        let unreadable = |e| KeyError::Unreadable(path.into(), e);
+        let mut file = std::fs::File::open(path).map_err(unreadable)?;
+        let mode = file.metadata().map_err(unreadable)?.permissions().mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(KeyError::Open(path.into(), mode));
+        }
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(unreadable)?;
         ApiKey::from_text(path, &text)
     }
 
@@ -103,14 +137,16 @@ impl ApiKey {
         &self.0
     }
 
-    /// `text` with every occurrence of the key replaced by `[redacted]`: for anything a
-    /// provider sent back that is logged or forwarded.
+    /// `text` with every copy of the key replaced by `[redacted]`, also where JSON escapes
+    /// hide it (see [`Redactor::text`]): for anything a provider sent back that is logged or
+    /// forwarded.
     pub fn redact(&self, text: &str) -> String {
-        if text.contains(self.0.as_str()) {
-            text.replace(self.0.as_str(), "[redacted]")
-        } else {
-            text.to_string()
-        }
+        self.redactor().text(text)
+    }
+
+    /// What redacts this key from text, values and streams.
+    pub fn redactor(&self) -> Redactor<'_> {
+        Redactor::new(&self.0)
     }
 }
 
@@ -187,6 +223,33 @@ mod tests {
         let s = e.to_string();
         assert!(s.starts_with("cannot read the API key file /nonexistent/inferproxy/key"));
         assert!(s.ends_with("see docs/runbook.md#inferproxy-key-missing"));
+    }
+
+    #[test]
+    fn a_key_file_its_group_or_others_may_read_is_refused_with_its_pointer() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("key");
+        std::fs::write(&path, "sk-open\n").unwrap();
+        for mode in [0o644, 0o640, 0o604, 0o620, 0o660] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = ApiKey::read(&path).unwrap_err();
+            assert!(
+                matches!(e, KeyError::Open(_, m) if m == mode),
+                "{mode:o}: {e}"
+            );
+            let s = e.to_string();
+            assert!(s.contains(&format!("has mode {mode:04o}")), "{s}");
+            assert!(
+                s.ends_with("see docs/runbook.md#inferproxy-key-open"),
+                "{s}"
+            );
+            assert!(!s.contains("sk-open"), "{s}");
+        }
+        for mode in [0o600, 0o400] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(ApiKey::read(&path).unwrap().header_value(), "sk-open");
+        }
     }
 
     #[test]

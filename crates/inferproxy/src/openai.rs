@@ -12,12 +12,10 @@ use bxcore::{ChatMessage, InferRequest, Usage};
 use serde_json::{Map, Value, json};
 
 use crate::config::{MaxTokensKey, Slot};
-use crate::error::InferError;
+use crate::error::{InferError, excerpt};
 use crate::reply::{Draft, DraftCall, wire_call_id};
 use crate::sse::Event;
-use crate::stream::{
-    Failure, Flow, StreamParser, count, excerpt, grow_check, json_object, push_text,
-};
+use crate::stream::{Failure, Flow, StreamParser, count, grow_check, json_object, push_text};
 
 /// The request body for `slot`, its `max_tokens` under the name `max_tokens_key` says.
 pub fn request_body(req: &InferRequest, slot: &Slot, max_tokens_key: MaxTokensKey) -> Value {

@@ -22,6 +22,7 @@ use crate::error::InferError;
 use crate::key::ApiKey;
 use crate::openai;
 use crate::reply::Draft;
+use crate::resolve::Pinned;
 use crate::retry;
 use crate::script::Script;
 use crate::sse;
@@ -137,7 +138,8 @@ pub fn load_roots(
 impl Http {
     /// The client for `endpoint`: no proxy from the environment (Landlock allows the
     /// provider's port only), no redirects (a redirect could carry the key elsewhere), TLS
-    /// with `roots` for `https`.
+    /// with `roots` for `https`, and a resolver that knows the provider's host alone, looked up
+    /// now: call it before the sandbox closes.
     pub fn new(
         kind: ProviderKind,
         max_tokens_key: MaxTokensKey,
@@ -160,13 +162,20 @@ impl Http {
                     .build(),
             );
         }
+        // The provider's host, looked up now (before the sandbox), is the one name the client
+        // can resolve (resolve.rs).
+        let agent = ureq::Agent::with_parts(
+            cfg.build(),
+            ureq::unversioned::transport::DefaultConnector::default(),
+            Pinned::new(&endpoint.host, endpoint.port),
+        );
         Http {
             kind,
             max_tokens_key,
             endpoint,
             key,
             key_source,
-            agent: cfg.build().new_agent(),
+            agent,
         }
     }
 
@@ -209,19 +218,38 @@ impl Http {
                 InferError::Unreachable("the deadline is past what the clock can hold".into())
             })?;
         let body = self.body(req, slot);
+        let redactor = self.key.redactor();
         let mut forwarded = false;
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
-            let mut forward = |t: &str| {
-                forwarded = true;
-                deliver(t);
+            // The text is forwarded through a redactor that holds back what could be the start
+            // of the key, so a key split across two events never leaves in halves.
+            let mut shown = redactor.stream();
+            let result = {
+                let mut forward = |t: &str| {
+                    let out = shown.push(t);
+                    if !out.is_empty() {
+                        forwarded = true;
+                        deliver(&out);
+                    }
+                };
+                self.attempt(&body, slot.max_tokens, until, limits, &mut forward)
             };
-            let failure = match self.attempt(&body, slot.max_tokens, until, limits, &mut forward) {
-                Ok(draft) => return draft.finish(req.first_call),
+            let failure = match result {
+                Ok(draft) => {
+                    let rest = shown.finish();
+                    if !rest.is_empty() {
+                        deliver(&rest);
+                    }
+                    return draft
+                        .finish(req.first_call)
+                        .map(|reply| redactor.reply(reply))
+                        .map_err(|e| e.redacted(&redactor));
+                }
                 Err(f) => f,
             };
-            let error = with_attempts(failure.error, attempt);
+            let error = with_attempts(failure.error, attempt).redacted(&redactor);
             if !failure.retryable || forwarded || attempt > limits.retries {
                 return Err(error);
             }
@@ -244,6 +272,7 @@ impl Http {
         }
     }
 
+    /// One try: send the request, then read the provider's answer, whole or streamed.
     fn attempt(
         &self,
         body: &[u8],
@@ -252,15 +281,54 @@ impl Http {
         limits: &Limits,
         deliver: &mut dyn FnMut(&str),
     ) -> Result<Draft, Failure> {
-        let timeout = |during: &str| {
-            Failure::fatal(InferError::Timeout {
-                timeout_ms: limits.timeout_ms,
-                during: during.to_string(),
-            })
+        let resp = self.send(body, until, limits)?;
+        let status = resp.status().as_u16();
+        let header = |n: &str| {
+            resp.headers()
+                .get(n)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
         };
+        let retry_after = retry::retry_after(
+            header("retry-after-ms").as_deref(),
+            header("retry-after").as_deref(),
+            SystemTime::now(),
+        );
+        let json = header("content-type").is_some_and(|c| {
+            c.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("application/json")
+        });
+        let body = resp.into_body();
+        if !(200..300).contains(&status) {
+            return Err(self.refusal(body, status, retry_after));
+        }
+        // No byte limit on the body: a stream is read an event at a time (each bounded), what
+        // it gathers is bounded by MAX_REPLY, and its duration by the deadline. A long reply's
+        // event framing alone can be many times its text.
+        let reader = body.into_reader();
+        let read = Reading {
+            key: &self.key,
+            until,
+            timeout_ms: limits.timeout_ms,
+        };
+        if json {
+            self.read_whole(reader, max_tokens, &read, deliver)
+        } else {
+            self.read_stream(reader, max_tokens, &read, deliver)
+        }
+    }
+
+    /// The request with its auth header, sent with what is left of the deadline.
+    fn send(
+        &self,
+        body: &[u8],
+        until: Instant,
+        limits: &Limits,
+    ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(timeout("before the request was sent"));
+            return Err(timeout(limits.timeout_ms, "before the request was sent"));
         }
         let mut rb = self
             .agent
@@ -286,78 +354,62 @@ impl Http {
         if let Some(h) = rb.headers_mut() {
             h.insert(name, value);
         }
-        let result = rb.config().timeout_global(Some(left)).build().send(body);
-        let resp = match result {
-            Ok(r) => r,
-            Err(e) => return Err(self.transport_failure(e, until, &timeout)),
-        };
-        let status = resp.status().as_u16();
-        let header = |n: &str| {
-            resp.headers()
-                .get(n)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
-        };
-        let retry_after = retry::retry_after(
-            header("retry-after-ms").as_deref(),
-            header("retry-after").as_deref(),
-            SystemTime::now(),
-        );
-        let json = header("content-type").is_some_and(|c| {
-            c.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("application/json")
-        });
-        let body = resp.into_body();
-        if !(200..300).contains(&status) {
-            let mut text = String::new();
-            let _ = body
-                .into_with_config()
-                .limit(MAX_ERROR_BODY)
-                .lossy_utf8(true)
-                .reader()
-                .take(MAX_ERROR_BODY)
-                .read_to_string(&mut text);
-            // Redacted before anything is cut out of it, so no prefix of the key survives.
-            let message = crate::stream::error_message(&self.key.redact(&text));
-            return Err(status_failure(status, message, retry_after));
+        rb.config()
+            .timeout_global(Some(left))
+            .build()
+            .send(body)
+            .map_err(|e| self.transport_failure(e, until, limits.timeout_ms))
+    }
+
+    /// A status that is not success: the provider's message from its error body.
+    fn refusal(&self, body: ureq::Body, status: u16, retry_after: Option<Duration>) -> Failure {
+        let mut text = String::new();
+        let _ = body
+            .into_with_config()
+            .limit(MAX_ERROR_BODY)
+            .lossy_utf8(true)
+            .reader()
+            .take(MAX_ERROR_BODY)
+            .read_to_string(&mut text);
+        // Redacted before anything is cut out of it, so no prefix of the key survives.
+        let message = crate::stream::error_message(&self.key.redact(&text));
+        status_failure(status, message, retry_after)
+    }
+
+    /// A reply sent as one JSON document.
+    fn read_whole(
+        &self,
+        reader: impl Read,
+        max_tokens: u32,
+        read: &Reading<'_>,
+        deliver: &mut dyn FnMut(&str),
+    ) -> Result<Draft, Failure> {
+        let mut text = String::new();
+        reader
+            .take(MAX_REPLY as u64 + 1)
+            .read_to_string(&mut text)
+            .map_err(|e| read.broken(e, "reading the reply"))?;
+        if text.len() > MAX_REPLY {
+            return Err(Failure::fatal(InferError::malformed(format!(
+                "the reply is over {MAX_REPLY} bytes"
+            ))));
         }
-        // No byte limit on the body: a stream is read an event at a time (each bounded), what
-        // it gathers is bounded by MAX_REPLY, and its duration by the deadline. A long reply's
-        // event framing alone can be many times its text.
-        let reader = body.into_reader();
+        let text = self.key.redact(&text);
+        match self.kind {
+            ProviderKind::Anthropic => anthropic::whole(&text, max_tokens, deliver),
+            _ => openai::whole(&text, max_tokens, deliver),
+        }
+    }
+
+    /// A reply streamed as server-sent events, fed to the provider's parser one at a time.
+    fn read_stream(
+        &self,
+        reader: impl Read,
+        max_tokens: u32,
+        read: &Reading<'_>,
+        deliver: &mut dyn FnMut(&str),
+    ) -> Result<Draft, Failure> {
         let mut parser = self.parser(max_tokens);
-        let cut = |e: std::io::Error, what: &str| -> Failure {
-            if Instant::now() >= until || io_is_timeout(&e) {
-                timeout(what)
-            } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                Failure::retry(InferError::malformed(format!(
-                    "the stream was cut off while {what}"
-                )))
-            } else {
-                Failure::retry(InferError::Unreachable(format!(
-                    "the connection broke while {what}: {}",
-                    self.key.redact(&e.to_string())
-                )))
-            }
-        };
-        if json {
-            let mut text = String::new();
-            reader
-                .take(MAX_REPLY as u64 + 1)
-                .read_to_string(&mut text)
-                .map_err(|e| cut(e, "reading the reply"))?;
-            if text.len() > MAX_REPLY {
-                return Err(Failure::fatal(InferError::malformed(format!(
-                    "the reply is over {MAX_REPLY} bytes"
-                ))));
-            }
-            let text = self.key.redact(&text);
-            return match self.kind {
-                ProviderKind::Anthropic => anthropic::whole(&text, max_tokens, deliver),
-                _ => openai::whole(&text, max_tokens, deliver),
-            };
-        }
         let mut events = sse::Reader::new(BufReader::new(reader));
         loop {
             match events.next_event() {
@@ -369,8 +421,8 @@ impl Http {
                     if parser.event(&ev, deliver)? == Flow::Done {
                         return parser.finish();
                     }
-                    if Instant::now() >= until {
-                        return Err(timeout("reading the stream"));
+                    if Instant::now() >= read.until {
+                        return Err(timeout(read.timeout_ms, "reading the stream"));
                     }
                 }
                 Ok(None) => {
@@ -378,7 +430,7 @@ impl Http {
                         "the stream was cut off before its end (no [DONE] or message_stop)",
                     )));
                 }
-                Err(sse::SseError::Io(e)) => return Err(cut(e, "reading the stream")),
+                Err(sse::SseError::Io(e)) => return Err(read.broken(e, "reading the stream")),
                 Err(sse::SseError::TooLong) => {
                     return Err(Failure::fatal(InferError::malformed(format!(
                         "an event over {} bytes",
@@ -394,16 +446,13 @@ impl Http {
         }
     }
 
-    fn transport_failure(
-        &self,
-        e: ureq::Error,
-        until: Instant,
-        timeout: &dyn Fn(&str) -> Failure,
-    ) -> Failure {
+    fn transport_failure(&self, e: ureq::Error, until: Instant, timeout_ms: u64) -> Failure {
         let why = self.key.redact(&e.to_string());
         match e {
-            ureq::Error::Timeout(_) => timeout("waiting for the provider's answer"),
-            _ if Instant::now() >= until => timeout("waiting for the provider's answer"),
+            ureq::Error::Timeout(_) => timeout(timeout_ms, "waiting for the provider's answer"),
+            _ if Instant::now() >= until => {
+                timeout(timeout_ms, "waiting for the provider's answer")
+            }
             // rustls reports a failed handshake (an untrusted certificate, a wrong name) as
             // invalid data: trying again cannot fix it.
             ureq::Error::Io(ref io) if io.kind() == std::io::ErrorKind::InvalidData => {
@@ -423,6 +472,39 @@ impl Http {
                 "{}: {why}",
                 self.endpoint.url
             ))),
+        }
+    }
+}
+
+/// The deadline passed `during` something.
+fn timeout(timeout_ms: u64, during: &str) -> Failure {
+    Failure::fatal(InferError::Timeout {
+        timeout_ms,
+        during: during.to_string(),
+    })
+}
+
+/// What reading a reply's body needs to name a failure.
+struct Reading<'k> {
+    key: &'k ApiKey,
+    until: Instant,
+    timeout_ms: u64,
+}
+
+impl Reading<'_> {
+    /// The body could not be read further `while` doing something.
+    fn broken(&self, e: std::io::Error, what: &str) -> Failure {
+        if Instant::now() >= self.until || io_is_timeout(&e) {
+            timeout(self.timeout_ms, what)
+        } else if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Failure::retry(InferError::malformed(format!(
+                "the stream was cut off while {what}"
+            )))
+        } else {
+            Failure::retry(InferError::Unreachable(format!(
+                "the connection broke while {what}: {}",
+                self.key.redact(&e.to_string())
+            )))
         }
     }
 }

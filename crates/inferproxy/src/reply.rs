@@ -62,7 +62,7 @@ impl Draft {
             let args = parse_args(&c.args).map_err(|why| {
                 InferError::malformed(format!(
                     "the arguments of tool call {i} ({:?}) are {why}",
-                    crate::stream::excerpt(&c.name)
+                    crate::error::excerpt(&c.name)
                 ))
             })?;
             tool_calls.push(ToolCall {

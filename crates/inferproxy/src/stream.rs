@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::error::InferError;
+use crate::error::{InferError, excerpt};
 use crate::reply::Draft;
 use crate::sse::Event;
 
@@ -100,20 +100,6 @@ pub fn json_object(data: &str, what: &str) -> Result<serde_json::Map<String, Val
     }
 }
 
-/// At most 200 characters of `text`, control characters replaced: what an error may quote of
-/// a provider's output.
-pub fn excerpt(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .take(200)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    if text.chars().count() > 200 {
-        out.push('…');
-    }
-    out
-}
-
 /// A token count from a usage object: absent or null is 0, anything else must be a count.
 pub fn count(v: Option<&Value>, what: &str) -> Result<u64, Failure> {
     match v {
@@ -174,13 +160,5 @@ mod tests {
         );
         assert_eq!(error_message("Bad Gateway\n"), "Bad Gateway");
         assert_eq!(error_message(""), "(no message)");
-    }
-
-    #[test]
-    fn excerpts_are_short_and_single_line() {
-        let long = "a\n".repeat(300);
-        let e = excerpt(&long);
-        assert_eq!(e.chars().count(), 201);
-        assert!(!e.contains('\n'));
     }
 }

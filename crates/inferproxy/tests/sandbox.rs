@@ -25,7 +25,7 @@ fn inferproxy_serves_inside_its_real_sandbox() {
     let root = nix::unistd::Uid::effective().is_root();
     let p = Provider::start(vec![stream()]);
     let home = tempfile::tempdir().unwrap();
-    std::fs::write(home.path().join("key"), KEY).unwrap();
+    write_private(&home.path().join("key"), KEY);
     let sandbox = if root {
         // The home belongs to the user the daemon drops to; root (this test) is its one peer.
         for entry in [home.path().to_path_buf(), home.path().join("key")] {

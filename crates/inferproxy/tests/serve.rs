@@ -9,7 +9,9 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use bxcore::{Envelope, ErrorCode, InferDelta, InferRequest, Message, read_frame, write_frame};
+use bxcore::{
+    ChatMessage, Envelope, ErrorCode, InferDelta, InferRequest, Message, read_frame, write_frame,
+};
 use common::*;
 use serde_json::json;
 
@@ -482,7 +484,7 @@ fn the_key_is_taken_from_the_credentials_directory() {
     )]);
     let config = openai_config(&p, "").replace("api_key_file = \"{home}/key\"\n", "");
     let creds = tempfile::tempdir().unwrap();
-    std::fs::write(creds.path().join("api_key"), "sk-from-credentials\n").unwrap();
+    write_private(&creds.path().join("api_key"), "sk-from-credentials\n");
     let d = Daemon::start_env(
         &config,
         &[],
@@ -528,6 +530,90 @@ fn an_empty_key_file_refuses_to_start() {
         e.contains("/key is empty; see docs/runbook.md#inferproxy-key-missing"),
         "{e}"
     );
+}
+
+#[test]
+fn a_key_file_others_may_read_refuses_to_start_with_its_pointer() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Provider::start(vec![]);
+    let home = tempfile::tempdir().unwrap();
+    let key = home.path().join("key");
+    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = match Daemon::start_in(home, &openai_config(&p, ""), &[], true) {
+        Ok(_) => panic!("it started with a key file of mode 0644"),
+        Err(e) => e,
+    };
+    assert!(e.starts_with("exited exit status: 1"), "{e}");
+    assert!(e.contains("/key has mode 0644"), "{e}");
+    assert!(
+        e.trim_end()
+            .ends_with("see docs/runbook.md#inferproxy-key-open"),
+        "{e}"
+    );
+    assert!(!e.contains(KEY), "{e}");
+    assert!(p.seen().is_empty());
+}
+
+/// The key as JSON writes it with every character escaped: `\u0073\u006b...`.
+fn escaped(key: &str) -> String {
+    key.chars()
+        .map(|c| format!("\\u{:04x}", c as u32))
+        .collect()
+}
+
+#[test]
+fn a_key_json_escaped_in_a_401_body_reaches_no_log_line_and_no_frame() {
+    let body = format!(
+        r#"{{"error":{{"message":"Incorrect API key provided: {}.","type":"invalid_request_error","code":"invalid_api_key"}}}}"#,
+        escaped(KEY)
+    );
+    let p = Provider::start(vec![Answer::json(401, &body)]);
+    let d = Daemon::start_with(&openai_config(&p, ""), &[("key", KEY)]).unwrap();
+    let frames = d.ask(1, infer("go", 1));
+    let line = "the provider refused the API key (401): Incorrect API key provided: [redacted].";
+    d.wait_log(line);
+    let shown = format!("{}\n{frames:?}", d.log_text());
+    assert!(shown.contains(line), "{shown}");
+    for leak in [KEY.to_string(), escaped(KEY), escaped(&KEY[..8])] {
+        assert!(!shown.contains(&leak), "{leak} is shown: {shown}");
+    }
+}
+
+#[test]
+fn a_key_split_across_two_stream_chunks_reaches_no_delta_and_no_reply() {
+    let (head, tail) = KEY.split_at(7);
+    let events = openai_stream(&["my key is ", head, tail, ", remember it"]);
+    let p = Provider::start(vec![Answer::sse(
+        &events.iter().map(String::as_str).collect::<Vec<_>>(),
+    )]);
+    let d = Daemon::start_with(&openai_config(&p, ""), &[("key", KEY)]).unwrap();
+    let frames = d.ask(1, infer("go", 1));
+    let deltas: String = frames
+        .iter()
+        .filter_map(|f| match &f.msg {
+            Message::InferDelta(d) => Some(d.text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, "my key is [redacted], remember it");
+    for f in &frames {
+        let text = serde_json::to_string(f).unwrap();
+        assert!(!text.contains(KEY), "a frame shows the key: {text}");
+        assert!(
+            !text.contains(&format!("{head}\"")),
+            "a frame ends in the key's first half: {text}"
+        );
+    }
+    match &frames.last().unwrap().msg {
+        Message::InferReply(r) => match &r.message {
+            ChatMessage::Assistant { text, .. } => {
+                assert_eq!(text, "my key is [redacted], remember it")
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -669,9 +755,11 @@ fn a_slot_name_cannot_forge_a_log_line() {
 #[test]
 fn many_requests_at_once_are_each_answered() {
     let d = script_daemon("");
-    // The one step goes to whichever request comes first; the rule answers the rest.
+    // The one step goes to whichever request comes first; the rule answers the rest. Fewer
+    // than infer.sock's cap of 16: the start-up's ping holds a connection until its thread
+    // lets go of it, a moment after its answer.
     let answers: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..16u64)
+        let handles: Vec<_> = (0..12u64)
             .map(|i| {
                 let d = &d;
                 s.spawn(move || {
@@ -699,7 +787,7 @@ fn many_requests_at_once_are_each_answered() {
     );
     assert_eq!(
         answers.iter().filter(|t| *t == "Scripted reply.").count(),
-        15
+        11
     );
 }
 

@@ -6,6 +6,7 @@
 //! of the root the path lies in) say so through [`Tool::plan`], which the broker asks before it
 //! decides, so that what the policy sees is what the tool will do.
 
+pub mod args;
 mod meta;
 mod registry;
 mod web_fetch;
@@ -65,28 +66,62 @@ pub struct Env {
     pub gateway: Option<PathBuf>,
 }
 
-/// One tool: its definition as the model sees it, what it declares to the policy, and how it runs.
+/// One tool: its definition as the model sees it, its typed arguments, what it declares to the
+/// policy, and how it runs.
 pub trait Tool: Send + Sync + fmt::Debug {
+    /// Its arguments, parsed and checked before any policy step that needs them.
+    type Args: args::Args;
     /// The name the model calls it by.
     fn name(&self) -> &'static str;
     /// One sentence for the model.
     fn description(&self) -> &'static str;
-    /// The JSON Schema of its arguments (an object schema).
+    /// The JSON Schema of its arguments (an object schema), which says what `Args` accepts.
     fn parameters(&self) -> Value;
     /// What it declares, for every call.
     fn declared(&self) -> Declared;
-    /// What this one call will read and where it will write, from arguments that already match
-    /// the schema. An error here is `failed` before any policy step that needs the plan.
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError>;
+    /// What this one call will read and where it will write. An error here is `failed` before
+    /// any policy step that needs the plan.
+    fn plan(&self, args: &Self::Args, env: &Env) -> Result<Plan, ToolError>;
     /// Run the call as `plan` says (the plan the policy decided on). Only called after the
     /// policy allowed it (or the owner approved it). A run that finds the world changed since the
     /// plan (a file moved into a stricter root) refuses rather than do what was not decided.
+    fn run(&self, args: &Self::Args, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
+}
+
+/// A [`Tool`] behind one type, as the registry holds them: arguments arrive as JSON and are
+/// parsed into the tool's `Args` at each step, so no step acts on unchecked arguments.
+pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    fn parameters(&self) -> Value;
+    fn declared(&self) -> Declared;
+    fn validate(&self, args: &Value) -> Result<(), String>;
+    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError>;
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
 }
 
-/// The string argument `key` of arguments that matched their schema.
-pub(crate) fn arg_str<'a>(args: &'a Value, key: &str) -> Result<&'a str, ToolError> {
-    args.get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolError::Refused(format!("the argument {key:?} must be a string")))
+impl<T: Tool> AnyTool for T {
+    fn name(&self) -> &'static str {
+        Tool::name(self)
+    }
+    fn description(&self) -> &'static str {
+        Tool::description(self)
+    }
+    fn parameters(&self) -> Value {
+        Tool::parameters(self)
+    }
+    fn declared(&self) -> Declared {
+        Tool::declared(self)
+    }
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        args::parse::<T::Args>(Tool::name(self), args).map(drop)
+    }
+    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+        let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
+        Tool::plan(self, &args, env)
+    }
+    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+        let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
+        Tool::run(self, &args, plan, env)
+    }
 }

@@ -1,5 +1,4 @@
-//! The tools brokerd offers, after the policy file's tightening, each with its schema compiled
-//! once into a validator.
+//! The tools brokerd offers, after the policy file's tightening.
 //!
 //! The policy file (`[tools.<name>]`) can raise what a tool reads, mark its output untrusted,
 //! raise when the owner must approve, or disable it. It can never loosen: a line that tries is
@@ -10,12 +9,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use bxcore::{DataClass, ToolDef};
-use jsonschema::Validator;
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    ApprovalRule, Declared, Env, Output, Plan, Reads, Tool, ToolError, WebFetch, WorkspaceList,
+    AnyTool, ApprovalRule, Declared, Env, Output, Plan, Reads, ToolError, WebFetch, WorkspaceList,
     WorkspaceRead, WorkspaceWrite,
 };
 
@@ -101,7 +99,7 @@ pub const TOOL_NAMES: [&str; 4] = [
     "web_fetch",
 ];
 
-fn all_tools() -> Vec<Box<dyn Tool>> {
+fn all_tools() -> Vec<Box<dyn AnyTool>> {
     vec![
         Box::new(WorkspaceList),
         Box::new(WorkspaceRead),
@@ -110,10 +108,9 @@ fn all_tools() -> Vec<Box<dyn Tool>> {
     ]
 }
 
-/// One enabled tool, its compiled schema and its rules after tightening.
+/// One enabled tool and its rules after tightening.
 pub struct Entry {
-    tool: Box<dyn Tool>,
-    validator: Validator,
+    tool: Box<dyn AnyTool>,
     declared: Declared,
     reads_floor: DataClass,
 }
@@ -147,29 +144,10 @@ impl Entry {
         }
     }
 
-    /// Check `args` against the tool's JSON Schema; the error is every violation, for a person.
+    /// Parse and check `args` as the tool's typed arguments; the error says what is wrong, for
+    /// a person (policy step 2: `failed`, nothing changes).
     pub fn validate(&self, args: &Value) -> Result<(), String> {
-        let problems: Vec<String> = self
-            .validator
-            .iter_errors(args)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                if at.is_empty() {
-                    format!("the arguments: {e}")
-                } else {
-                    format!("the argument at {at}: {e}")
-                }
-            })
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "the arguments do not match {}'s schema: {}",
-                self.tool.name(),
-                problems.join("; ")
-            ))
-        }
+        self.tool.validate(args)
     }
 
     /// What this call will do, with the tightening applied. `args` must have passed `validate`.
@@ -247,14 +225,8 @@ impl Registry {
             if t.enabled == Some(false) {
                 continue;
             }
-            let schema = tool.parameters();
-            // The schemas are the toolkit's own constants; one that does not compile is a bug
-            // caught by the toolkit's tests, never by a running broker.
-            let validator = jsonschema::validator_for(&schema)
-                .unwrap_or_else(|e| panic!("{name}'s schema does not compile: {e}"));
             entries.push(Entry {
                 tool,
-                validator,
                 declared,
                 reads_floor,
             });

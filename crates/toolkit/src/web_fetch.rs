@@ -6,9 +6,10 @@
 use std::time::Duration;
 
 use bxcore::{DataClass, FetchReply, FetchRequest, Message};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError, arg_str};
+use crate::args::FetchArgs;
+use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError};
 
 /// What `web_fetch` answers while `[gateway] socket` is not set.
 pub const NO_GATEWAY: &str = "no gateway is configured";
@@ -21,6 +22,7 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct WebFetch;
 
 impl Tool for WebFetch {
+    type Args = FetchArgs;
     fn name(&self) -> &'static str {
         "web_fetch"
     }
@@ -28,19 +30,7 @@ impl Tool for WebFetch {
         "Fetch a web page over HTTPS and return its text."
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "url": {
-                    "type": "string",
-                    "pattern": "^https://[^\\s]+$",
-                    "maxLength": 8192,
-                    "description": "the https:// address of the page",
-                },
-            },
-            "required": ["url"],
-            "additionalProperties": false,
-        })
+        FetchArgs::schema()
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -52,7 +42,7 @@ impl Tool for WebFetch {
             approval: ApprovalRule::Never,
         }
     }
-    fn plan(&self, _args: &Value, _env: &Env) -> Result<Plan, ToolError> {
+    fn plan(&self, _args: &FetchArgs, _env: &Env) -> Result<Plan, ToolError> {
         Ok(Plan {
             reads: DataClass::Public,
             untrusted_output: true,
@@ -60,9 +50,8 @@ impl Tool for WebFetch {
             writes_into: None,
         })
     }
-    fn run(&self, args: &Value, _plan: &Plan, env: &Env) -> Result<Output, ToolError> {
-        arg_str(args, "url")?;
-        let url = arg_str(args, "url")?;
+    fn run(&self, args: &FetchArgs, _plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+        let url = args.url.as_str();
         let Some(socket) = &env.gateway else {
             return Err(ToolError::Failed(NO_GATEWAY.to_string()));
         };

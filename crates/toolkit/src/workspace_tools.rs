@@ -9,29 +9,19 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::{Mode, SFlag, fstat};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::args::{PathArgs, WriteArgs};
 use crate::workspace::open_beneath;
-use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError, arg_str};
+use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError};
 
 /// The most a read returns: what is left of a 1 MiB frame is for the envelope.
 pub const MAX_READ: u64 = 512 * 1024;
-/// The most a write takes.
-pub const MAX_WRITE: usize = 512 * 1024;
 /// The most entries a listing returns.
 pub const MAX_LIST: usize = 1000;
 
-fn path_schema(what: &str) -> Value {
-    json!({
-        "type": "string",
-        "minLength": 1,
-        "maxLength": 4096,
-        "description": format!("the absolute path of the {what}, inside a workspace root"),
-    })
-}
-
-fn read_plan(args: &Value, env: &Env) -> Result<Plan, ToolError> {
-    let at = env.roots.locate(arg_str(args, "path")?)?;
+fn read_plan(args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
+    let at = env.roots.locate(&args.path)?;
     let labels = at.labels(&env.roots);
     Ok(Plan {
         reads: labels.class,
@@ -70,6 +60,7 @@ fn is_kind(fd: &OwnedFd, kind: SFlag) -> Result<bool, ToolError> {
 pub struct WorkspaceList;
 
 impl Tool for WorkspaceList {
+    type Args = PathArgs;
     fn name(&self) -> &'static str {
         "workspace_list"
     }
@@ -77,12 +68,7 @@ impl Tool for WorkspaceList {
         "List a directory in the workspace: one entry per line, directories end in '/'."
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": path_schema("directory")},
-            "required": ["path"],
-            "additionalProperties": false,
-        })
+        PathArgs::schema("directory")
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -92,11 +78,11 @@ impl Tool for WorkspaceList {
             approval: ApprovalRule::Never,
         }
     }
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+    fn plan(&self, args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
         read_plan(args, env)
     }
-    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
-        let shown = arg_str(args, "path")?;
+    fn run(&self, args: &PathArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+        let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         let fd = at.open(shown, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty())?;
         check_opened(env, &at, &fd, shown, plan)?;
@@ -129,6 +115,7 @@ impl Tool for WorkspaceList {
 pub struct WorkspaceRead;
 
 impl Tool for WorkspaceRead {
+    type Args = PathArgs;
     fn name(&self) -> &'static str {
         "workspace_read"
     }
@@ -136,12 +123,7 @@ impl Tool for WorkspaceRead {
         "Read a text file in the workspace."
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": path_schema("file")},
-            "required": ["path"],
-            "additionalProperties": false,
-        })
+        PathArgs::schema("file")
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -151,11 +133,11 @@ impl Tool for WorkspaceRead {
             approval: ApprovalRule::Never,
         }
     }
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+    fn plan(&self, args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
         read_plan(args, env)
     }
-    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
-        let shown = arg_str(args, "path")?;
+    fn run(&self, args: &PathArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+        let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         // Non-blocking, so a FIFO planted in a root cannot hold the call; refused below anyway.
         let fd = at.open(shown, OFlag::O_RDONLY | OFlag::O_NONBLOCK, Mode::empty())?;
@@ -184,6 +166,7 @@ impl Tool for WorkspaceRead {
 pub struct WorkspaceWrite;
 
 impl Tool for WorkspaceWrite {
+    type Args = WriteArgs;
     fn name(&self) -> &'static str {
         "workspace_write"
     }
@@ -191,15 +174,7 @@ impl Tool for WorkspaceWrite {
         "Write a text file in a writable workspace root, replacing it whole if it exists."
     }
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": path_schema("file"),
-                "content": {"type": "string", "maxLength": MAX_WRITE, "description": "the whole new content"},
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false,
-        })
+        WriteArgs::schema()
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -211,8 +186,8 @@ impl Tool for WorkspaceWrite {
             approval: ApprovalRule::Never,
         }
     }
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
-        let shown = arg_str(args, "path")?;
+    fn plan(&self, args: &WriteArgs, env: &Env) -> Result<Plan, ToolError> {
+        let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         // The file lands in its directory (a new name renamed in), so that directory's roots
         // decide: the strictest class, and no write if any of them is read-only.
@@ -231,9 +206,9 @@ impl Tool for WorkspaceWrite {
             writes_into: Some(labels.class),
         })
     }
-    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
-        let shown = arg_str(args, "path")?;
-        let content = arg_str(args, "content")?;
+    fn run(&self, args: &WriteArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+        let shown = args.path.as_str();
+        let content = args.content.as_str();
         let at = env.roots.locate(shown)?;
         let (dir, name) = at.open_parent(shown)?;
         // The directory opened is the one written into: it must still be writable and no less

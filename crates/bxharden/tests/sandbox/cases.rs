@@ -345,6 +345,8 @@ struct World {
     _tcp: (std::net::TcpListener, std::net::TcpListener),
     port: u16,
     other_port: u16,
+    /// Where `udp-send` sends its datagram.
+    udp: std::net::UdpSocket,
 }
 
 impl World {
@@ -375,7 +377,10 @@ impl World {
         let t2 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = t1.local_addr().unwrap().port();
         let other_port = t2.local_addr().unwrap().port();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.set_nonblocking(true).unwrap();
         World {
+            udp,
             home,
             _outside: Guard(outside),
             outside_pid,
@@ -402,6 +407,10 @@ impl World {
             ("BXH_ABSTRACT", self.abstract_name.clone()),
             ("BXH_PORT", self.port.to_string()),
             ("BXH_OTHER_PORT", self.other_port.to_string()),
+            (
+                "BXH_UDP_PORT",
+                self.udp.local_addr().unwrap().port().to_string(),
+            ),
             ("BXH_USER", user),
         ]
     }
@@ -513,6 +522,11 @@ fn expected(p: SeccompProfile, op: &str) -> Stop {
         "clone3" => Stop::Errno(libc::ENOSYS),
         "ioctl-tiocsti" => Stop::Seccomp,
         "tcp-connect-other" => Stop::Errno(libc::EACCES),
+        // inferproxy's network sockets are stream only; the other network profiles may still
+        // send datagrams (docs/hardening.md says where to).
+        "udp-send" if p.inet_stream_only() => Stop::Errno(libc::EACCES),
+        "udp-send" if p.inet() => Stop::Allowed,
+        "udp-send" => Stop::Seccomp,
         "tcp-connect-allowed" | "write-own" | "thread" => Stop::Allowed,
         other => panic!("no expectation for {other}"),
     }
@@ -534,6 +548,7 @@ fn proof_matrix(name: &str) -> Outcome {
     if profile.inet() {
         ops.extend(["tcp-connect-allowed", "tcp-connect-other"]);
     }
+    ops.push("udp-send");
     let mut wrong = Vec::new();
     for mode in ["kill", "log"] {
         for op in &ops {
@@ -551,6 +566,18 @@ fn proof_matrix(name: &str) -> Outcome {
                 ));
             }
         }
+    }
+    if matches!(
+        expected(profile, "udp-send"),
+        Stop::Errno(_) | Stop::Seccomp
+    ) {
+        let mut buf = [0u8; 16];
+        let got = world.udp.recv(&mut buf);
+        ensure!(
+            got.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "{name}: a datagram reached the runner's UDP port: {got:?}"
+        );
     }
     ensure!(wrong.is_empty(), "{}", wrong.join("\n"));
     Outcome::Pass

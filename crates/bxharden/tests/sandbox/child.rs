@@ -197,6 +197,33 @@ fn attempt(op: &str) -> Result<(), i32> {
             let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
             if fd < 0 { Err(errno()) } else { Ok(()) }
         }
+        // A datagram to a loopback port the runner listens on; `ok` only if it was sent.
+        "udp-send" => {
+            let port: u16 = var("BXH_UDP_PORT").parse().unwrap();
+            let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+            if fd < 0 {
+                return Err(errno());
+            }
+            let to = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let sent = unsafe {
+                libc::sendto(
+                    fd,
+                    b"x".as_ptr().cast(),
+                    1,
+                    0,
+                    (&to as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            };
+            if sent < 0 { Err(errno()) } else { Ok(()) }
+        }
         "tcp-bind" => std::net::TcpListener::bind("127.0.0.1:0")
             .map(drop)
             .map_err(io_errno),

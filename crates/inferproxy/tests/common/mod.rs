@@ -273,6 +273,13 @@ fn serve(
 /// The key every test provider is configured with.
 pub const KEY: &str = "sk-test-KEY-4f9c2a7e1b";
 
+/// Write `text` to `path`, readable by its owner only, as a key file must be.
+pub fn write_private(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 /// An `Inference` for `kind` at `base_url`, with the key in a file in `home` and fast retries.
 pub fn inference(
     home: &std::path::Path,
@@ -292,7 +299,7 @@ pub fn inference_with(
     limits: &str,
 ) -> inferproxy::Inference {
     let key = home.join("api_key");
-    std::fs::write(&key, format!("{KEY}\n")).unwrap();
+    write_private(&key, &format!("{KEY}\n"));
     let text = format!(
         r#"
 [paths]
@@ -422,7 +429,7 @@ impl Daemon {
     ) -> Result<Daemon, String> {
         let home = tempfile::tempdir().unwrap();
         for (name, text) in files {
-            std::fs::write(home.path().join(name), text).unwrap();
+            write_private(&home.path().join(name), text);
         }
         Daemon::start_in(home, config, env, ping)
     }
