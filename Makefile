@@ -3,9 +3,9 @@
 
 CARGO ?= cargo
 
-.PHONY: gate gate-fresh gate-load fmt clippy test runbook nix-check demo bench
+.PHONY: gate gate-fresh gate-load fmt clippy test runbook nix-check twin demo bench
 
-gate: fmt clippy test runbook nix-check
+gate: fmt clippy test runbook nix-check twin
 	@echo "gate: ok"
 
 fmt:
@@ -29,6 +29,14 @@ runbook: test
 # hardening lines, and the check's own test; `skipped: <why>` for what cannot run here.
 nix-check: runbook
 	nixos-module/check-offline.sh
+
+# The device twin (nixos-module/twin.sh): the module's units, tmpfiles.d and sysusers.d under a
+# real systemd in systemd-nspawn, the device check inside it, kills, socket activation, a refused
+# configuration that fails the switch, two chat turns; ends `twin: ok`. It says `skipped: <why>`
+# where systemd-nspawn cannot run (a failure under CI=true). Runs after nix-check in the gate.
+twin:
+	$(CARGO) build --release --workspace --bins
+	nixos-module/twin.sh
 
 # The gate as CI runs it on a fresh machine: first remove what earlier runs left behind (the dev
 # box users, venvs under target/, old temporary homes), then `.ci/run` with CI=true, where a

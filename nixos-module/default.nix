@@ -350,10 +350,10 @@ in
       };
     };
 
-    users.users = lib.mapAttrs (name: what: {
+    users.users = lib.mapAttrs (name: _: {
       isSystemUser = true;
       group = name;
-      description = "boxmaker: ${what}";
+      description = units.userDescription name;
     }) units.users;
     users.groups = lib.mapAttrs (_: _: { }) units.users;
 

@@ -204,6 +204,10 @@ let
       }
     ) socketNames;
 
+  # A system user's description (its GECOS field): no `:`, which NixOS's passwdEntry type
+  # and systemd-sysusers both refuse.
+  userDescription = u: "boxmaker, ${users.${u}}";
+
   # The exposure `systemd-analyze security` may give each service unit at most, times ten
   # (its `--threshold=` takes it so): 1.5 on the 0 to 10 scale (nix.md).
   securityThreshold = 15;
@@ -477,6 +481,7 @@ in
     clientOf
     directories
     securityThreshold
+    userDescription
     deviceManifest
     readWritePaths
     ipAddressesOfProvider

@@ -8,8 +8,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use std::os::unix::net::UnixStream;
+
 use bxcore::client::{self, ClientError};
-use bxcore::{ErrorCode, Message, Outcome, SessionId, TurnEvent};
+use bxcore::deadline::Deadline;
+use bxcore::{Envelope, ErrorCode, Message, Outcome, SessionId, TurnEvent, read_frame};
 use bxharden::proc_status;
 use nix::unistd::{Gid, Uid, setegid, seteuid};
 
@@ -158,9 +161,27 @@ pub fn refuses(sock: &Socket, since: u64) -> Verdict {
         }
         Err(e) => return Verdict::Fail(e),
     }
-    match client::ping(&sock.path, ANSWER) {
-        Err(ClientError::Remote(w)) if w.code == ErrorCode::Forbidden => {}
-        Ok(_) => return Verdict::Fail(format!("root got an answer from {}", sock.server)),
+    // A refused peer is answered at once and the connection closed, before any request is
+    // read: so read first, and send nothing (a request written after the close would only
+    // meet a broken pipe).
+    let refusal = UnixStream::connect(&sock.path)
+        .map_err(|e| format!("root cannot connect: {e}"))
+        .and_then(|stream| {
+            read_frame(&mut Deadline::new(&stream, Instant::now() + ANSWER))
+                .map_err(|e| format!("no refusal came: {e}"))
+        });
+    match refusal {
+        Ok(Envelope {
+            msg: Message::Error(w),
+            ..
+        }) if w.code == ErrorCode::Forbidden => {}
+        Ok(env) => {
+            return Verdict::Fail(format!(
+                "root was answered {} by {}, not refused as `forbidden`",
+                env.msg.kind(),
+                sock.server
+            ));
+        }
         Err(e) => {
             return Verdict::Fail(format!(
                 "root was not refused as `forbidden` by {}: {e}",

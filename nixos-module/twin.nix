@@ -1,0 +1,52 @@
+# Everything the device twin (`make twin`, tests/twin/run.sh) installs into its Debian root,
+# rendered from the module's own definitions with builtins only (Debian's Nix 2.8, no
+# nixpkgs): the unit files (offline.nix's rendering of units.nix), the tmpfiles.d and
+# sysusers.d lines (units.nix's directories and users), each daemon's configuration
+# (configs.nix with the module's option defaults) and the device check's manifest (what the
+# module installs as /etc/boxmaker/device.json). Nothing here is a second copy of a unit.
+#
+#   nix-instantiate --eval --strict --json twin.nix --argstr package /nix/store/...-boxmaker
+#
+# The owner is `boxowner` (group `users`), as in the offline check; the package is the
+# twin's installed binaries; configurations live where the module puts them, /etc/boxmaker.
+{ package }:
+let
+  units = import ./units.nix;
+  defaults = import ./defaults.nix;
+  confdir = "/etc/boxmaker";
+  ownerUser = "boxowner";
+  ownerGroup = "users";
+  inherit (defaults) home;
+
+  unitTexts = import ./offline.nix {
+    bindir = "${package}/bin";
+    inherit confdir;
+  };
+
+  lines = builtins.concatStringsSep "";
+
+  tmpfiles = lines (
+    map (d: "d ${d.path} ${d.mode} ${d.user} ${d.group} -\n") (
+      units.directories { inherit home ownerUser ownerGroup; }
+    )
+  );
+
+  # Static system users, each with its own group, no shell and no home (nix.md).
+  sysusers = lines (
+    map (u: "u ${u} - \"${units.userDescription u}\" - -\n") (builtins.attrNames units.users)
+  );
+
+  configs = import ./configs.nix {
+    inherit home ownerUser;
+    inherit (defaults) inference tools;
+    defaultScript = "${package}/share/boxmaker/inferproxy-default-script.toml";
+  };
+in
+{
+  units = unitTexts;
+  inherit tmpfiles sysusers configs;
+  manifest = units.deviceManifest {
+    inherit home ownerUser ownerGroup;
+    configFile = d: "${confdir}/${d}.toml";
+  };
+}

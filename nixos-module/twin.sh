@@ -1,0 +1,344 @@
+#!/usr/bin/env bash
+# The device twin (`make twin`): the module's own units, tmpfiles.d and sysusers.d lines and
+# configurations, rendered by nixos-module/twin.nix with builtins only, installed into a Debian
+# root with the release binaries as the package, and booted under its real systemd in
+# systemd-nspawn. Then, inside it:
+#
+#   1. the device check (`bxctl check`) passes, every line `ok`, and it fails when a unit's
+#      hardening is removed (a drop-in) or a directory's mode is loosened;
+#   2. each daemon's refused configuration makes the switch fail (a start that fails, as
+#      nixos-rebuild's switch-to-configuration starts a changed unit), its fail-closed line is
+#      found with `journalctl RUNBOOK=<anchor> SYSLOG_IDENTIFIER=<daemon>`, and the good
+#      configuration brings it back;
+#   3. each daemon, killed with SIGKILL, is brought back by systemd, the audit chain verified;
+#   4. loopd, stopped, is started again by the first connection on loop.sock;
+#   5. two chat turns as the owner through `bxctl chat`;
+#   6. the device check passes again, and its output is kept in target/twin/check.txt.
+#
+# The Debian root (debootstrap minbase bookworm, Debian's own packages) is made once under
+# target/twin/base and copied for each run. It needs root, systemd-nspawn, nsenter, debootstrap
+# (the first time), nix-instantiate, jq, patchelf and python3; without one it says `skipped:`
+# (a failure under CI=true). Usage: nixos-module/twin.sh (after the release build).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(cd "$here/.." && pwd)"
+twin="$repo/target/twin"
+release="$repo/target/release"
+base="$twin/base"
+root="$twin/root"
+
+# Where the package and its C libraries live in the twin: under /nix/store, the one place the
+# units' NoExecPaths=/ + ExecPaths=/nix/store let a program (and its loader) run from.
+pkg=/nix/store/twin00000000000000000000000000000-boxmaker
+libs=/nix/store/twin00000000000000000000000000000-glibc
+owner=boxowner
+
+say() { echo "twin: $*"; }
+leader=""
+fail() {
+  echo "twin: FAILED: $*" >&2
+  # What the twin's systemd says of the box, to see why without booting it again.
+  if [[ -n "$leader" ]]; then
+    nsenter -t "$leader" -a systemctl status --no-pager --lines=15 'boxmaker-*' >&2 2>&1 || true
+  fi
+  exit 1
+}
+skip() {
+  if [[ "${CI:-}" == true ]]; then
+    fail "cannot run under CI: $*"
+  fi
+  echo "skipped: twin: $*"
+  exit 0
+}
+have() { command -v "$1" >/dev/null 2>&1; }
+
+[[ "$(id -u)" == 0 ]] || skip "needs root (systemd-nspawn boots the twin)"
+for tool in systemd-nspawn nsenter nix-instantiate jq patchelf python3; do
+  have "$tool" || skip "$tool is not installed (.ci/run installs it)"
+done
+[[ -x "$release/bxctl" ]] || fail "no release binaries in $release: run cargo build --release --workspace --bins"
+
+# --- the Debian root, made once ----------------------------------------------------------
+if [[ ! -x "$base/usr/lib/systemd/systemd" ]]; then
+  have debootstrap || skip "debootstrap is not installed (.ci/run installs it)"
+  say "making the Debian root (debootstrap, a few minutes, once)"
+  rm -rf "$base.tmp"
+  debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus bookworm "$base.tmp" \
+    >"$twin/debootstrap.log" 2>&1 || fail "debootstrap failed: see $twin/debootstrap.log"
+  mv "$base.tmp" "$base"
+fi
+
+# --- the twin's root: a fresh copy, and the box installed from the module's definitions -----
+machine="boxmaker-twin-$$"
+nspawn_pid=""
+cleanup() {
+  if [[ -n "$nspawn_pid" ]] && kill -0 "$nspawn_pid" 2>/dev/null; then
+    kill -TERM "$nspawn_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do
+      kill -0 "$nspawn_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$nspawn_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+rm -rf "$root"
+cp -a "$base" "$root"
+
+render="$twin/render.json"
+nix-instantiate --eval --strict --json "$here/twin.nix" --argstr package "$pkg" >"$render" 2>"$twin/render.err" ||
+  fail "nix-instantiate twin.nix: $(cat "$twin/render.err")"
+
+# The package: the release binaries, their loader and libraries beside them in the store (as
+# Nix links them), the runbook and the default script where nix/package.nix puts them.
+mkdir -p "$root$pkg/bin" "$root$libs/lib" "$root$pkg/share/doc/boxmaker" "$root$pkg/share/boxmaker"
+for exe in "$release"/*; do
+  [[ -f "$exe" && -x "$exe" ]] || continue
+  name="$(basename "$exe")"
+  cp "$exe" "$root$pkg/bin/$name"
+  while read -r lib; do
+    [[ -n "$lib" && -e "$lib" ]] && cp -L "$lib" "$root$libs/lib/$(basename "$lib")"
+  done < <(ldd "$exe" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p; s/^\s*\(\/[^ ]*\) .*/\1/p')
+done
+interp="$(patchelf --print-interpreter "$release/bxctl")"
+cp -L "$interp" "$root$libs/lib/$(basename "$interp")"
+for exe in "$root$pkg"/bin/*; do
+  patchelf --set-interpreter "$libs/lib/$(basename "$interp")" --set-rpath "$libs/lib" "$exe"
+done
+cp "$repo/docs/runbook.md" "$root$pkg/share/doc/boxmaker/runbook.md"
+cp "$repo/crates/inferproxy/scripts/default.toml" "$root$pkg/share/boxmaker/inferproxy-default-script.toml"
+ln -sf "$pkg/bin/bxctl" "$root/usr/local/bin/bxctl"
+
+# Units, tmpfiles.d, sysusers.d, configurations and the device check's manifest.
+mkdir -p "$root/etc/boxmaker" "$root/etc/tmpfiles.d" "$root/etc/sysusers.d"
+for name in $(jq -r '.units | keys[]' "$render"); do
+  jq -r --arg n "$name" '.units[$n]' "$render" >"$root/etc/systemd/system/$name"
+done
+jq -r .tmpfiles "$render" >"$root/etc/tmpfiles.d/boxmaker.conf"
+jq -r .sysusers "$render" >"$root/etc/sysusers.d/boxmaker.conf"
+jq .manifest "$render" >"$root/etc/boxmaker/device.json"
+cp "$repo/docs/runbook.md" "$root/etc/boxmaker/runbook.md"
+# TOML from the JSON of configs.nix, as pkgs.formats.toml writes it for the module.
+python3 - "$render" "$root/etc/boxmaker" <<'EOF'
+import json, sys
+
+def value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(value(x) for x in v) + "]"
+    raise SystemExit(f"no TOML for {v!r}")
+
+def table(path, t, out):
+    plain = {k: v for k, v in t.items() if not isinstance(v, dict)}
+    subs = {k: v for k, v in t.items() if isinstance(v, dict)}
+    if path and (plain or not subs):
+        out.append("[" + ".".join(json.dumps(p) for p in path) + "]")
+    for k, v in plain.items():
+        out.append(f"{json.dumps(k)} = {value(v)}")
+    if plain:
+        out.append("")
+    for k, v in subs.items():
+        table(path + [k], v, out)
+
+configs = json.load(open(sys.argv[1]))["configs"]
+for daemon, conf in configs.items():
+    out = []
+    table([], conf, out)
+    with open(f"{sys.argv[2]}/{daemon}.toml", "w") as f:
+        f.write("\n".join(out) + "\n")
+EOF
+
+# The system users, as the module declares them; the owner's login account, which the module
+# leaves to the device's own configuration.
+systemd-sysusers --root="$root" >/dev/null 2>&1 || fail "systemd-sysusers: $(systemd-sysusers --root="$root" 2>&1)"
+chroot "$root" useradd --create-home --gid users --shell /bin/bash "$owner"
+# Enable every unit with an [Install] section, as NixOS's wantedBy does.
+mapfile -t installable < <(cd "$root/etc/systemd/system" && grep -l '^\[Install\]' ./*.service ./*.socket | sed 's|^\./||')
+systemctl --root="$root" enable "${installable[@]}" >/dev/null 2>&1 ||
+  fail "systemctl enable in the twin's root: $(systemctl --root="$root" enable "${installable[@]}" 2>&1)"
+# The console of a container is not a terminal: no getty on it.
+systemctl --root="$root" mask console-getty.service >/dev/null 2>&1 || true
+
+# --- boot --------------------------------------------------------------------------------
+mkdir -p /run/systemd/nspawn
+say "booting the twin (systemd $("$root/usr/lib/systemd/systemd" --version | head -1 | cut -d' ' -f2))"
+systemd-nspawn --quiet --register=no --keep-unit --machine="$machine" -D "$root" --boot \
+  --system-call-filter='landlock_create_ruleset landlock_add_rule landlock_restrict_self' \
+  >"$twin/console.log" 2>&1 </dev/null &
+nspawn_pid=$!
+
+# The twin's PID 1: the process below nspawn that is PID 1 in its own namespace.
+find_leader() {
+  local p
+  for p in $(pgrep -x systemd); do
+    grep -qE '^NSpid:\s+[0-9]+\s+1$' "/proc/$p/status" 2>/dev/null || continue
+    local a="$p"
+    for _ in 1 2 3; do
+      a="$(awk '/^PPid:/ {print $2}' "/proc/$a/status" 2>/dev/null)" || break
+      if [[ "$a" == "$nspawn_pid" ]]; then
+        echo "$p"
+        return 0
+      fi
+    done
+  done
+  return 1
+}
+# wait_for WHAT SECONDS CMD...: run CMD until it succeeds, or fail saying WHAT was awaited.
+wait_for() {
+  local what="$1" secs="$2"
+  shift 2
+  local until=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= until)); then
+      fail "waited ${secs}s for $what"
+    fi
+    sleep 0.2
+  done
+}
+wait_for "the twin's PID 1" 30 find_leader
+leader="$(find_leader)"
+in_twin() { nsenter -t "$leader" -a "$@"; }
+as_owner() { in_twin runuser -u "$owner" -- "$@"; }
+
+booted() {
+  local state
+  state="$(in_twin systemctl is-system-running 2>/dev/null)" || true
+  [[ "$state" == running || "$state" == degraded ]]
+}
+wait_for "the twin to boot (systemctl is-system-running)" 60 booted
+if [[ "$(in_twin systemctl is-system-running 2>/dev/null || true)" == degraded ]]; then
+  say "booted, degraded by units outside the box: $(in_twin systemctl --failed --no-legend --plain | awk '{print $1}' | tr '\n' ' ')"
+fi
+manifest="$root/etc/boxmaker/device.json"
+mapfile -t services < <(jq -r '.services[].unit' "$manifest")
+mapfile -t daemons < <(jq -r '.services[].daemon' "$manifest")
+for u in "${services[@]}"; do
+  wait_for "$u to be active" 30 in_twin systemctl is-active "$u"
+done
+say "booted; ${#services[@]} services active"
+
+# --- 1. the device check, and that it can fail ----------------------------------------
+check() { in_twin bxctl check "$@"; }
+if ! out="$(check 2>&1)"; then
+  fail "the device check failed in the twin:"$'\n'"$out"
+fi
+grep -qE '^(FAIL|skip)' <<<"$out" && fail "the device check passed with lines not ok:"$'\n'"$out"
+say "device check: $(tail -n 1 <<<"$out")"
+
+# A unit's hardening removed (a drop-in, as an override would): systemd-analyze security
+# scores it over the target, and the check fails on it.
+unit="${services[0]}"
+dropin="$root/etc/systemd/system/$unit.d"
+mkdir -p "$dropin"
+printf '[Service]\nSystemCallFilter=\nRestrictNamespaces=false\nProtectSystem=false\nPrivateDevices=false\nCapabilityBoundingSet=~\nRestrictAddressFamilies=\nPrivateNetwork=false\nIPAddressDeny=\nProtectKernelTunables=false\nProtectKernelModules=false\n' >"$dropin/weaken.conf"
+in_twin systemctl daemon-reload
+if out="$(check 2>&1)"; then
+  fail "the device check passed with $unit's hardening removed:"$'\n'"$out"
+fi
+grep -qE "^FAIL security $unit: exposure [0-9.]+, over" <<<"$out" ||
+  fail "the device check failed without naming $unit's exposure:"$'\n'"$out"
+rm -rf "$dropin"
+in_twin systemctl daemon-reload
+say "device check: fails when $unit's hardening is removed"
+
+# A directory's mode loosened.
+dir="$(jq -r '[.directories[] | select(.mode == "0700")][0].path' "$manifest")"
+in_twin chmod 0755 "$dir"
+if out="$(check 2>&1)"; then
+  fail "the device check passed with $dir at 0755:"$'\n'"$out"
+fi
+grep -qF "FAIL directory $dir: mode 0755, not 0700" <<<"$out" ||
+  fail "the device check failed without naming $dir's mode:"$'\n'"$out"
+in_twin chmod 0700 "$dir"
+say "device check: fails when $dir is loosened to 0755"
+
+# --- 2. a refused configuration fails the switch, and says so in the journal --------------
+# As switch-to-configuration does for a changed unit: a unit with Sockets= and without
+# X-NotSocketActivated=true is stopped and only its sockets restarted; any other is restarted,
+# and a start that fails fails the switch.
+switch_unit() {
+  local unit="$1" text
+  text="$(in_twin systemctl cat "$unit")"
+  in_twin systemctl daemon-reload
+  if grep -q '^Sockets=' <<<"$text" && ! grep -q '^X-NotSocketActivated=true' <<<"$text"; then
+    in_twin systemctl stop "$unit"
+    # shellcheck disable=SC2046 # one word per socket unit
+    in_twin systemctl restart $(sed -n 's/^Sockets=//p' <<<"$text")
+  else
+    in_twin systemctl restart "$unit"
+  fi
+}
+anchor_of() {
+  case "$1" in
+    brokerd) echo broker-config-invalid ;;
+    inferproxy) echo inferproxy-config-invalid ;;
+    loopd) echo loopd-config-refused ;;
+    *) fail "no configuration anchor known for $1" ;;
+  esac
+}
+for i in "${!daemons[@]}"; do
+  d="${daemons[$i]}"
+  u="${services[$i]}"
+  conf="$(jq -r --arg d "$d" '.services[] | select(.daemon == $d) | .config' "$manifest")"
+  cp "$root$conf" "$twin/$d.toml.good"
+  since="$(in_twin date +%s)"
+  printf '\n[no_such_table]\nkey = 1\n' >>"$root$conf"
+  if switch_unit "$u" >/dev/null 2>&1; then
+    fail "a switch to a configuration $d refuses succeeded; $u is $(in_twin systemctl is-active "$u" || true)"
+  fi
+  anchor="$(anchor_of "$d")"
+  journal() { in_twin journalctl --no-pager -o cat --since="@$since" "RUNBOOK=$anchor" "SYSLOG_IDENTIFIER=$d" | grep -q .; }
+  wait_for "journalctl RUNBOOK=$anchor SYSLOG_IDENTIFIER=$d" 15 journal
+  cp "$twin/$d.toml.good" "$root$conf"
+  in_twin systemctl reset-failed "$u" || true
+  switch_unit "$u" || fail "the switch back to $d's good configuration failed"
+  wait_for "$u to be active again" 30 in_twin systemctl is-active "$u"
+  say "$d: a refused configuration fails the switch; journalctl RUNBOOK=$anchor finds it; the good one brings it back"
+done
+
+# --- 3. SIGKILL: systemd brings each daemon back, the chain verified -------------------------
+for u in "${services[@]}"; do
+  pid="$(in_twin systemctl show -p MainPID --value "$u")"
+  [[ "$pid" != 0 ]] || fail "$u has no main process"
+  in_twin systemctl kill --signal=SIGKILL "$u"
+  back() {
+    local now
+    now="$(in_twin systemctl show -p MainPID --value "$u")"
+    [[ "$now" != 0 && "$now" != "$pid" ]] && in_twin systemctl is-active "$u"
+  }
+  wait_for "$u to come back after SIGKILL" 30 back
+  as_owner bxctl audit verify >/dev/null || fail "after $u was killed the audit chain does not verify: $(as_owner bxctl audit verify 2>&1)"
+  say "$u: killed with SIGKILL, back as pid $(in_twin systemctl show -p MainPID --value "$u"), the chain verified"
+done
+
+# --- 4. socket activation: loopd starts on its first connection -----------------------------
+loop_unit="$(jq -r '.services[] | select(.daemon == "loopd") | .unit' "$manifest")"
+loop_sock="$(jq -r '.sockets[] | select(.name == "loop") | .path' "$manifest")"
+in_twin systemctl stop "$loop_unit"
+[[ "$(in_twin systemctl is-active "$loop_unit" || true)" != active ]] || fail "$loop_unit still active after stop"
+in_twin test -S "$loop_sock" || fail "$loop_sock is gone with $loop_unit stopped"
+out="$(as_owner bxctl chat --new --session twin-activation "hello" 2>&1)" ||
+  fail "the first connection on loop.sock did not start $loop_unit: $out"
+in_twin systemctl is-active "$loop_unit" >/dev/null || fail "$loop_unit is not active after a connection on loop.sock"
+say "loopd: stopped, then started by its first connection on loop.sock"
+
+# --- 5. two chat turns as the owner ---------------------------------------------------------
+t1="$(as_owner bxctl chat --new --session twin-chat "hello" 2>&1)" || fail "chat turn 1: $t1"
+grep -q "Hello!" <<<"$t1" || fail "chat turn 1 did not answer hello: $t1"
+t2="$(as_owner bxctl chat --session twin-chat "What time is it?" 2>&1)" || fail "chat turn 2: $t2"
+grep -q "time_now" <<<"$t2" || fail "chat turn 2 made no time_now call: $t2"
+say "two chat turns as $owner through bxctl chat"
+
+# --- 6. the device check once more, kept for docs/install.md -------------------------------
+out="$(check 2>&1)" || fail "the device check failed at the end:"$'\n'"$out"
+printf '%s\n' "$out" >"$twin/check.txt"
+check --json >"$twin/check.json" || fail "bxctl check --json failed"
+say "device check again: $(tail -n 1 <<<"$out") (kept in target/twin/check.txt)"
+say "ok"
