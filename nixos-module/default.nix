@@ -73,7 +73,7 @@ let
       inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
     };
     ipAddresses = {
-      inferproxy = units.ipAddressesOfProvider cfg.inference.baseUrl;
+      inferproxy = units.ipAddressesOfProvider provider.base_url;
     };
     extraReadWritePaths = {
       brokerd = map (r: r.path) (lib.filter (r: r.writable or false) roots);

@@ -63,6 +63,7 @@ done
 if [[ ! -x "$base/usr/lib/systemd/systemd" ]]; then
   have debootstrap || skip "debootstrap is not installed (.ci/run installs it)"
   say "making the Debian root (debootstrap, a few minutes, once)"
+  mkdir -p "$twin"
   rm -rf "$base.tmp"
   debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus bookworm "$base.tmp" \
     >"$twin/debootstrap.log" 2>&1 || fail "debootstrap failed: see $twin/debootstrap.log"

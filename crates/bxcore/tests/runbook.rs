@@ -262,7 +262,7 @@ const POINTERS_BY_HAND: &[(&str, usize)] = &[
     ("crates/bxharden/src/sandbox.rs", 1),
     ("crates/bxharden/src/socket.rs", 2),
     ("crates/inferproxy/src/error.rs", 2),
-    ("crates/inferproxy/src/key.rs", 3),
+    ("crates/inferproxy/src/key.rs", 2),
     ("crates/inferproxy/src/provider.rs", 1),
     ("crates/inferproxy/src/script.rs", 1),
     ("crates/loopd/src/baseline.rs", 2),

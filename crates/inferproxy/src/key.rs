@@ -241,7 +241,7 @@ mod tests {
             let s = e.to_string();
             assert!(s.contains(&format!("has mode {mode:04o}")), "{s}");
             assert!(
-                s.ends_with("see docs/runbook.md#inferproxy-key-open"),
+                s.ends_with(&bxcore::runbook::pointer("inferproxy-key-open")),
                 "{s}"
             );
             assert!(!s.contains("sk-open"), "{s}");

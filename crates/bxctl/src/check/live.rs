@@ -264,7 +264,11 @@ pub fn scripted_turn(m: &Manifest, sock: &Socket) -> Verdict {
         Ok(ids) => ids,
         Err(e) => return Verdict::Fail(e),
     };
-    let session = match SessionId::new(format!("device-check-{}", now_secs())) {
+    // Two checks in one second (the twin runs one, then one with --json) must not meet.
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let session = match SessionId::new(format!("device-check-{millis}-{}", std::process::id())) {
         Ok(s) => s,
         Err(e) => return Verdict::Fail(e.to_string()),
     };
