@@ -11,10 +11,14 @@
 use std::cell::RefCell;
 use std::io::Read;
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use nix::errno::Errno;
+use nix::sys::socket::{MsgFlags, recv};
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -22,6 +26,9 @@ struct Inner {
     next: AtomicU64,
     /// The connections of the calls in flight, each a clone of the caller's.
     streams: Mutex<Vec<(u64, UnixStream)>>,
+    /// The channel being watched, while the turn runs: a safe point looks at it itself, so a
+    /// channel that went away stops the turn there even before the watcher thread has run.
+    channel: Mutex<Option<UnixStream>>,
 }
 
 /// One turn's cancel token.
@@ -52,6 +59,30 @@ impl Cancel {
         self.inner.cancelled.load(Ordering::SeqCst)
     }
 
+    /// At a safe point: cancelled already, or the watched channel has ended (or sent a byte,
+    /// which the protocol does not allow) without the watcher having seen it yet. Looks without
+    /// taking anything from the channel (`MSG_PEEK`) and without waiting (`MSG_DONTWAIT`).
+    fn is_cancelled_now(&self) -> bool {
+        if self.is_cancelled() {
+            return true;
+        }
+        let ended = {
+            let channel = self.inner.channel.lock().unwrap_or_else(|p| p.into_inner());
+            channel.as_ref().is_some_and(|c| {
+                let mut byte = [0u8; 1];
+                let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+                !matches!(
+                    recv(c.as_raw_fd(), &mut byte, flags),
+                    Err(Errno::EAGAIN | Errno::EINTR)
+                )
+            })
+        };
+        if ended {
+            self.cancel();
+        }
+        ended
+    }
+
     /// Make this the token of the calling thread's turn until the returned value is dropped.
     pub fn enter(&self) -> Entered {
         CURRENT.with(|c| *c.borrow_mut() = Some(self.clone()));
@@ -63,6 +94,7 @@ impl Cancel {
     /// started: the turn then runs to its end.
     pub fn watch(&self, channel: &UnixStream) -> Option<Watch> {
         let mut clone = channel.try_clone().ok()?;
+        let looked_at = channel.try_clone().ok()?;
         let token = self.clone();
         let done = Arc::new(AtomicBool::new(false));
         let seen = Arc::clone(&done);
@@ -81,7 +113,9 @@ impl Cancel {
                 }
             })
             .ok()?;
+        *self.inner.channel.lock().unwrap_or_else(|p| p.into_inner()) = Some(looked_at);
         Some(Watch {
+            token: self.clone(),
             channel: channel.try_clone().ok(),
             done,
             thread: Some(thread),
@@ -118,6 +152,7 @@ impl Drop for Entered {
 /// The watcher of one channel; dropping it stops the watcher (the turn is over) and waits for it.
 #[derive(Debug)]
 pub struct Watch {
+    token: Cancel,
     channel: Option<UnixStream>,
     done: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -126,6 +161,14 @@ pub struct Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         self.done.store(true, Ordering::SeqCst);
+        // The turn is over: no safe point looks at the channel any more (it is about to be shut
+        // down for reading, which would read as its end).
+        *self
+            .token
+            .inner
+            .channel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
         // Shutting down our reading half wakes the watcher's read with an end of input.
         if let Some(c) = &self.channel {
             let _ = c.shutdown(Shutdown::Read);
@@ -160,7 +203,7 @@ pub fn guard(stream: &UnixStream) -> Guard {
 
 /// Whether the thread's turn was cancelled.
 pub fn cancelled() -> bool {
-    CURRENT.with(|c| c.borrow().as_ref().is_some_and(Cancel::is_cancelled))
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(Cancel::is_cancelled_now))
 }
 
 #[cfg(test)]
