@@ -13,9 +13,8 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -240,20 +239,7 @@ impl Fingerprints {
         for fp in &inner.order {
             body.extend_from_slice(&fp.to_le_bytes());
         }
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| fail("create", e))?;
-        f.write_all(&body).map_err(|e| fail("write", e))?;
-        f.sync_all().map_err(|e| fail("fsync", e))?;
-        drop(f);
-        fs::rename(&tmp, &self.path).map_err(|e| fail("rename", e))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| fail("fsync the directory", e))
+        crate::state::replace(dir, &tmp, &self.path, &body).map_err(|(what, e)| fail(what, e))
     }
 }
 

@@ -84,19 +84,31 @@ impl StateStore {
         };
         let tmp = self.dir.join(format!(".{}.json.tmp", session.as_str()));
         let body = serde_json::to_vec(state).map_err(|e| fail("encode", io::Error::other(e)))?;
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(|e| fail("create", e))?;
-        f.write_all(&body).map_err(|e| fail("write", e))?;
-        f.sync_all().map_err(|e| fail("fsync", e))?;
-        drop(f);
-        fs::rename(&tmp, &path).map_err(|e| fail("rename", e))?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| fail("fsync the directory", e))
+        replace(&self.dir, &tmp, &path, &body).map_err(|(what, e)| fail(what, e))
     }
+}
+
+/// Replace `path` (in `dir`) with `body` atomically, through `tmp` in the same directory:
+/// write (0600), fsync, rename, fsync the directory. A reader sees the old file or the new one,
+/// whole. The error names the step that failed.
+pub(crate) fn replace(
+    dir: &Path,
+    tmp: &Path,
+    path: &Path,
+    body: &[u8],
+) -> Result<(), (&'static str, io::Error)> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(tmp)
+        .map_err(|e| ("create", e))?;
+    f.write_all(body).map_err(|e| ("write", e))?;
+    f.sync_all().map_err(|e| ("fsync", e))?;
+    drop(f);
+    fs::rename(tmp, path).map_err(|e| ("rename", e))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| ("fsync the directory", e))
 }
