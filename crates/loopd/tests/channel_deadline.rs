@@ -74,7 +74,7 @@ fn a_peer_that_trickles_its_frame_gets_bad_frame_at_the_deadline() {
             break;
         }
     }
-    let frames = answer.join().unwrap();
+    let frames = bxtest::join(answer, "the reader of the trickling channel's answer");
     assert_eq!(error_code(&frames), ErrorCode::BadFrame);
     assert_eq!(frames[0].id, 0);
     assert!(!home.path().join("loop/sessions/s.jsonl").exists());
