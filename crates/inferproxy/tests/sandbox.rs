@@ -5,7 +5,6 @@
 
 mod common;
 
-
 use bxcore::Message;
 use common::*;
 use serde_json::json;
