@@ -5,10 +5,8 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Duration;
 
 use bxcore::runbook::Anchored;
@@ -47,7 +45,9 @@ type Handler = dyn Fn(&Request) -> Reply + Send + Sync;
 struct Double {
     port: u16,
     seen: Arc<Mutex<Vec<Request>>>,
-    stop: Arc<AtomicBool>,
+    /// Accepts until the double is dropped (each connection's reads bounded by bxtest's
+    /// deadline).
+    _server: bxtest::Server,
     /// Dropped with the double: every hanging connection lets go.
     _release: mpsc::Sender<()>,
 }
@@ -57,25 +57,17 @@ impl Double {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
         let (release, released) = mpsc::channel::<()>();
         let released = Arc::new(Mutex::new(released));
         let handler: Arc<Handler> = Arc::new(handler);
-        let (s, st) = (seen.clone(), stop.clone());
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                if st.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(conn) = conn else { continue };
-                let (h, s, r) = (handler.clone(), s.clone(), released.clone());
-                thread::spawn(move || serve(conn, &*h, &s, &r));
-            }
+        let s = seen.clone();
+        let server = bxtest::Server::each(listener, move |conn: TcpStream| {
+            serve(conn, &*handler, &s, &released)
         });
         Double {
             port,
             seen,
-            stop,
+            _server: server,
             _release: release,
         }
     }
@@ -90,24 +82,16 @@ impl Double {
     }
 }
 
-impl Drop for Double {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept loop so it sees the flag and ends.
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
+/// One request on `conn` (its reads bounded: bxtest::Server set them to its deadline).
 fn serve(
     conn: TcpStream,
     handler: &Handler,
     seen: &Mutex<Vec<Request>>,
     released: &Mutex<mpsc::Receiver<()>>,
 ) {
-    conn.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
     let mut reader = BufReader::new(conn.try_clone().unwrap());
     let mut line = String::new();
+    // bounded: bxtest::Server gave the connection a read timeout.
     if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return;
     }
@@ -118,6 +102,7 @@ fn serve(
     let mut length = 0usize;
     loop {
         let mut h = String::new();
+        // bounded: bxtest::Server gave the connection a read timeout.
         if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
             break;
         }
