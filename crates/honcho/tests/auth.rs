@@ -30,12 +30,18 @@ fn id(s: &str) -> Id {
 /// A key scoped to `workspace`, minted with the admin token (`POST /v3/keys`).
 fn workspace_key(base: &BaseUrl, admin: &str, workspace: &Id) -> String {
     let url = format!("{base}/v3/keys?workspace_id={workspace}");
-    let mut resp = ureq::post(&url)
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(bxtest::DEADLINE))
+        .build()
+        .into();
+    let mut resp = agent
+        .post(&url)
         .header("authorization", &format!("Bearer {admin}"))
         .send_empty()
         .unwrap();
-    let v: serde_json::Value =
-        serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+    // bounded: the agent's global timeout covers the whole answer.
+    let text = resp.body_mut().read_to_string().unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     v["key"].as_str().unwrap().to_string()
 }
 
