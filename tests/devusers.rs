@@ -251,6 +251,7 @@ fn two_ups_at_once_on_a_machine_without_their_users_both_come_up_each_with_its_o
         let (ra, rb) = std::thread::scope(|s| {
             let ta = s.spawn(|| a.try_up(&[]));
             let tb = s.spawn(|| b.try_up(&[]));
+            // bounded: each `dev up` runs within bxtest's deadline (try_up)
             (ta.join().unwrap(), tb.join().unwrap())
         });
         assert!(ra.status.success(), "the first: {}", said(&ra));
