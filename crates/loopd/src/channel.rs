@@ -223,12 +223,13 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         Ok(done) => Message::TurnDone(done),
         Err(e) => {
             // An outage or a damaged file is logged too, so the journal finds it by its anchor.
-            if let Some(anchor) = e.log_anchor() {
-                bxharden::log::line(&anchor, &format!("loopd: session {}: {e}", turn.session));
+            let line = e.line();
+            if let (true, Some(anchor)) = (e.logged(), e.anchor()) {
+                bxharden::log::line(anchor, &format!("loopd: session {}: {line}", turn.session));
             }
             Message::Error(bxcore::WireError {
                 code: e.code(),
-                detail: e.to_string(),
+                detail: line,
             })
         }
     };
