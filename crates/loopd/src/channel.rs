@@ -22,7 +22,7 @@ use crate::baseline::Baseline;
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::{OUTBOX_UNWRITABLE_ANCHOR, Outbox};
-use crate::session::{Session, TORN_TAIL_ANCHOR};
+use crate::session::{self, Session, SessionError, TORN_TAIL_ANCHOR};
 use crate::tools::{Registry, ToolPort};
 use crate::turn::{Runtime, TurnError, run_turn};
 
@@ -202,7 +202,14 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         id: env.id,
         gone: false,
     };
-    // 3.
+    // 3. A resume of a session that does not exist runs no turn: it is answered before the
+    // session is marked busy, or a create of that session racing with it would be refused as
+    // busy while nothing runs, and both could fail.
+    if turn.resume && session::absent(&ctx.cfg.sessions_dir(), &turn.session) {
+        let e = TurnError::Session(SessionError::NotFound(turn.session.clone()));
+        reply.send(true, error_message(&e));
+        return;
+    }
     let Some(busy) = Busy::mark(&ctx.busy, &turn.session) else {
         reply.send(
             true,
@@ -223,18 +230,23 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         Ok(done) => Message::TurnDone(done),
         Err(e) => {
             // An outage or a damaged file is logged too, so the journal finds it by its anchor.
-            let line = e.line();
             if let (true, Some(anchor)) = (e.logged(), e.anchor()) {
-                bxharden::log::line(anchor, &format!("loopd: session {}: {line}", turn.session));
+                let line = format!("loopd: session {}: {}", turn.session, e.line());
+                bxharden::log::line(anchor, &line);
             }
-            Message::Error(bxcore::WireError {
-                code: e.code(),
-                detail: line,
-            })
+            error_message(&e)
         }
     };
     // 7. A failed write means the channel went away: `Reply` stops sending.
     reply.send(true, last);
+}
+
+/// The final `error` frame's message for a turn that failed.
+fn error_message(e: &TurnError) -> Message {
+    Message::Error(bxcore::WireError {
+        code: e.code(),
+        detail: e.line(),
+    })
 }
 
 /// Open or create the session, run the turn, hand it to memory.
