@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bxcore::layout;
-use bxcore::runbook::{Anchored, pointer};
+use bxcore::runbook::Anchored;
 use bxcore::{
     ChatMessage, Envelope, ErrorCode, Memories, Memory, MemoryForgotten, MemoryRecall,
     MemoryReport, Message, TurnFiled, TurnRecord,
@@ -40,7 +40,7 @@ pub const RECALL_STATE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The stores the configuration names, opened while the whole filesystem is there.
 pub fn open_stores(cfg: &Config) -> Result<Stores, StartError> {
-    let local = LocalStore::open(&cfg.local_dir()).map_err(|e| StartError::own(e.anchor(), e))?;
+    let local = LocalStore::open(&cfg.local_dir()).map_err(|e| StartError::anchored(&e))?;
     Ok(Stores::local(Box::new(local)))
 }
 
@@ -84,7 +84,7 @@ pub fn check(config: &Path) -> ExitCode {
                 anchor: CONFIG_ANCHOR,
                 error,
             };
-            eprintln!("memoryd: {e}; {}", pointer(e.anchor()));
+            eprintln!("memoryd: {}", e.pointed());
             ExitCode::from(1)
         }
     }
@@ -188,7 +188,7 @@ fn fail(stream: &mut UnixStream, id: u64, e: &dyn Anchored) {
         stream,
         id,
         e.code(),
-        format!("{e}; {}", pointer(e.anchor())),
+        bxcore::runbook::Pointed(e).to_string(),
     );
 }
 

@@ -74,7 +74,7 @@ pub enum StoreError {
 }
 
 impl bxcore::runbook::Anchored for StoreError {
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         STORE_ANCHOR
     }
     fn code(&self) -> bxcore::ErrorCode {
