@@ -17,12 +17,18 @@
 #                 slots.<name> = { model, maxTokens, contextTokens, temperature }
 #   defaultScript the shipped default script, used when provider = "script" and script = null
 #   tools         brokerd's [tools.<name>] tightenings ({} for none)
+#   honcho        { url, workspace } of services.boxmaker.memory.honcho (url null: memoryd's
+#                 embedded store, no [honcho]); its key is the credential `honcho_key`
 {
   home,
   ownerUser,
   inference,
   defaultScript,
   tools ? { },
+  honcho ? {
+    url = null;
+    workspace = null;
+  },
 }:
 let
   layout = import ./layout-configs.nix { inherit home ownerUser; };
@@ -42,6 +48,15 @@ in
   );
 
   brokerd = layout.brokerd // (if tools == { } then { } else { inherit tools; });
+
+  memoryd =
+    layout.memoryd
+    // (
+      if honcho.url or null == null then
+        { }
+      else
+        { honcho = { inherit (honcho) url; } // optional "workspace" (honcho.workspace or null); }
+    );
 
   inferproxy = layout.inferproxy // {
     provider = {

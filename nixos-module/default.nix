@@ -71,9 +71,21 @@ let
     exe = daemon: lib.getExe' cfg.package daemon;
     credentials = {
       inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
+      memoryd = lib.optional (honcho.apiKeyFile != null) "honcho_key:${honcho.apiKeyFile}";
     };
     ipAddresses = {
       inferproxy = units.ipAddressesOfProvider provider.base_url;
+      # memoryd has no network (layout.json) unless Honcho is configured; then IP to it only,
+      # as inferproxy to its provider.
+      memoryd =
+        if honcho.url == null then
+          { }
+        else
+          {
+            RestrictAddressFamilies = "AF_UNIX AF_INET AF_INET6";
+            PrivateNetwork = false;
+          }
+          // units.ipAddressesOfProvider honcho.url;
     };
     extraReadWritePaths = {
       brokerd = map (r: r.path) (lib.filter (r: r.writable or false) roots);
@@ -220,6 +232,18 @@ let
 
   absolute = p: lib.hasPrefix "/" p;
   inherit (cfg.settings.inferproxy) provider;
+  honcho = cfg.memory.honcho;
+  # settings.memoryd's [honcho], from memory.honcho.
+  honchoTable =
+    if honcho.url == null then
+      { }
+    else
+      {
+        honcho = {
+          inherit (honcho) url;
+        }
+        // (if honcho.workspace == null then { } else { inherit (honcho) workspace; });
+      };
 in
 {
   imports = [
@@ -275,10 +299,42 @@ in
       '';
     };
 
+    # memoryd's remote store (docs/memory.md), the options issue #18 names. They fill
+    # settings.memoryd.honcho (a value there wins); the key is a secret, so no configuration
+    # key: systemd hands the file to memoryd alone as the credential `honcho_key`.
+    memory.honcho = {
+      url = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "http://127.0.0.1:8765";
+        description = ''
+          The Honcho server's base (`http://host:port`; memoryd adds `/v3`): main memory and
+          quarantine are filed there, a secret session's turns stay in the embedded store.
+          Unset: the embedded store alone, and memoryd has no network at all.
+        '';
+      };
+      workspace = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "boxmaker";
+        description = "The Honcho workspace of the owner's main memory; null: memoryd's default.";
+      };
+      apiKeyFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/run/keys/honcho-key";
+        description = ''
+          A file holding Honcho's bearer token, outside the Nix store. systemd hands it to
+          memoryd alone as the credential `honcho_key`; no other unit can read it.
+        '';
+      };
+    };
+
     settings = {
       loopd = settingsOption "loopd" loopdOptions;
       brokerd = settingsOption "brokerd" brokerdOptions;
       inferproxy = settingsOption "inferproxy" inferproxyOptions;
+      memoryd = settingsOption "memoryd" { };
     };
   };
 
@@ -337,6 +393,16 @@ in
           message = "services.boxmaker.settings.inferproxy.provider.script applies only to the script provider (inferproxy refuses it for ${provider.kind}).";
         }
         {
+          assertion = honcho.url != null || (honcho.workspace == null && honcho.apiKeyFile == null);
+          message = "services.boxmaker.memory.honcho.workspace and apiKeyFile need services.boxmaker.memory.honcho.url.";
+        }
+        {
+          assertion =
+            honcho.apiKeyFile == null
+            || (absolute honcho.apiKeyFile && !(lib.hasPrefix builtins.storeDir honcho.apiKeyFile));
+          message = "services.boxmaker.memory.honcho.apiKeyFile must be an absolute path outside the Nix store (the store is world-readable).";
+        }
+        {
           assertion = cfg.settings.inferproxy.slots ? main;
           message = "services.boxmaker.settings.inferproxy.slots needs a `main` slot: new sessions use it.";
         }
@@ -344,6 +410,7 @@ in
 
     # What follows from the layout is a default: a value in settings.<daemon> wins.
     services.boxmaker.settings = lib.mapAttrs (_: lib.mapAttrsRecursive (_: mkDefault)) fixed // {
+      memoryd = lib.mapAttrsRecursive (_: mkDefault) (fixed.memoryd // honchoTable);
       inferproxy = lib.mapAttrsRecursive (_: mkDefault) fixed.inferproxy // {
         # The script provider without a script of its own runs the one the package ships.
         provider.script = mkIf (provider.kind == "script") (mkDefault defaultScript);

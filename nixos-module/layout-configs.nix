@@ -5,7 +5,8 @@
 # typed options produce, for the test that runs each daemon's `check` (tests/nix_configs.rs).
 #
 #   - `[sockets]` per daemon: loopd `channel`; brokerd `broker`, `admin`, `state`;
-#     inferproxy `infer` (the socket paths of layout.json);
+#     inferproxy `infer`; memoryd `memory`, `memories` and the `state` it asks (the socket
+#     paths of layout.json); loopd's `[memory] socket`;
 #   - `[peers]` keyed by socket FILE name ("loop.sock"), each the socket's one client.
 {
   home,
@@ -61,7 +62,14 @@ in
   loopd = common "loopd" // {
     broker.socket = units.socketPath "broker";
     inference.socket = units.socketPath "infer";
+    memory.socket = units.socketPath "memory";
   };
+  # memoryd asks brokerd's state.sock, which lives under the run directory whatever the home.
+  memoryd =
+    let
+      c = common "memoryd";
+    in
+    c // { sockets = c.sockets // { state = units.socketPath "state"; }; };
   brokerd = common "brokerd";
   inferproxy = common "inferproxy";
 }

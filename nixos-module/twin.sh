@@ -281,6 +281,7 @@ anchor_of() {
     brokerd) echo broker-config-invalid ;;
     inferproxy) echo inferproxy-config-invalid ;;
     loopd) echo loopd-config-refused ;;
+    memoryd) echo memoryd-config-invalid ;;
     *) fail "no configuration anchor known for $1" ;;
   esac
 }

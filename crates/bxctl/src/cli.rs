@@ -15,8 +15,9 @@ use crate::context::Context;
 use crate::demo;
 #[cfg(feature = "devbox")]
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
+use crate::memory::MemoryContext;
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, check, logs, selftest, status};
+use crate::{Outcome, approvals, audit, check, logs, memory, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -86,6 +87,11 @@ pub enum Command {
     Audit {
         #[command(subcommand)]
         command: AuditCommand,
+    },
+    /// What memoryd filed: main memory, quarantine, the local store; search it, forget a session.
+    Memory {
+        #[command(subcommand)]
+        command: MemoryCommand,
     },
     /// Which sockets answer, each daemon's sandbox, the model, the audit chain, pending
     /// approvals; exit 1 unless every socket answers, every daemon is confined and the chain
@@ -180,6 +186,73 @@ pub enum AuditCommand {
     },
 }
 
+/// How to reach memoryd's owner socket.
+#[derive(Debug, Clone, Args)]
+pub struct MemorySocket {
+    /// memoryd's owner socket [default: <run>/owner-memory/memories.sock].
+    #[arg(long, value_name = "PATH")]
+    pub memories: Option<PathBuf>,
+    /// How long to wait for an answer from memoryd, in seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+/// A route, as the command line names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RouteArg {
+    Main,
+    Quarantine,
+    Local,
+}
+
+impl From<RouteArg> for bxcore::MemoryRoute {
+    fn from(r: RouteArg) -> Self {
+        match r {
+            RouteArg::Main => bxcore::MemoryRoute::Main,
+            RouteArg::Quarantine => bxcore::MemoryRoute::Quarantine,
+            RouteArg::Local => bxcore::MemoryRoute::Local,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// The latest filed turns, newest first.
+    Recent {
+        /// Only this route [default: every route].
+        #[arg(long, value_enum)]
+        route: Option<RouteArg>,
+        /// How many turns (1 to 1000).
+        #[arg(short = 'n', default_value_t = 20)]
+        n: u32,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        socket: MemorySocket,
+    },
+    /// The filed turns that best match QUERY, over every route.
+    Search {
+        query: String,
+        /// How many turns (1 to 1000).
+        #[arg(short = 'n', default_value_t = 20)]
+        n: u32,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        socket: MemorySocket,
+    },
+    /// Delete every filed turn of one session (with a remote store: hidden now, deleted later).
+    Forget {
+        /// The session.
+        #[arg(long, value_name = "ID")]
+        session: String,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        socket: MemorySocket,
+    },
+}
+
 #[derive(Debug, Args)]
 pub struct ChatArgs {
     /// The session [default: `main`, resumed when it exists].
@@ -245,6 +318,21 @@ impl Cli {
             admin,
             json: json.json,
             timeout: Duration::from_secs(broker.map_or(10, |b| b.timeout).max(1)),
+        }
+    }
+}
+
+impl Cli {
+    /// The context of a memory subcommand.
+    pub fn memory_context(&self, json: Json, socket: &MemorySocket) -> MemoryContext {
+        let target = Target::resolve(self.home.as_deref());
+        MemoryContext {
+            socket: socket
+                .memories
+                .clone()
+                .unwrap_or_else(|| target.socket(&bxcore::layout::MEMORIES)),
+            json: json.json,
+            timeout: Duration::from_secs(socket.timeout.max(1)),
         }
     }
 }
@@ -342,6 +430,43 @@ pub fn run(cli: Cli) -> ExitCode {
             chain.as_deref(),
             *follow,
         )),
+        Command::Memory {
+            command:
+                MemoryCommand::Recent {
+                    route,
+                    n,
+                    json,
+                    socket,
+                },
+        } => exit(memory::recent(
+            &cli.memory_context(*json, socket),
+            route.map(Into::into),
+            *n,
+        )),
+        Command::Memory {
+            command:
+                MemoryCommand::Search {
+                    query,
+                    n,
+                    json,
+                    socket,
+                },
+        } => exit(memory::search(
+            &cli.memory_context(*json, socket),
+            query,
+            *n,
+        )),
+        Command::Memory {
+            command:
+                MemoryCommand::Forget {
+                    session,
+                    json,
+                    socket,
+                },
+        } => match bxcore::SessionId::new(session.clone()) {
+            Ok(id) => exit(memory::forget(&cli.memory_context(*json, socket), &id)),
+            Err(e) => usage(&format!("--session: {e}")),
+        },
         Command::Completions { shell } => {
             clap_complete::generate(*shell, &mut Cli::command(), "bxctl", &mut out);
             ExitCode::SUCCESS

@@ -13,6 +13,7 @@ pub mod context;
 pub mod demo;
 pub mod dev;
 pub mod logs;
+pub mod memory;
 pub mod model;
 pub mod output;
 pub mod peer;

@@ -79,6 +79,18 @@ pub struct Status {
     pub audit: Option<AuditLine>,
     /// The pending approvals' count; `None` when admin.sock did not answer.
     pub pending: Option<usize>,
+    /// memoryd's store and outbox; `None` when memoryd is not part of the box or did not answer.
+    pub memory: Option<MemoryLine>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryLine {
+    /// What memoryd files into.
+    pub store: String,
+    /// Turns durable in its outbox, not yet filed.
+    pub outbox: u64,
+    /// Why the oldest of them waits, when it waits.
+    pub waiting: Option<String>,
 }
 
 fn ping(path: &std::path::Path) -> SocketState {
@@ -219,6 +231,7 @@ pub fn gather(target: &Target) -> Status {
             daemons: gather_daemons(target),
             audit: None,
             pending: None,
+            memory: None,
         };
     }
     let mut problems = Vec::new();
@@ -282,6 +295,19 @@ pub fn gather(target: &Target) -> Status {
         Ok(Message::Approvals(a)) => Some(a.pending.len()),
         Ok(_) | Err(ClientError::Remote(_)) | Err(_) => None,
     };
+    let memory = if expected(target, "memoryd") {
+        let memories = target.socket(&layout::MEMORIES);
+        match client::call(&memories, PING, 3, Message::MemoryStatus {}, |_| {}) {
+            Ok(Message::MemoryReport(r)) => Some(MemoryLine {
+                store: r.store,
+                outbox: r.outbox,
+                waiting: r.waiting,
+            }),
+            _ => None,
+        }
+    } else {
+        None
+    };
     Status {
         home: target.home().display().to_string(),
         home_exists: true,
@@ -292,6 +318,7 @@ pub fn gather(target: &Target) -> Status {
         daemons,
         audit,
         pending,
+        memory,
     }
 }
 
@@ -372,6 +399,16 @@ pub fn render(s: &Status) -> String {
         Some(n) => out.push_str(&format!("pending approvals: {n}\n")),
         None => out.push_str("pending approvals: unknown (admin.sock did not answer)\n"),
     }
+    if let Some(m) = &s.memory {
+        out.push_str(&format!(
+            "memory: {}; outbox: {} turn(s) waiting\n",
+            Shown(&m.store, Mode::Line),
+            m.outbox
+        ));
+        if let Some(why) = &m.waiting {
+            out.push_str(&format!("memory waits: {}\n", Shown(why, Mode::Line)));
+        }
+    }
     out.push('\n');
     if s.healthy {
         out.push_str("status: healthy\n");
@@ -446,6 +483,7 @@ mod tests {
             daemons: Vec::new(),
             audit: None,
             pending: None,
+            memory: None,
         };
         let v = verdict(&s).unwrap();
         assert!(

@@ -22,6 +22,7 @@ use crate::baseline::Baseline;
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::{OUTBOX_UNWRITABLE_ANCHOR, Outbox};
+use crate::recall::Recall;
 use crate::session::{self, Session, SessionError, TORN_TAIL_ANCHOR};
 use crate::tools::{Registry, ToolPort};
 use crate::turn::{Runtime, TurnError, run_turn};
@@ -37,6 +38,7 @@ pub struct Context {
     pub registry: Registry,
     busy: Mutex<HashSet<SessionId>>,
     outbox: Option<Arc<Outbox>>,
+    recall: Option<Recall>,
     peers: Option<PeerPolicy>,
 }
 
@@ -64,6 +66,7 @@ impl Context {
             registry,
             busy: Mutex::new(HashSet::new()),
             outbox: None,
+            recall: None,
             peers: None,
         }
     }
@@ -71,6 +74,12 @@ impl Context {
     /// Hand every finished turn to this outbox (the memory hand-off).
     pub fn with_outbox(mut self, outbox: Arc<Outbox>) -> Context {
         self.outbox = Some(outbox);
+        self
+    }
+
+    /// Ask memory for recall at the start of every turn.
+    pub fn with_recall(mut self, recall: Recall) -> Context {
+        self.recall = Some(recall);
         self
     }
 
@@ -271,6 +280,7 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
         client: &ctx.client,
         port: ctx.port.as_ref(),
         registry: &ctx.registry,
+        recall: ctx.recall.as_ref(),
         emit: &mut emit,
     };
     let finished = run_turn(&mut rt, &mut session, &turn.text)?;

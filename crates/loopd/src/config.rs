@@ -129,6 +129,11 @@ pub struct Memory {
     pub socket: Option<PathBuf>,
     /// The deadline for one `turn_record` exchange.
     pub timeout_ms: u64,
+    /// How much the owner's memory may add at the start of a turn (tokens, bytes / 4); 0: no
+    /// recall.
+    pub recall_tokens: u32,
+    /// The deadline for one `memory_recall`: past it the turn goes on without recall.
+    pub recall_ms: u64,
 }
 
 impl Default for Memory {
@@ -136,6 +141,8 @@ impl Default for Memory {
         Memory {
             socket: None,
             timeout_ms: 30_000,
+            recall_tokens: 1_024,
+            recall_ms: 2_000,
         }
     }
 }
@@ -212,6 +219,7 @@ impl Config {
             ("[broker] timeout_ms", self.broker.timeout_ms),
             ("[inference] timeout_ms", self.inference.timeout_ms),
             ("[memory] timeout_ms", self.memory.timeout_ms),
+            ("[memory] recall_ms", self.memory.recall_ms),
         ] {
             if ms == 0 {
                 return Err(format!("{key} must be at least 1"));
@@ -260,5 +268,9 @@ impl Config {
 
     pub fn memory_timeout(&self) -> Duration {
         Duration::from_millis(self.memory.timeout_ms)
+    }
+
+    pub fn recall_timeout(&self) -> Duration {
+        Duration::from_millis(self.memory.recall_ms)
     }
 }

@@ -26,6 +26,7 @@ use crate::channel::{Context, handle};
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::Outbox;
+use crate::recall::Recall;
 use crate::tools::{Registry, ToolPort};
 
 /// The runbook entry of the broker port's lines.
@@ -127,6 +128,16 @@ fn start(config: &Path) -> Result<Never, StartError> {
     let mut ctx = Context::new(cfg, client, port, Registry::new());
     if let Some(outbox) = outbox {
         ctx = ctx.with_outbox(outbox);
+    }
+    if let Some(socket) = ctx.cfg.memory.socket.clone() {
+        if ctx.cfg.memory.recall_tokens > 0 {
+            let r = Recall::new(
+                socket,
+                ctx.cfg.recall_timeout(),
+                ctx.cfg.memory.recall_tokens,
+            );
+            ctx = ctx.with_recall(r);
+        }
     }
     let ctx = Arc::new(ctx);
     running.serve(socket, move |stream, env| {

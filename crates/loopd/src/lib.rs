@@ -14,6 +14,7 @@ pub mod config;
 pub mod daemon;
 pub mod infer;
 pub mod outbox;
+pub mod recall;
 pub mod session;
 pub mod tools;
 pub mod turn;

@@ -34,6 +34,9 @@ pub enum Record {
     },
     /// A turn starts with the owner's text.
     User { turn: u64, text: String },
+    /// What the owner's memory recalled for the turn, just before its user text: shown to the
+    /// model as a system message.
+    Recall { turn: u64, text: String },
     /// What the model said, and the tools it asked for.
     Assistant {
         text: String,
@@ -288,6 +291,11 @@ impl Session {
                 self.answer_interrupted();
                 self.turns = self.turns.max(*turn);
                 self.messages.push(ChatMessage::User { text: text.clone() });
+            }
+            Record::Recall { text, .. } => {
+                self.answer_interrupted();
+                self.messages
+                    .push(ChatMessage::System { text: text.clone() });
             }
             Record::Assistant { text, tool_calls } => {
                 self.answer_interrupted();

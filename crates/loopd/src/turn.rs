@@ -18,6 +18,7 @@ use crate::baseline::BaselineError;
 use crate::cancel;
 use crate::config::Loop;
 use crate::infer::{Client, InferError};
+use crate::recall::Recall;
 use crate::session::{Record, Session, SessionError};
 use crate::tools::{Registry, SessionInfo, ToolPort};
 
@@ -27,6 +28,8 @@ pub struct Runtime<'a> {
     pub client: &'a Client,
     pub port: &'a dyn ToolPort,
     pub registry: &'a Registry,
+    /// Asked for the owner's memory at the start of the turn, when memory is configured.
+    pub recall: Option<&'a Recall>,
     /// Called with each event as it happens.
     pub emit: &'a mut dyn FnMut(TurnEvent),
 }
@@ -138,6 +141,15 @@ pub fn run_turn(
     text: &str,
 ) -> Result<Finished, TurnError> {
     let turn = session.turns() + 1;
+    // Recall never fails the turn: without an answer in time, the turn goes on without it. It
+    // comes before the user's text, so the request still ends with it, and it is not part of
+    // the turn handed to memory (a memory is never filed again as a new one).
+    if let Some(recalled) = rt.recall.and_then(|r| r.ask(session.id(), text)) {
+        session.append(&Record::Recall {
+            turn,
+            text: recalled,
+        })?;
+    }
     let start = session.messages().len();
     session.append(&Record::User {
         turn,

@@ -359,14 +359,24 @@ pub fn inferproxy(home: &DevHome, model: &ModelChoice) -> Table {
     t
 }
 
-/// loopd's own tables: where brokerd is.
+/// loopd's own tables: where brokerd and memoryd are.
 pub fn loopd(home: &DevHome, _model: &ModelChoice) -> Table {
     let mut t = Table::new();
     t.insert(
         "broker".into(),
         table(vec![("socket", p(&layout::BROKER.path(home.root())))]),
     );
+    t.insert(
+        "memory".into(),
+        table(vec![("socket", p(&layout::MEMORY.path(home.root())))]),
+    );
     t
+}
+
+/// memoryd's own tables: none. Its embedded store (no `[honcho]`), its sockets and brokerd's
+/// state socket at their defaults under the home.
+pub fn memoryd(_home: &DevHome, _model: &ModelChoice) -> Table {
+    Table::new()
 }
 
 /// Write every config, the script, and the workspace roots with their sample files.

@@ -22,7 +22,7 @@ pub struct Row {
 }
 
 /// The daemons of the dev box, in the order they are started (a daemon's server first).
-pub const ROWS: [Row; 3] = [
+pub const ROWS: [Row; 4] = [
     Row {
         daemon: "brokerd",
         tables: configs::brokerd,
@@ -31,6 +31,11 @@ pub const ROWS: [Row; 3] = [
     Row {
         daemon: "inferproxy",
         tables: configs::inferproxy,
+        owns: &[],
+    },
+    Row {
+        daemon: "memoryd",
+        tables: configs::memoryd,
         owns: &[],
     },
     Row {
