@@ -73,21 +73,6 @@ impl Error {
 
 impl bxcore::runbook::Anchored for Error {
     fn anchor(&self) -> &str {
-        Error::anchor(self)
-    }
-
-    fn code(&self) -> bxcore::ErrorCode {
-        if self.retryable() {
-            bxcore::ErrorCode::Unavailable
-        } else {
-            bxcore::ErrorCode::Internal
-        }
-    }
-}
-
-impl Error {
-    /// Its runbook entry, a constant (a daemon's start-up error takes it as such).
-    pub fn anchor(&self) -> &'static str {
         match self {
             Error::BadUrl { .. } | Error::BadId(_) => CONFIG_ANCHOR,
             Error::Token(e) => e.anchor(),
@@ -101,11 +86,20 @@ impl Error {
             | Error::Invalid { .. } => REFUSED_ANCHOR,
         }
     }
+
+    fn code(&self) -> bxcore::ErrorCode {
+        if self.retryable() {
+            bxcore::ErrorCode::Unavailable
+        } else {
+            bxcore::ErrorCode::Internal
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bxcore::runbook::Anchored;
 
     #[test]
     fn an_outage_is_retryable_and_a_refusal_is_not() {

@@ -58,13 +58,6 @@ pub enum TokenError {
 
 impl bxcore::runbook::Anchored for TokenError {
     fn anchor(&self) -> &str {
-        TokenError::anchor(self)
-    }
-}
-
-impl TokenError {
-    /// Its runbook entry, a constant (a daemon's start-up error takes it as such).
-    pub fn anchor(&self) -> &'static str {
         match self {
             TokenError::Open(..) => TOKEN_OPEN_ANCHOR,
             _ => TOKEN_ANCHOR,
@@ -143,6 +136,7 @@ impl Drop for Token {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bxcore::runbook::Anchored;
     use std::os::unix::fs::PermissionsExt;
 
     fn key_file(dir: &Path, text: &str, mode: u32) -> PathBuf {

@@ -4,6 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use bxcore::runbook::Anchored;
 use honcho::{BaseUrl, Client, Error, Id, Options, Token};
 use serde_json::Map;
 

@@ -9,6 +9,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bxcore::runbook::Anchored;
 use honcho::{BaseUrl, Client, Error, Id, MessageKey, NewMessage, Options, Token};
 use serde_json::{Map, Value, json};
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bxcore::layout;
-use bxcore::runbook::{Anchored, pointer};
+use bxcore::runbook::Anchored;
 use bxcore::{
     ChatMessage, Envelope, ErrorCode, Memories, Memory, MemoryForgotten, MemoryRecall,
     MemoryReport, Message, TurnFiled, TurnRecord,
@@ -41,7 +41,7 @@ pub const RECALL_STATE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The stores the configuration names, opened while the whole filesystem is there (the Honcho
 /// token is read now: the sandbox closes its file after).
 pub fn open_stores(cfg: &Config) -> Result<Stores, StartError> {
-    let local = LocalStore::open(&cfg.local_dir()).map_err(|e| StartError::own(e.anchor(), e))?;
+    let local = LocalStore::open(&cfg.local_dir()).map_err(|e| StartError::anchored(&e))?;
     let Some(h) = &cfg.honcho else {
         return Ok(Stores::local(Box::new(local)));
     };
@@ -57,9 +57,7 @@ fn open_honcho(h: &crate::config::Honcho) -> Result<HonchoStore, StartError> {
     let (main, quarantine) = h.workspaces().map_err(config)?;
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let token = match ::honcho::Token::source(h.key_file.as_deref(), creds.as_deref()) {
-        Some(path) => {
-            Some(::honcho::Token::read(&path).map_err(|e| StartError::own(e.anchor(), e))?)
-        }
+        Some(path) => Some(::honcho::Token::read(&path).map_err(|e| StartError::anchored(&e))?),
         None => None,
     };
     let options = ::honcho::Options {
@@ -122,7 +120,7 @@ pub fn check(config: &Path) -> ExitCode {
                 anchor: CONFIG_ANCHOR,
                 error,
             };
-            eprintln!("memoryd: {e}; {}", pointer(e.anchor()));
+            eprintln!("memoryd: {}", e.pointed());
             ExitCode::from(1)
         }
     }
@@ -234,7 +232,7 @@ fn fail(stream: &mut UnixStream, id: u64, e: &dyn Anchored) {
         stream,
         id,
         e.code(),
-        format!("{e}; {}", pointer(e.anchor())),
+        bxcore::runbook::Pointed(e).to_string(),
     );
 }
 

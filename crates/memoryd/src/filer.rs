@@ -37,7 +37,7 @@ pub struct StateError {
 }
 
 impl Anchored for StateError {
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         STATE_ANCHOR
     }
     fn code(&self) -> bxcore::ErrorCode {
@@ -77,7 +77,7 @@ pub enum FileError {
 }
 
 impl Anchored for FileError {
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
             FileError::State(e) => e.anchor(),
             FileError::Store(e) => e.anchor(),
@@ -89,7 +89,11 @@ impl Anchored for FileError {
 impl FileError {
     /// Which outage it is, so one line is logged per outage and not per attempt.
     fn outage(&self) -> &'static str {
-        self.anchor()
+        match self {
+            FileError::State(_) => STATE_ANCHOR,
+            FileError::Store(_) => crate::store::STORE_ANCHOR,
+            FileError::Outbox { .. } => crate::outbox::UNWRITABLE_ANCHOR,
+        }
     }
 }
 
@@ -164,7 +168,7 @@ impl Filer {
                         outage = Some(e.outage());
                     }
                     *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(format!("{e}; {}", bxcore::runbook::pointer(e.anchor())));
+                        Some(e.pointed().to_string());
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(max);
                 }

@@ -55,7 +55,7 @@ pub enum PutError {
 }
 
 impl Anchored for PutError {
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
             PutError::Write { .. } => UNWRITABLE_ANCHOR,
             PutError::Full { .. } => FULL_ANCHOR,

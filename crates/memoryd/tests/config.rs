@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
+use bxtest::OutputBounded;
+
 use bxcore::{DataClass, MemoryRoute, SessionStateReply};
 use memoryd::Config;
 use memoryd::routes::Routes;
@@ -126,7 +128,7 @@ fn memoryd_check_prints_the_routes_or_exits_1_with_the_pointer() {
     let out = Command::new(env!("CARGO_BIN_EXE_memoryd"))
         .args(["check", "--config"])
         .arg(&good)
-        .output()
+        .output_bounded()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
@@ -143,7 +145,7 @@ fn memoryd_check_prints_the_routes_or_exits_1_with_the_pointer() {
     let out = Command::new(env!("CARGO_BIN_EXE_memoryd"))
         .args(["check", "--config"])
         .arg(&bad)
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);

@@ -146,7 +146,7 @@ fn killing_memoryd_mid_batch_loses_no_turn_and_duplicates_none() {
         m.kill();
         m = memoryd(&h, "[limits]\nbackoff_ms = 20\nmax_backoff_ms = 100\n");
     }
-    sender.join().unwrap();
+    bxtest::join(sender, "the thread handing over turns");
     wait_drained(&h);
     let filed = recent(&h, None);
     let keys: BTreeSet<(String, u64)> = filed

@@ -80,7 +80,7 @@ pub enum StoreError {
 }
 
 impl bxcore::runbook::Anchored for StoreError {
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
             StoreError::Honcho(e) => e.anchor(),
             _ => STORE_ANCHOR,

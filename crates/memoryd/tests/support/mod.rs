@@ -104,8 +104,7 @@ impl Proc {
 
     /// `SIGKILL`, and wait for it to be gone.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        bxtest::reap(&mut self.child);
     }
 }
 
@@ -278,6 +277,7 @@ pub fn raw(socket: &Path, bytes: &[u8]) -> Vec<u8> {
     s.write_all(bytes).unwrap();
     let _ = s.shutdown(std::net::Shutdown::Write);
     let mut out = Vec::new();
+    // bounded: the read timeout above ends it
     let _ = s.read_to_end(&mut out);
     out
 }
