@@ -613,3 +613,40 @@ fn a_honcho_url_that_names_v3_or_a_quarantine_that_is_main_memory_is_refused_by_
         assert!(said.contains(why), "{why}: {said}");
     }
 }
+
+#[test]
+fn memoryd_in_its_real_sandbox_reaches_honcho_on_its_port() {
+    let Some(url) = bxtest::honcho_url() else {
+        return;
+    };
+    if !bxtest::is_root() {
+        bxtest::skip("needs root: memoryd drops to nobody under its real sandbox");
+        return;
+    }
+    let p = Proxy::start(&url);
+    let h = Home::new();
+    // The home belongs to the user memoryd drops to; root (this test) is its sockets' one peer.
+    std::os::unix::fs::chown(&h.home, Some(65534), Some(65534)).unwrap();
+    let path = h.home.join("memoryd.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[paths]\nhome = {:?}\n\n[sandbox]\nuser = \"nobody\"\nrequire = true\n\n\
+             [peers]\n\"memory.sock\" = [0]\n\"memories.sock\" = [0]\n\n{}",
+            h.home.display().to_string(),
+            config(&p.url(), &workspace("sandbox"))
+        ),
+    )
+    .unwrap();
+    let m = memoryd_with_config(&h, &path);
+    let found = search(&h, "anything");
+    assert!(found.is_empty(), "{found:?}");
+    assert!(
+        p.seen().iter().any(|s| s.path.contains("/search")),
+        "memoryd asked Honcho nothing: {}",
+        m.log_text()
+    );
+    let log = m.log_text();
+    assert!(log.contains("Landlock ABI"), "{log}");
+    assert!(log.contains("seccomp memoryd+net"), "{log}");
+}
