@@ -35,6 +35,10 @@ pub struct Config {
     /// `[[routes]]`, first match wins; absent: the defaults ([`Routes::defaults`]).
     #[serde(default)]
     pub routes: Option<Routes>,
+    /// `[honcho]`: file main memory and quarantine into a Honcho server; absent: the embedded
+    /// store holds every route.
+    #[serde(default)]
+    pub honcho: Option<Honcho>,
     #[serde(default)]
     pub peers: Peers,
     #[serde(default)]
@@ -96,6 +100,78 @@ impl Default for Limits {
     }
 }
 
+/// `[honcho]`: the remote store (`docs/honcho.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Honcho {
+    /// The server's base, `http://host:port`; memoryd adds `/v3`.
+    pub url: String,
+    /// The workspace of the owner's main memory.
+    #[serde(default = "default_workspace")]
+    pub workspace: String,
+    /// The workspace of quarantine; absent: `<workspace>-quarantine`. Never main memory's.
+    #[serde(default)]
+    pub quarantine_workspace: Option<String>,
+    /// The bearer token's file (mode 0600); absent: the systemd credential `honcho_key` if
+    /// systemd passed it, else no token (Honcho's auth off).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// One request's deadline, connect to last byte.
+    #[serde(default = "default_honcho_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_workspace() -> String {
+    "boxmaker".to_string()
+}
+
+fn default_honcho_timeout() -> u64 {
+    10_000
+}
+
+impl Honcho {
+    /// The base URL, checked.
+    pub fn base(&self) -> Result<honcho::BaseUrl, honcho::Error> {
+        honcho::BaseUrl::parse(&self.url)
+    }
+
+    /// Main memory's workspace and quarantine's.
+    pub fn workspaces(&self) -> Result<(honcho::Id, honcho::Id), String> {
+        let main = honcho::Id::new(self.workspace.clone())
+            .map_err(|e| format!("[honcho] workspace = {:?}: {e}", self.workspace))?;
+        let q = self
+            .quarantine_workspace
+            .clone()
+            .unwrap_or_else(|| format!("{}-quarantine", self.workspace));
+        let quarantine = honcho::Id::new(q.clone())
+            .map_err(|e| format!("[honcho] quarantine_workspace = {q:?}: {e}"))?;
+        if quarantine == main {
+            return Err(format!(
+                "[honcho] quarantine_workspace = {q:?} is main memory's workspace: quarantined \
+                 turns would be recalled as the owner's own; name another"
+            ));
+        }
+        Ok((main, quarantine))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.base().map_err(|e| format!("[honcho] url: {e}"))?;
+        self.workspaces()?;
+        if self.timeout_ms == 0 || self.timeout_ms > MAX_TIMEOUT_MS {
+            return Err(format!(
+                "[honcho] timeout_ms = {} is not between 1 and {MAX_TIMEOUT_MS} (an hour)",
+                self.timeout_ms
+            ));
+        }
+        if let Some(k) = &self.key_file {
+            if !k.is_absolute() {
+                return Err(format!("[honcho] key_file = {k:?} is not an absolute path"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl bxharden::daemon::DaemonConfig for Config {
     /// The home absolute, every bound in range, the routes whole and safe, `[peers]` and
     /// `[serve]` naming memoryd's sockets; then the default socket paths.
@@ -140,6 +216,9 @@ impl bxharden::daemon::DaemonConfig for Config {
         }
         if let Some(routes) = &self.routes {
             routes.check()?;
+        }
+        if let Some(h) = &self.honcho {
+            h.check()?;
         }
         let served = [layout::MEMORY, layout::MEMORIES];
         let names: Vec<String> = served.iter().map(|s| s.file()).collect();

@@ -20,7 +20,7 @@ use bxharden::{Daemon, Profile, SeccompProfile, serve};
 use crate::config::{CONFIG_ANCHOR, Config};
 use crate::filer::{Filer, ask_state};
 use crate::outbox::Outbox;
-use crate::store::{LocalStore, Stores, within_tokens, words};
+use crate::store::{HonchoStore, LocalStore, Stores, within_tokens, words};
 
 /// memoryd, for the start-up every daemon runs.
 pub const SPEC: Spec = Spec {
@@ -38,10 +38,34 @@ pub const MAX_ANSWER_BYTES: usize = bxcore::MAX_FRAME / 2;
 /// The longest a recall waits for brokerd's state before it asks the local store only.
 pub const RECALL_STATE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The stores the configuration names, opened while the whole filesystem is there.
+/// The stores the configuration names, opened while the whole filesystem is there (the Honcho
+/// token is read now: the sandbox closes its file after).
 pub fn open_stores(cfg: &Config) -> Result<Stores, StartError> {
     let local = LocalStore::open(&cfg.local_dir()).map_err(|e| StartError::anchored(&e))?;
-    Ok(Stores::local(Box::new(local)))
+    let Some(h) = &cfg.honcho else {
+        return Ok(Stores::local(Box::new(local)));
+    };
+    let remote = open_honcho(h)?;
+    Ok(Stores::with_remote(Box::new(local), Box::new(remote)))
+}
+
+/// The Honcho store of `[honcho]`: its client, with the token from `key_file` or the systemd
+/// credential `honcho_key` when there is one.
+fn open_honcho(h: &crate::config::Honcho) -> Result<HonchoStore, StartError> {
+    let config = |e: String| StartError::own(::honcho::CONFIG_ANCHOR, e);
+    let base = h.base().map_err(|e| config(e.to_string()))?;
+    let (main, quarantine) = h.workspaces().map_err(config)?;
+    let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+    let token = match ::honcho::Token::source(h.key_file.as_deref(), creds.as_deref()) {
+        Some(path) => Some(::honcho::Token::read(&path).map_err(|e| StartError::anchored(&e))?),
+        None => None,
+    };
+    let options = ::honcho::Options {
+        timeout: Duration::from_millis(h.timeout_ms),
+        ..::honcho::Options::default()
+    };
+    let client = ::honcho::Client::new(base, token, options);
+    Ok(HonchoStore::new(client, main, quarantine))
 }
 
 /// What memoryd serves, for `check` and the start-up notice.
@@ -69,6 +93,18 @@ pub fn check(config: &Path) -> ExitCode {
                 cfg.sockets.state.display(),
                 cfg.local_dir().display()
             );
+            if let (Some(h), Ok((main, quarantine))) = (
+                &cfg.honcho,
+                cfg.honcho
+                    .as_ref()
+                    .map_or(Err(String::new()), |h| h.workspaces()),
+            ) {
+                println!(
+                    "memoryd: would file main memory into Honcho at {} (workspace {main}) and \
+                     quarantine into its workspace {quarantine}; local turns stay in the embedded store",
+                    h.base().map_or_else(|_| h.url.clone(), |b| b.to_string()),
+                );
+            }
             for r in &cfg.routes().0 {
                 println!(
                     "memoryd: route: class {} untrusted {} -> {}",
@@ -161,9 +197,17 @@ fn start(config: &Path) -> Result<Never, StartError> {
 }
 
 /// What memoryd may touch: its own directory read-write, the directory of brokerd's state
-/// socket (when it exists), its configuration read-only. No network: no TCP port at all.
+/// socket (when it exists), its configuration read-only. No network, unless `[honcho]` names a
+/// server: then TCP connect to its port alone (and the resolver's files, for a host name).
 fn profile(cfg: &Config, config: &Path) -> Profile {
-    let mut p = Profile::new(SeccompProfile::Memoryd { remote: false }).read_write(cfg.own_dir());
+    let remote = cfg.honcho.as_ref().and_then(|h| h.base().ok());
+    let mut p = Profile::new(SeccompProfile::Memoryd {
+        remote: remote.is_some(),
+    })
+    .read_write(cfg.own_dir());
+    if let Some(base) = remote {
+        p = p.resolver_and_ca().connect_tcp(base.port());
+    }
     if let Some(dir) = cfg.sockets.state.parent() {
         if dir.is_dir() {
             p = p.read_write(dir.to_path_buf());

@@ -33,10 +33,12 @@
 //! so a store is `Send + Sync`. Errors are [`StoreError`]: which store, what failed, and whether
 //! retrying can help.
 
+pub mod honcho;
 pub mod local;
 
 use bxcore::{DataClass, Memory, MemoryRoute, SessionId, SessionStateReply, Timestamp, TurnRecord};
 
+pub use self::honcho::HonchoStore;
 pub use local::LocalStore;
 
 /// The runbook entry of a store that cannot file or answer.
@@ -71,11 +73,18 @@ pub enum StoreError {
     /// malformed reply): the owner must look.
     #[error("the {store} store failed: {why}")]
     Failed { store: &'static str, why: String },
+    /// The Honcho store: the client's own error, which knows its runbook entry
+    /// (`honcho-unavailable`, `honcho-auth`, ...).
+    #[error("the Honcho store: {0}")]
+    Honcho(#[from] ::honcho::Error),
 }
 
 impl bxcore::runbook::Anchored for StoreError {
     fn anchor(&self) -> &str {
-        STORE_ANCHOR
+        match self {
+            StoreError::Honcho(e) => e.anchor(),
+            _ => STORE_ANCHOR,
+        }
     }
     fn code(&self) -> bxcore::ErrorCode {
         bxcore::ErrorCode::Unavailable

@@ -153,6 +153,15 @@ pub fn memoryd(h: &Home, extra: &str) -> Proc {
     p
 }
 
+/// Start memoryd with the whole configuration file `config` and wait until both its sockets
+/// answer `ping`.
+pub fn memoryd_with_config(h: &Home, config: &Path) -> Proc {
+    let bin = Path::new(env!("CARGO_BIN_EXE_memoryd"));
+    let mut p = spawn(bin, config, next_log(h, "memoryd"));
+    wait_serving(&mut p, &[h.memory_sock(), h.memories_sock()], "memoryd");
+    p
+}
+
 fn wait_serving(p: &mut Proc, sockets: &[PathBuf], what: &str) {
     for s in sockets {
         let until = Instant::now() + WAIT;
