@@ -302,7 +302,17 @@ pub fn brokerd(home: &DevHome, who: &Who) -> Table {
         "workspace".into(),
         table(vec![("roots", Value::Array(roots))]),
     );
+    t.insert(
+        "gateway".into(),
+        table(vec![("socket", p(&layout::GATEWAY.path(home.root())))]),
+    );
     t
+}
+
+/// gatewayd with an empty allow-list: `web_fetch` is offered, and every host is refused until
+/// the owner adds a `[[hosts]]` entry to `etc/gatewayd.toml` (docs/gateway.md).
+pub fn gatewayd(home: &DevHome, who: &Who) -> Table {
+    common(home, who, &[layout::GATEWAY])
 }
 
 pub fn inferproxy(home: &DevHome, who: &Who, model: &ModelChoice) -> Table {
@@ -359,6 +369,7 @@ pub fn write_all(home: &DevHome, who: &Who, model: &ModelChoice) -> io::Result<(
         render(inferproxy(home, who, model))?,
     )?;
     fs::write(home.config("loopd"), render(loopd(home, who))?)?;
+    fs::write(home.config("gatewayd"), render(gatewayd(home, who))?)?;
     if model.provider == Provider::Script {
         let text = match &model.script {
             Some(file) => fs::read_to_string(file)?,

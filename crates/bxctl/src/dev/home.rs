@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// The daemons of the dev box, in the order they are started.
-pub const DAEMONS: [&str; 3] = ["brokerd", "inferproxy", "loopd"];
+pub const DAEMONS: [&str; 4] = ["gatewayd", "brokerd", "inferproxy", "loopd"];
 
 /// Which model provider the dev box's inferproxy talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
