@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: gate gate-fresh gate-load fmt clippy test runbook nix-check twin demo bench
+.PHONY: gate gate-fresh gate-load fmt clippy test runbook nix-check twin demo bench honcho
 
 gate: fmt clippy test runbook nix-check twin
 	@echo "gate: ok"
@@ -19,6 +19,13 @@ clippy: fmt
 TEST_LIMIT ?= 45m
 test: clippy
 	timeout --kill-after=60 $(TEST_LIMIT) $(CARGO) test --workspace
+
+# The Honcho tests (crates/honcho, memoryd's Honcho store) need a real Honcho server named by
+# HONCHO_URL, and say `skipped:` without one (a failure under CI=true, where .ci/run brings it
+# up). `make honcho` brings one up on loopback (root, apt; ../shared/peers or $BOXMAKER_PEERS)
+# and prints the line to paste: `export HONCHO_URL=http://127.0.0.1:8765`; then `make gate`.
+honcho:
+	@url=$$(.ci/honcho-up) && echo "export HONCHO_URL=$$url"
 
 # Every runbook pointer in the source has its entry, and every entry is pointed at.
 runbook: test

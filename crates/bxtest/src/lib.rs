@@ -7,6 +7,9 @@
 //! - [`run`] and [`Bounded`]: a child runs in its own process group with its output read by
 //!   threads; past its deadline the whole group is killed before anything more is read, so a
 //!   grandchild that keeps a pipe open cannot hang the test.
+//! - [`recv`], [`join`], [`Barrier`]: waits on other threads that end at a deadline.
+//! - [`Server`] and [`accept`]: fake servers that stop with their test and connections whose
+//!   reads and writes give up at a deadline.
 //! - [`Watchdog`]: a last line of defence for a whole test binary.
 //!
 //! This is a test-only crate: it is a dev-dependency of the crates whose tests use it.
@@ -21,6 +24,12 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+
+mod serve;
+mod threads;
+
+pub use serve::{Listener, Server, Stream, accept, accept_within};
+pub use threads::{Barrier, gate, join, join_within, recv, recv_within};
 
 /// Generous deadlines: a loaded two-core machine builds and starts slowly, and nothing here
 /// measures speed (timing lives in benchmarks).
@@ -79,6 +88,43 @@ pub fn skip(reason: &str) {
     if let Err(e) = check_skip(reason) {
         panic!("{e}");
     }
+}
+
+/// The environment variable naming the Honcho server tests file into (`http://host:port`);
+/// `.ci/run` brings one up and sets it (docs/testing.md).
+pub const HONCHO_URL: &str = "HONCHO_URL";
+
+/// The Honcho server to test against, or `None` after a skip saying why (a failure under
+/// `CI=true`, where `.ci/run` provides it). Tests share the server and keep apart by giving each
+/// its own workspace ([`unique_name`]).
+#[track_caller]
+pub fn honcho_url() -> Option<String> {
+    match std::env::var(HONCHO_URL) {
+        Ok(u) if !u.trim().is_empty() => Some(u.trim().to_string()),
+        _ => {
+            skip(
+                "HONCHO_URL is not set: no Honcho server to test against (.ci/run brings one up \
+                 with honcho-up.sh; see docs/testing.md)",
+            );
+            None
+        }
+    }
+}
+
+/// A name no other test, run or process uses at the same time: `prefix`, the process id, the
+/// time in nanoseconds and a counter, in the characters every id allows (`A-Z a-z 0-9 _ -`).
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// Whether this process runs as root (many sandbox tests need it).
@@ -317,6 +363,13 @@ impl Drop for Bounded {
             let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         }
     }
+}
+
+/// Kill `child` and reap it: the end of a guard that holds a daemon. A killed child is reaped
+/// at once, so this wait is bounded.
+pub fn reap(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait(); // bounded: killed just before
 }
 
 /// Run `cmd` to its end within `deadline` (see [`Bounded`]): `Err` says what did not end.
