@@ -28,14 +28,23 @@ const IN_NETNS: &str = "GATEWAYD_TEST_NETNS";
 /// child's result is asserted here); inside, bring loopback up and return `true`.
 pub fn in_own_netns(name: &str) -> bool {
     if std::env::var(IN_NETNS).as_deref() == Ok(name) {
-        let up = Command::new("ip")
-            .args(["link", "set", "lo", "up"])
-            .status()
-            .expect("ip link set lo up");
-        assert!(up.success(), "cannot bring loopback up in the namespace");
+        let up = bxtest::run(
+            Command::new("ip").args(["link", "set", "lo", "up"]),
+            "ip link set lo up",
+            bxtest::DEADLINE,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            up.status.success(),
+            "cannot bring loopback up in the namespace"
+        );
         return true;
     }
-    let probe = Command::new("unshare").args(["--net", "true"]).output();
+    let probe = bxtest::run(
+        Command::new("unshare").args(["--net", "true"]),
+        "unshare --net true",
+        bxtest::DEADLINE,
+    );
     match probe {
         Ok(o) if o.status.success() => {}
         _ => {
@@ -106,6 +115,7 @@ impl Seen {
 /// - `/drip`: `200`, then one byte every 100 ms until the client goes away (or two minutes).
 pub struct Origin {
     pub port: u16,
+    _server: bxtest::Server,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     /// Bytes of body `/huge` and `/drip` wrote before the client went away.
     pub written: Arc<AtomicU64>,
@@ -136,14 +146,12 @@ impl Origin {
         let written = Arc::new(AtomicU64::new(0));
         let ended = Arc::new(AtomicU64::new(0));
         let (s, w, e) = (seen.clone(), written.clone(), ended.clone());
-        thread::spawn(move || {
-            for tcp in listener.incoming().flatten() {
-                let (config, s, w, e) = (config.clone(), s.clone(), w.clone(), e.clone());
-                thread::spawn(move || serve_one(tcp, config, &s, &w, &e));
-            }
+        let server = bxtest::Server::each(listener, move |tcp| {
+            serve_one(tcp, config.clone(), &s, &w, &e)
         });
         Origin {
             port,
+            _server: server,
             seen,
             written,
             ended,
@@ -166,12 +174,12 @@ fn serve_one(
     written: &AtomicU64,
     ended: &AtomicU64,
 ) {
-    let _ = tcp.set_read_timeout(Some(Duration::from_secs(60)));
-    let _ = tcp.set_write_timeout(Some(Duration::from_secs(60)));
+    // The server bounded the connection's reads and writes (bxtest::Server).
     let conn = rustls::ServerConnection::new(config).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     let mut reader = BufReader::new(&mut tls);
     let mut first = String::new();
+    // bounded: the connection has read and write timeouts (bxtest::Server)
     if reader.read_line(&mut first).unwrap_or(0) == 0 {
         return;
     }
@@ -182,6 +190,7 @@ fn serve_one(
     let mut len = 0usize;
     loop {
         let mut line = String::new();
+        // bounded: the connection has read and write timeouts (bxtest::Server)
         match reader.read_line(&mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {}
@@ -267,6 +276,7 @@ fn serve_one(
 /// name (one per connection: `A` and `AAAA` together).
 pub struct NameServer {
     pub addr: SocketAddr,
+    _server: bxtest::Server,
     pub lookups: Arc<Mutex<HashMap<String, usize>>>,
 }
 
@@ -280,30 +290,31 @@ impl NameServer {
         let addr = listener.local_addr().unwrap();
         let lookups = Arc::new(Mutex::new(HashMap::new()));
         let l = lookups.clone();
-        thread::spawn(move || {
-            for mut tcp in listener.incoming().flatten() {
-                let _ = tcp.set_read_timeout(Some(Duration::from_secs(30)));
-                let mut counted = false;
-                // A and AAAA on one connection.
-                for _ in 0..2 {
-                    let mut len = [0u8; 2];
-                    if tcp.read_exact(&mut len).is_err() {
-                        break;
-                    }
-                    let mut msg = vec![0u8; usize::from(u16::from_be_bytes(len))];
-                    if tcp.read_exact(&mut msg).is_err() {
-                        break;
-                    }
-                    let reply = answer(&msg, &answers, &l, &mut counted);
-                    let mut out = (reply.len() as u16).to_be_bytes().to_vec();
-                    out.extend(reply);
-                    if tcp.write_all(&out).is_err() {
-                        break;
-                    }
+        let server = bxtest::Server::each(listener, move |mut tcp: TcpStream| {
+            let mut counted = false;
+            // A and AAAA on one connection.
+            for _ in 0..2 {
+                let mut len = [0u8; 2];
+                if tcp.read_exact(&mut len).is_err() {
+                    break;
+                }
+                let mut msg = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                if tcp.read_exact(&mut msg).is_err() {
+                    break;
+                }
+                let reply = answer(&msg, &answers, &l, &mut counted);
+                let mut out = (reply.len() as u16).to_be_bytes().to_vec();
+                out.extend(reply);
+                if tcp.write_all(&out).is_err() {
+                    break;
                 }
             }
         });
-        NameServer { addr, lookups }
+        NameServer {
+            addr,
+            _server: server,
+            lookups,
+        }
     }
 
     pub fn lookups(&self, name: &str) -> usize {
