@@ -167,6 +167,10 @@ pub struct HostEntry {
     /// The file holding the secret (one line; a final newline is not part of it).
     #[serde(default)]
     pub secret_file: Option<PathBuf>,
+    /// Instead of `secret_file`: the name of a systemd credential (`LoadCredential=`), read
+    /// from `$CREDENTIALS_DIRECTORY`, as the NixOS module hands secrets over.
+    #[serde(default)]
+    pub credential: Option<String>,
 }
 
 impl HostEntry {
@@ -290,18 +294,40 @@ impl Config {
             if let Some(p) = h.ports.iter().find(|p| **p == 0) {
                 return Err(format!("{at}: port {p} is not a port"));
             }
-            match (&h.header, &h.secret_file) {
-                (Some(name), Some(_)) => {
+            if let Some(c) = &h.credential {
+                let ok = !c.is_empty()
+                    && c != "."
+                    && c != ".."
+                    && c.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                if !ok {
+                    return Err(format!(
+                        "{at}: credential {c:?} is not a credential name (letters, digits, . _ -)"
+                    ));
+                }
+            }
+            let secret = h.secret_file.is_some() || h.credential.is_some();
+            if h.secret_file.is_some() && h.credential.is_some() {
+                return Err(format!(
+                    "{at}: secret_file and credential: give one of them"
+                ));
+            }
+            match (&h.header, secret) {
+                (Some(name), true) => {
                     if ureq::http::HeaderName::from_bytes(name.as_bytes()).is_err() {
                         return Err(format!("{at}: header {name:?} is not a header name"));
                     }
                 }
-                (None, None) => {
+                (None, false) => {
                     if h.prefix.is_some() {
                         return Err(format!("{at}: prefix needs header and secret_file"));
                     }
                 }
-                _ => return Err(format!("{at}: header and secret_file go together")),
+                _ => {
+                    return Err(format!(
+                        "{at}: header goes with secret_file (or credential), and they with it"
+                    ));
+                }
             }
             if let Some(j) = self.hosts[..i].iter().position(|o| o.name == h.name) {
                 return Err(format!("{at}: the same name as [[hosts]] {}", j + 1));

@@ -94,9 +94,22 @@ pub fn load_roots(ca_file: Option<&Path>) -> Result<(String, RootCerts), String>
 /// Read the secrets, the CA bundle and the name servers `cfg` names, and build the gateway.
 pub fn prepare(cfg: &Config) -> Result<Prepared, StartError> {
     let mut secrets = Vec::new();
+    let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     for h in &cfg.hosts {
-        secrets.push(match &h.secret_file {
-            Some(p) => Some(Secret::read(&h.name.to_string(), p).map_err(own)?),
+        let file = match (&h.secret_file, &h.credential, &creds) {
+            (Some(p), _, _) => Some(p.clone()),
+            (None, Some(name), Some(dir)) => Some(dir.join(name)),
+            (None, Some(name), None) => {
+                return Err(own(format!(
+                    "[[hosts]] {}: the credential {name:?} needs $CREDENTIALS_DIRECTORY \
+                     (systemd's LoadCredential=); outside systemd use secret_file",
+                    h.name
+                )));
+            }
+            (None, None, _) => None,
+        };
+        secrets.push(match file {
+            Some(p) => Some(Secret::read(&h.name.to_string(), &p).map_err(own)?),
             None => None,
         });
     }

@@ -118,6 +118,7 @@ mod tests {
             header: None,
             prefix: None,
             secret_file: None,
+            credential: None,
         }
     }
 

@@ -408,9 +408,7 @@ impl Gatewayd {
             if bxcore::client::ping(&g.socket, Duration::from_secs(5)).is_ok() {
                 return Ok(g);
             }
-            if g.log_text().contains("gatewayd: refused to start")
-                || g.log_text().contains("see docs/runbook.md#")
-            {
+            if exited(g.pid()) {
                 let c = g.child.take().unwrap();
                 let _ = c.kill_and_collect();
                 return Err(g.log_text());
@@ -420,6 +418,10 @@ impl Gatewayd {
             }
             thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, bxtest::Bounded::id)
     }
 
     pub fn log_text(&self) -> String {
@@ -472,6 +474,16 @@ impl Gatewayd {
             },
         );
         text
+    }
+}
+
+/// Whether the process `pid` has ended (gone, or a zombie not yet reaped).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
     }
 }
 
