@@ -43,6 +43,9 @@ in
 
   brokerd = layout.brokerd // (if tools == { } then { } else { inherit tools; });
 
+  # The allow-list is empty until settings.gatewayd.hosts opens a host (docs/gateway.md).
+  gatewayd = layout.gatewayd;
+
   inferproxy = layout.inferproxy // {
     provider = {
       kind = inference.provider;

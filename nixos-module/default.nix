@@ -8,7 +8,8 @@
 # settings.<daemon>: free-form TOML with typed, documented options for the keys this module
 # sets or reads. Beside it stay only what is no configuration key: enable, the package, the
 # owner (a login the units and directories use), the home (the directories', and every
-# daemon's `[paths] home`), and the API key (a secret, so a path handed over by systemd).
+# daemon's `[paths] home`), and the secrets (the API key, gatewayd's host credentials: paths
+# handed over by systemd).
 {
   config,
   lib,
@@ -71,9 +72,11 @@ let
     exe = daemon: lib.getExe' cfg.package daemon;
     credentials = {
       inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
+      gatewayd = map (n: "${n}:${cfg.gateway.credentialFiles.${n}}") (builtins.attrNames cfg.gateway.credentialFiles);
     };
     ipAddresses = {
       inferproxy = units.ipAddressesOfProvider provider.base_url;
+      gatewayd = units.ipAddressesOfGateway (units.gatewayAllows cfg.settings.gatewayd);
     };
     extraReadWritePaths = {
       brokerd = map (r: r.path) (lib.filter (r: r.writable or false) roots);
@@ -275,10 +278,27 @@ in
       '';
     };
 
+    # Secrets, so no configuration key: systemd hands each file to gatewayd alone.
+    gateway.credentialFiles = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+      example = literalExpression ''{ example = "/run/keys/example-token"; }'';
+      description = ''
+        Files holding the credentials gatewayd adds to the requests of one host each, outside
+        the Nix store, by credential name. systemd hands each to gatewayd alone
+        (LoadCredential=); a host of `settings.gatewayd.hosts` names it with
+        `credential = "<name>"` beside its `header`. The value reaches neither the model nor
+        any other daemon, and a request that carries it is refused (docs/gateway.md).
+      '';
+    };
+
     settings = {
       loopd = settingsOption "loopd" loopdOptions;
       brokerd = settingsOption "brokerd" brokerdOptions;
       inferproxy = settingsOption "inferproxy" inferproxyOptions;
+      # The hosts the tools may reach: `hosts = [ { name = "*.wikipedia.org"; } ]` (the
+      # allow-list, empty by default), with `[dns]`, `[tls]` and `[limits]` (docs/gateway.md).
+      gatewayd = settingsOption "gatewayd" { };
     };
   };
 
@@ -335,6 +355,12 @@ in
         {
           assertion = provider.kind == "script" || provider.script == null;
           message = "services.boxmaker.settings.inferproxy.provider.script applies only to the script provider (inferproxy refuses it for ${provider.kind}).";
+        }
+        {
+          assertion = builtins.all (
+            f: absolute f && !(lib.hasPrefix builtins.storeDir f)
+          ) (builtins.attrValues cfg.gateway.credentialFiles);
+          message = "services.boxmaker.gateway.credentialFiles must be absolute paths outside the Nix store (the store is world-readable).";
         }
         {
           assertion = cfg.settings.inferproxy.slots ? main;

@@ -5,7 +5,8 @@
 # typed options produce, for the test that runs each daemon's `check` (tests/nix_configs.rs).
 #
 #   - `[sockets]` per daemon: loopd `channel`; brokerd `broker`, `admin`, `state`;
-#     inferproxy `infer` (the socket paths of layout.json);
+#     inferproxy `infer`; gatewayd `gateway` (the socket paths of layout.json), and brokerd's
+#     `[gateway] socket`;
 #   - `[peers]` keyed by socket FILE name ("loop.sock"), each the socket's one client.
 {
   home,
@@ -62,6 +63,9 @@ in
     broker.socket = units.socketPath "broker";
     inference.socket = units.socketPath "infer";
   };
-  brokerd = common "brokerd";
+  brokerd = common "brokerd" // {
+    gateway.socket = units.socketPath "gateway";
+  };
   inferproxy = common "inferproxy";
+  gatewayd = common "gatewayd";
 }

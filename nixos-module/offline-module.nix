@@ -392,6 +392,7 @@ in
   options = {
     beside = filter (n: n != "settings") (attrNames opts);
     inference = attrNames opts.inference;
+    gateway = attrNames opts.gateway;
     settings = mapAttrs (d: _: {
       type = (settingsOf d).kind or null;
       freeform = ((settingsOf d).module.freeformType or { }).kind or null;

@@ -18,7 +18,7 @@ use std::process::Command;
 use boxmaker_e2e::bin_dir;
 use serde_json::{Value, json};
 
-const DAEMONS: [&str; 3] = ["loopd", "brokerd", "inferproxy"];
+const DAEMONS: [&str; 4] = ["loopd", "brokerd", "inferproxy", "gatewayd"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
