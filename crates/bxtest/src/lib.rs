@@ -111,6 +111,23 @@ pub fn honcho_url() -> Option<String> {
     }
 }
 
+/// A Honcho server with its auth on, for the bearer token's tests: `$HONCHO_AUTH_URL` and the
+/// file holding its admin token, `$HONCHO_AUTH_TOKEN_FILE` (`.ci/run` and `make honcho` bring one
+/// up), or `None` after a skip saying why.
+#[track_caller]
+pub fn honcho_auth() -> Option<(String, PathBuf)> {
+    let url = std::env::var("HONCHO_AUTH_URL").unwrap_or_default();
+    let token = std::env::var("HONCHO_AUTH_TOKEN_FILE").unwrap_or_default();
+    if url.trim().is_empty() || token.trim().is_empty() {
+        skip(
+            "HONCHO_AUTH_URL or HONCHO_AUTH_TOKEN_FILE is not set: no Honcho with its auth on to \
+             test the token against (.ci/run brings one up; see docs/testing.md)",
+        );
+        return None;
+    }
+    Some((url.trim().to_string(), PathBuf::from(token.trim())))
+}
+
 /// A name no other test, run or process uses at the same time: `prefix`, the process id, the
 /// time in nanoseconds and a counter, in the characters every id allows (`A-Z a-z 0-9 _ -`).
 pub fn unique_name(prefix: &str) -> String {
