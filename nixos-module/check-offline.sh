@@ -436,7 +436,7 @@ step_module() {
   local got
   got="$($om 2>/dev/null | jq -c '{services, sockets, switch: (.switch | map_values("\(.type) \(.notSocketActivated)")),
       run: (.tmpfiles | map(select(startswith("/run/")))), failedAssertions}')" || got="did not evaluate"
-  local want='{"services":["boxmaker-brokerd","boxmaker-inferproxy","boxmaker-loopd","boxmaker-memoryd","boxmaker-selftest"],"sockets":["boxmaker-admin","boxmaker-broker","boxmaker-infer","boxmaker-loop","boxmaker-memories","boxmaker-memory","boxmaker-state"],"switch":{"boxmaker-brokerd":"notify true","boxmaker-inferproxy":"notify true","boxmaker-loopd":"notify true","boxmaker-memoryd":"notify true","boxmaker-selftest":"oneshot false"},"run":["/run/boxmaker","/run/boxmaker/channel-loop","/run/boxmaker/loop-broker","/run/boxmaker/loop-infer","/run/boxmaker/loop-memory","/run/boxmaker/memory-broker","/run/boxmaker/owner-broker","/run/boxmaker/owner-memory"],"failedAssertions":[]}'
+  local want='{"services":["boxmaker-brokerd","boxmaker-gatewayd","boxmaker-inferproxy","boxmaker-loopd","boxmaker-memoryd","boxmaker-selftest"],"sockets":["boxmaker-admin","boxmaker-broker","boxmaker-gateway","boxmaker-infer","boxmaker-loop","boxmaker-memories","boxmaker-memory","boxmaker-state"],"switch":{"boxmaker-brokerd":"notify true","boxmaker-gatewayd":"notify true","boxmaker-inferproxy":"notify true","boxmaker-loopd":"notify true","boxmaker-memoryd":"notify true","boxmaker-selftest":"oneshot false"},"run":["/run/boxmaker","/run/boxmaker/broker-gateway","/run/boxmaker/channel-loop","/run/boxmaker/loop-broker","/run/boxmaker/loop-infer","/run/boxmaker/loop-memory","/run/boxmaker/memory-broker","/run/boxmaker/owner-broker","/run/boxmaker/owner-memory"],"failedAssertions":[]}'
   if [[ "$got" == "$want" ]]; then
     echo "nix-check: default.nix: units, switch keys, /run/boxmaker and no failed assertion: ok"
   else
@@ -469,11 +469,11 @@ step_module() {
 # that belong inside it, or a settings.<daemon> that is not a free-form TOML submodule.
 options_in_settings() {
   local shape="$1"
-  jq -e '.beside == ["enable","home","inference","memory","owner","package"] and .inference == ["apiKeyFile"]
-      and .memory == ["honcho"]
-      and ([.settings[] | select(.type == "submodule" and .freeform == "toml")] | length) == 4' \
+  jq -e '.beside == ["enable","gateway","home","inference","memory","owner","package"] and .inference == ["apiKeyFile"]
+      and .gateway == ["credentialFiles"] and .memory == ["honcho"]
+      and ([.settings[] | select(.type == "submodule" and .freeform == "toml")] | length) == 5' \
     <<<"$shape" >/dev/null || {
-    echo "typed options beside settings.<daemon> (only enable, home, inference.apiKeyFile, memory.honcho, owner and package belong there), or a settings.<daemon> that is not a free-form TOML submodule: $shape"
+    echo "typed options beside settings.<daemon> (only enable, gateway.credentialFiles, home, inference.apiKeyFile, memory.honcho, owner and package belong there), or a settings.<daemon> that is not a free-form TOML submodule: $shape"
     return 1
   }
 }

@@ -58,6 +58,9 @@ in
         { honcho = { inherit (honcho) url; } // optional "workspace" (honcho.workspace or null); }
     );
 
+  # The allow-list is empty until settings.gatewayd.hosts opens a host (docs/gateway.md).
+  gatewayd = layout.gatewayd;
+
   inferproxy = layout.inferproxy // {
     provider = {
       kind = inference.provider;

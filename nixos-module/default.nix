@@ -8,7 +8,8 @@
 # settings.<daemon>: free-form TOML with typed, documented options for the keys this module
 # sets or reads. Beside it stay only what is no configuration key: enable, the package, the
 # owner (a login the units and directories use), the home (the directories', and every
-# daemon's `[paths] home`), and the API key (a secret, so a path handed over by systemd).
+# daemon's `[paths] home`), and the secrets (the API key, gatewayd's host credentials: paths
+# handed over by systemd).
 {
   config,
   lib,
@@ -72,9 +73,11 @@ let
     credentials = {
       inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
       memoryd = lib.optional (honcho.apiKeyFile != null) "honcho_key:${honcho.apiKeyFile}";
+      gatewayd = map (n: "${n}:${cfg.gateway.credentialFiles.${n}}") (builtins.attrNames cfg.gateway.credentialFiles);
     };
     ipAddresses = {
       inferproxy = units.ipAddressesOfProvider provider.base_url;
+      gatewayd = units.ipAddressesOfGateway (units.gatewayAllows cfg.settings.gatewayd);
       # memoryd has no network (layout.json) unless Honcho is configured; then IP to it only,
       # as inferproxy to its provider.
       memoryd =
@@ -330,11 +333,28 @@ in
       };
     };
 
+    # Secrets, so no configuration key: systemd hands each file to gatewayd alone.
+    gateway.credentialFiles = mkOption {
+      type = types.attrsOf types.str;
+      default = { };
+      example = literalExpression ''{ example = "/run/keys/example-token"; }'';
+      description = ''
+        Files holding the credentials gatewayd adds to the requests of one host each, outside
+        the Nix store, by credential name. systemd hands each to gatewayd alone
+        (LoadCredential=); a host of `settings.gatewayd.hosts` names it with
+        `credential = "<name>"` beside its `header`. The value reaches neither the model nor
+        any other daemon, and a request that carries it is refused (docs/gateway.md).
+      '';
+    };
+
     settings = {
       loopd = settingsOption "loopd" loopdOptions;
       brokerd = settingsOption "brokerd" brokerdOptions;
       inferproxy = settingsOption "inferproxy" inferproxyOptions;
       memoryd = settingsOption "memoryd" { };
+      # The hosts the tools may reach: `hosts = [ { name = "*.wikipedia.org"; } ]` (the
+      # allow-list, empty by default), with `[dns]`, `[tls]` and `[limits]` (docs/gateway.md).
+      gatewayd = settingsOption "gatewayd" { };
     };
   };
 
@@ -401,6 +421,12 @@ in
             honcho.apiKeyFile == null
             || (absolute honcho.apiKeyFile && !(lib.hasPrefix builtins.storeDir honcho.apiKeyFile));
           message = "services.boxmaker.memory.honcho.apiKeyFile must be an absolute path outside the Nix store (the store is world-readable).";
+        }
+        {
+          assertion = builtins.all (
+            f: absolute f && !(lib.hasPrefix builtins.storeDir f)
+          ) (builtins.attrValues cfg.gateway.credentialFiles);
+          message = "services.boxmaker.gateway.credentialFiles must be absolute paths outside the Nix store (the store is world-readable).";
         }
         {
           assertion = cfg.settings.inferproxy.slots ? main;

@@ -6,7 +6,8 @@
 #
 #   - `[sockets]` per daemon: loopd `channel`; brokerd `broker`, `admin`, `state`;
 #     inferproxy `infer`; memoryd `memory`, `memories` and the `state` it asks (the socket
-#     paths of layout.json); loopd's `[memory] socket`;
+#     paths of layout.json); gatewayd `gateway`; loopd's `[memory] socket`; brokerd's
+#     `[gateway] socket`;
 #   - `[peers]` keyed by socket FILE name ("loop.sock"), each the socket's one client.
 {
   home,
@@ -70,6 +71,9 @@ in
       c = common "memoryd";
     in
     c // { sockets = c.sockets // { state = units.socketPath "state"; }; };
-  brokerd = common "brokerd";
+  brokerd = common "brokerd" // {
+    gateway.socket = units.socketPath "gateway";
+  };
   inferproxy = common "inferproxy";
+  gatewayd = common "gatewayd";
 }

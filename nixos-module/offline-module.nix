@@ -393,6 +393,7 @@ in
     beside = filter (n: n != "settings") (attrNames opts);
     inference = attrNames opts.inference;
     memory = attrNames opts.memory;
+    gateway = attrNames opts.gateway;
     settings = mapAttrs (d: _: {
       type = (settingsOf d).kind or null;
       freeform = ((settingsOf d).module.freeformType or { }).kind or null;

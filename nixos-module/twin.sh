@@ -280,6 +280,7 @@ anchor_of() {
   case "$1" in
     brokerd) echo broker-config-invalid ;;
     inferproxy) echo inferproxy-config-invalid ;;
+    gatewayd) echo gateway-config-invalid ;;
     loopd) echo loopd-config-refused ;;
     memoryd) echo memoryd-config-invalid ;;
     *) fail "no configuration anchor known for $1" ;;

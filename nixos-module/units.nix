@@ -300,6 +300,48 @@ let
     else
       { IPAddressDeny = "link-local"; };
 
+  # gatewayd's IP reach (hardening.md, "gatewayd's egress"): the web, but no local range,
+  # denied for every packet below the process; `allow` re-allows the internal addresses its
+  # hosts list (`addresses`) and its name servers (`[dns] servers`), which the module
+  # collects from settings.gatewayd.
+  ipAddressesOfGateway =
+    allow:
+    {
+      IPAddressDeny = [
+        "localhost"
+        "link-local"
+        "multicast"
+        "0.0.0.0/8"
+        "10.0.0.0/8"
+        "100.64.0.0/10"
+        "172.16.0.0/12"
+        "192.168.0.0/16"
+        "192.0.0.0/24"
+        "198.18.0.0/15"
+        "240.0.0.0/4"
+        "::ffff:0:0/96"
+        "64:ff9b:1::/48"
+        "fc00::/7"
+        "fec0::/10"
+      ];
+    }
+    // (if allow == [ ] then { } else { IPAddressAllow = allow; });
+
+  # The addresses (no port) of `[dns] servers` entries: "9.9.9.9:53", "[2620:fe::fe]:53".
+  addressOfServer =
+    s:
+    let
+      v6 = builtins.match "[[]([0-9a-fA-F:.]+)[]]:[0-9]+" s;
+      v4 = builtins.match "([0-9.]+):[0-9]+" s;
+    in
+    if v6 != null then builtins.head v6 else if v4 != null then builtins.head v4 else s;
+
+  # What gatewayd's configuration lets it reach inside the denied ranges.
+  gatewayAllows =
+    settings:
+    builtins.concatMap (h: h.addresses or [ ]) (settings.hosts or [ ])
+    ++ map addressOfServer ((settings.dns or { }).servers or [ ]);
+
   # The [Service] keys a daemon's process runs under, shared by its serve unit and (for
   # loopd) the selftest unit.
   sandboxKeys =
@@ -340,7 +382,8 @@ let
   #   runbook           -> the installed docs/runbook.md every refusal line points at
   #   credentials, extraReadWritePaths, readOnlyHome: per daemon, from the module's options
   #   ipAddresses: per daemon, IPAddressAllow=/IPAddressDeny= narrowed from the module's
-  #     options (inferproxy: the provider's address, ipAddressesOfProvider below)
+  #     options (inferproxy: the provider's address, ipAddressesOfProvider below; gatewayd:
+  #     the local ranges denied, ipAddressesOfGateway)
   render =
     {
       home,
@@ -359,7 +402,9 @@ let
         daemon:
         sandboxKeys {
           inherit home daemon;
-          ipAddresses = ipAddresses.${daemon} or { };
+          # gatewayd never runs without its deny list, whatever the caller passes.
+          ipAddresses =
+            ipAddresses.${daemon} or (if daemon == "gatewayd" then ipAddressesOfGateway [ ] else { });
           credentials = credentials.${daemon} or [ ];
           extraReadWritePaths = extraReadWritePaths.${daemon} or [ ];
           readOnlyHome = readOnlyHome.${daemon} or false;
@@ -485,6 +530,8 @@ in
     deviceManifest
     readWritePaths
     ipAddressesOfProvider
+    ipAddressesOfGateway
+    gatewayAllows
     render
     ;
 }

@@ -507,13 +507,13 @@ fn status_on_a_removed_live_home_says_the_home_is_gone_and_lists_no_daemon_of_an
 #[test]
 fn a_daemon_that_never_says_ready_is_named_and_what_had_started_is_stopped() {
     use std::os::unix::fs::PermissionsExt;
-    // bxctl and the real brokerd, inferproxy and memoryd, beside a loopd that takes its
+    // bxctl and the real gatewayd, brokerd, inferproxy and memoryd, beside a loopd that takes its
     // sockets and never says READY=1.
     let b = DevBox::new();
     let bin = b.beside("bin");
     fs::create_dir(&bin).unwrap();
     fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
-    for exe in ["bxctl", "brokerd", "inferproxy", "memoryd"] {
+    for exe in ["bxctl", "gatewayd", "brokerd", "inferproxy", "memoryd"] {
         let from = boxmaker_e2e::bin_dir().join(exe);
         if fs::hard_link(&from, bin.join(exe)).is_err() {
             fs::copy(&from, bin.join(exe)).unwrap();

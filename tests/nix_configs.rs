@@ -18,7 +18,7 @@ use std::process::Command;
 use boxmaker_e2e::bin_dir;
 use serde_json::{Value, json};
 
-const DAEMONS: [&str; 4] = ["loopd", "brokerd", "inferproxy", "memoryd"];
+const DAEMONS: [&str; 5] = ["loopd", "brokerd", "inferproxy", "memoryd", "gatewayd"];
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -85,7 +85,7 @@ pub struct WorkspaceConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
-    /// `gateway.sock`; absent: no gateway, and `web_fetch` fails when run.
+    /// `gateway.sock`; absent: no gateway, and `web_fetch` is not offered.
     pub socket: Option<PathBuf>,
 }
 

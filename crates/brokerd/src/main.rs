@@ -95,7 +95,16 @@ fn check(path: &std::path::Path) -> ExitCode {
     println!("  audit chain  {}", cfg.chain_path().display());
     println!("  approvals wait {} ms", cfg.approvals.ttl_ms);
     if let Ok(reg) = cfg.registry() {
-        let names: Vec<String> = reg.defs().into_iter().map(|d| d.name).collect();
+        let env = toolkit::Env {
+            gateway: cfg.gateway.socket.clone(),
+            ..toolkit::Env::default()
+        };
+        let names: Vec<String> = reg
+            .offered(&env)
+            .defs()
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
         println!("  tools offered: {}", names.join(", "));
     }
     for root in &cfg.workspace.roots {
@@ -123,7 +132,7 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
     match &cfg.gateway.socket {
         Some(s) => println!("  web_fetch through {}", s.display()),
-        None => println!("  web_fetch: no gateway is configured"),
+        None => println!("  web_fetch: no gateway is configured, so it is not offered"),
     }
     match chain::read_file(&cfg.chain_path()) {
         Ok(bytes) => {

@@ -113,6 +113,8 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
         gateway: cfg.gateway.socket.clone(),
     };
     let ledger = Ledger::new(StateStore::new(&cfg.state_dir()), audit);
+    // A tool whose daemon is absent (web_fetch with no gateway) is not offered.
+    let registry = registry.offered(&env);
     let broker = Arc::new(Broker::new(cfg, registry, env, ledger, fingerprints));
     Ok(Started {
         broker,

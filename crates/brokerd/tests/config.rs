@@ -141,10 +141,13 @@ fn check_prints_what_it_would_serve_and_exits_0() {
     );
     assert!(out.contains(&h.state_sock().display().to_string()), "{out}");
     assert!(
-        out.contains("tools offered: workspace_list, workspace_read, workspace_write, web_fetch"),
+        out.contains("tools offered: workspace_list, workspace_read, workspace_write\n"),
         "{out}"
     );
-    assert!(out.contains("web_fetch: no gateway is configured"), "{out}");
+    assert!(
+        out.contains("web_fetch: no gateway is configured, so it is not offered"),
+        "{out}"
+    );
 }
 
 #[test]

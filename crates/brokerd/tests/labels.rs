@@ -34,10 +34,11 @@ fn home() -> Home {
     h.write_config(&format!(
         "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n\
          [[workspace.roots]]\npath = {:?}\nclass = \"secret\"\n\n\
-         [[workspace.roots]]\npath = {:?}\nclass = \"private\"\nuntrusted = true\n",
+         [[workspace.roots]]\npath = {:?}\nclass = \"private\"\nuntrusted = true\n\n{}",
         p(&h, "notes"),
         p(&h, "notes/vault"),
         p(&h, "notes/mail"),
+        h.idle_gateway(),
     ));
     h
 }

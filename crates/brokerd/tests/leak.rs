@@ -18,9 +18,10 @@ fn home() -> Home {
     fs::write(h.dir("vault").join("key.txt"), SECRET).unwrap();
     h.write_config(&format!(
         "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n\
-         [[workspace.roots]]\npath = {:?}\nclass = \"secret\"\n",
+         [[workspace.roots]]\npath = {:?}\nclass = \"secret\"\n\n{}",
         h.home.join("notes").display().to_string(),
         h.home.join("vault").display().to_string(),
+        h.idle_gateway(),
     ));
     h
 }
@@ -143,9 +144,11 @@ fn an_unrelated_egress_is_not_a_leak() {
     let h = home();
     let _b = Brokerd::start(&h);
     read_secret(&h, "l1");
-    // Allowed by the policy; it fails only because no gateway is configured.
+    // Allowed by the policy; it fails only because no gateway serves the socket.
     match fetch(&h, "l2", 2, "https://example.org/weather?city=Berlin") {
-        ToolResponse::Failed { message } => assert!(message.contains("no gateway"), "{message}"),
+        ToolResponse::Failed { message } => {
+            assert!(message.contains("could not be asked"), "{message}")
+        }
         o => panic!("{o:?}"),
     }
 }

@@ -22,10 +22,11 @@ fn home(extra: &str) -> Home {
     h.write_config(&format!(
         "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n\
          [[workspace.roots]]\npath = {:?}\nclass = \"secret\"\n\n\
-         [[workspace.roots]]\npath = {:?}\nclass = \"private\"\nuntrusted = true\n\n{extra}",
+         [[workspace.roots]]\npath = {:?}\nclass = \"private\"\nuntrusted = true\n\n{}\n{extra}",
         h.home.join("notes").display().to_string(),
         h.home.join("vault").display().to_string(),
         h.home.join("inbox").display().to_string(),
+        h.idle_gateway(),
     ));
     h
 }
@@ -341,7 +342,7 @@ fn a_tool_that_fails_without_touching_a_root_raises_nothing() {
         json!({"url": "https://example.org/"}),
     );
     assert!(
-        matches!(outcome(&r), ToolResponse::Failed { message } if message.contains("no gateway"))
+        matches!(outcome(&r), ToolResponse::Failed { message } if message.contains("could not be asked"))
     );
     assert_eq!(state(&h, "s"), None);
     assert_eq!(events(&h, "s", 1), ["requested", "allowed", "failed"]);
@@ -369,7 +370,7 @@ fn a_path_outside_the_roots_fails_and_changes_nothing() {
 }
 
 #[test]
-fn web_fetch_is_decided_then_fails_without_a_gateway() {
+fn web_fetch_is_decided_then_fails_while_its_gateway_is_down() {
     let h = home("");
     let _b = Brokerd::start(&h);
     let r = call(
@@ -379,11 +380,13 @@ fn web_fetch_is_decided_then_fails_without_a_gateway() {
         "web_fetch",
         json!({"url": "https://example.org/"}),
     );
-    assert_eq!(
-        outcome(&r),
-        ToolResponse::Failed {
-            message: "no gateway is configured".into()
-        }
+    let gw = h.home.join("run/broker-gateway/gateway.sock");
+    assert!(
+        matches!(outcome(&r), ToolResponse::Failed { message }
+            if message.starts_with(&format!("the web gateway at {} could not be asked", gw.display()))
+            && message.ends_with("see docs/runbook.md#gateway-unavailable")),
+        "{:?}",
+        outcome(&r)
     );
     assert_eq!(events(&h, "s", 1), ["requested", "allowed", "failed"]);
     assert_eq!(state(&h, "s"), None, "a failed fetch read nothing");
@@ -468,4 +471,33 @@ fn tools_list_offers_every_enabled_tool_with_its_schema() {
     };
     assert_eq!(t.tools.len(), 4);
     assert!(t.tools.iter().all(|d| d.parameters["type"] == "object"));
+}
+
+#[test]
+fn without_a_gateway_web_fetch_is_neither_offered_nor_run() {
+    let h = Home::new("");
+    let _b = Brokerd::start(&h);
+    let t = request(&h.broker_sock(), 1, Message::ToolsList {});
+    match &t[0].msg {
+        Message::Tools(t) => assert!(
+            t.tools.iter().all(|d| d.name != "web_fetch"),
+            "{:?}",
+            t.tools
+        ),
+        o => panic!("{o:?}"),
+    }
+    let r = call(
+        &h,
+        "s",
+        2,
+        "web_fetch",
+        json!({"url": "https://example.org/"}),
+    );
+    assert_eq!(
+        outcome(&r),
+        ToolResponse::Denied {
+            reason: "no such tool: \"web_fetch\"".into()
+        }
+    );
+    assert_eq!(state(&h, "s"), None);
 }

@@ -113,6 +113,7 @@ fn web_fetch_goes_through_the_gateway_and_taints_the_session_untrusted() {
         let mut s = bxtest::accept(&listener, "brokerd's fetch request");
         let env = read_frame(&mut s).unwrap();
         let reply = Message::FetchReply(FetchReply {
+            url: "https://example.org/a".into(),
             status: 200,
             headers: vec![],
             body: "page text".into(),
@@ -139,7 +140,7 @@ fn web_fetch_goes_through_the_gateway_and_taints_the_session_untrusted() {
     assert_eq!(
         r.last().unwrap().msg,
         Message::ToolResponse(ToolResponse::Result {
-            content: "HTTP 200\n\npage text".into(),
+            content: "https://example.org/a\nHTTP 200, no content type\n\npage text".into(),
             class: DataClass::Public,
             untrusted: true,
         })

@@ -646,11 +646,13 @@ pub struct FetchRequest {
     pub max_bytes: u64,
 }
 
-/// `fetch_reply {status, headers, body, truncated}`: the body as text (invalid UTF-8 replaced),
-/// cut at `max_bytes` with `truncated: true`.
+/// `fetch_reply {url, status, headers, body, truncated}`: the URL the last redirect led to, the
+/// body as readable text (HTML reduced, invalid UTF-8 replaced), read no further than
+/// `max_bytes` with `truncated: true`, and the headers without `Set-Cookie`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FetchReply {
+    pub url: String,
     pub status: u16,
     pub headers: Vec<Header>,
     pub body: String,

@@ -566,13 +566,14 @@ fn fetch_reply() {
             13,
             true,
             Message::FetchReply(FetchReply {
+                url: "https://example.org/".into(),
                 status: 200,
                 headers: vec![],
                 body: "<html>".into(),
                 truncated: false,
             }),
         ),
-        json!({"v":1,"id":13,"final":true,"msg":{"kind":"fetch_reply","status":200,"headers":[],"body":"<html>","truncated":false}}),
+        json!({"v":1,"id":13,"final":true,"msg":{"kind":"fetch_reply","url":"https://example.org/","status":200,"headers":[],"body":"<html>","truncated":false}}),
     );
 }
 

@@ -118,8 +118,9 @@ fn ping(path: &std::path::Path) -> SocketState {
     }
 }
 
-/// The daemons every box has; memoryd and gatewayd are part of it only when configured.
-pub const REQUIRED: [&str; 3] = ["loopd", "brokerd", "inferproxy"];
+/// The daemons every box has (the dev box starts gatewayd, the NixOS module installs it);
+/// memoryd is part of it only when configured.
+pub const REQUIRED: [&str; 4] = ["loopd", "brokerd", "inferproxy", "gatewayd"];
 
 /// Whether `daemon` is part of the box at `target`.
 pub fn expected(target: &Target, daemon: &str) -> bool {

@@ -109,9 +109,10 @@ impl SeccompProfile {
 
     /// Whether its `AF_INET*` sockets are `SOCK_STREAM` only: any other type (a datagram, a raw
     /// socket) fails with `EACCES`, and so does a TCP Fast Open send (`MSG_FASTOPEN`, a connect
-    /// by `sendto`). inferproxy, whose one peer is the provider, over TCP.
+    /// by `sendto`). inferproxy, whose one peer is the provider, over TCP; gatewayd, which
+    /// looks names up over TCP too.
     pub fn inet_stream_only(self) -> bool {
-        matches!(self, SeccompProfile::Inferproxy)
+        matches!(self, SeccompProfile::Inferproxy | SeccompProfile::Gatewayd)
     }
 
     /// The socket families `socket` and `socketpair` accept.

@@ -210,6 +210,9 @@ fn only_network_profiles_open_inet_sockets() {
     }
     assert!(SeccompProfile::Gatewayd.inet());
     assert!(SeccompProfile::Inferproxy.inet());
+    // Both look names up over TCP: no datagram ever leaves them.
+    assert!(SeccompProfile::Inferproxy.inet_stream_only());
+    assert!(SeccompProfile::Gatewayd.inet_stream_only());
     assert!(SeccompProfile::Memoryd { remote: true }.inet());
     assert!(!SeccompProfile::Memoryd { remote: false }.inet());
     assert!(!SeccompProfile::Loopd.inet());

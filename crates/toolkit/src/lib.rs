@@ -70,6 +70,12 @@ pub trait Tool: Send + Sync + fmt::Debug {
     fn parameters(&self) -> Value;
     /// What it declares, for every call.
     fn declared(&self) -> Declared;
+    /// Whether it can run here at all: a tool whose daemon is absent (`web_fetch` with no
+    /// gateway configured) is not offered to the model.
+    fn available(&self, env: &Env) -> bool {
+        let _ = env;
+        true
+    }
     /// What this one call will read and where it will write. An error here is `failed` before
     /// any policy step that needs the plan.
     fn plan(&self, args: &Self::Args, env: &Env) -> Result<Plan, ToolError>;
@@ -86,6 +92,7 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn description(&self) -> &'static str;
     fn parameters(&self) -> Value;
     fn declared(&self) -> Declared;
+    fn available(&self, env: &Env) -> bool;
     fn validate(&self, args: &Value) -> Result<(), String>;
     fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError>;
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
@@ -103,6 +110,9 @@ impl<T: Tool> AnyTool for T {
     }
     fn declared(&self) -> Declared {
         Tool::declared(self)
+    }
+    fn available(&self, env: &Env) -> bool {
+        Tool::available(self, env)
     }
     fn validate(&self, args: &Value) -> Result<(), String> {
         args::parse::<T::Args>(Tool::name(self), args).map(drop)

@@ -215,6 +215,13 @@ impl Registry {
         Ok(Registry { entries })
     }
 
+    /// Only the tools that can run with `env`: a tool whose daemon is absent (`web_fetch`
+    /// without a gateway) is neither offered nor run ("no such tool").
+    pub fn offered(mut self, env: &Env) -> Registry {
+        self.entries.retain(|e| e.tool.available(env));
+        self
+    }
+
     /// The enabled tool called `name`.
     pub fn get(&self, name: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.name() == name)

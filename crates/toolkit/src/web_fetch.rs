@@ -1,17 +1,21 @@
 //! `web_fetch {url}`: a page from the web, through gatewayd, the tools' only door to the network.
 //! Declared egress with `egress_max = private` (the owner's words may shape a query to the web,
-//! nothing secret may) and public, untrusted output. Until a gateway is configured it is decided
-//! like any call and then fails, so the policy's answers are the same before and after.
+//! nothing secret may) and public, untrusted output. It is offered only while a gateway is
+//! configured ([`crate::Tool::available`]); gatewayd's refusals reach the model as `failed`,
+//! with the gateway's reason and runbook pointer.
 
 use std::time::Duration;
 
+use bxcore::client::ClientError;
 use bxcore::{DataClass, FetchReply, FetchRequest, Message};
 use serde_json::Value;
 
 use crate::args::FetchArgs;
 use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError};
 
-/// What `web_fetch` answers while `[gateway] socket` is not set.
+/// The runbook entry of a gateway that cannot be asked.
+pub const GATEWAY_ANCHOR: &str = "gateway-unavailable";
+/// What `web_fetch` answers while `[gateway] socket` is not set (it is then not offered either).
 pub const NO_GATEWAY: &str = "no gateway is configured";
 /// The most of a page's body a fetch returns.
 pub const MAX_BODY: u64 = 256 * 1024;
@@ -42,6 +46,9 @@ impl Tool for WebFetch {
             approval: ApprovalRule::Never,
         }
     }
+    fn available(&self, env: &Env) -> bool {
+        env.gateway.is_some()
+    }
     fn plan(&self, _args: &FetchArgs, _env: &Env) -> Result<Plan, ToolError> {
         Ok(Plan {
             reads: DataClass::Public,
@@ -62,28 +69,50 @@ impl Tool for WebFetch {
             body: String::new(),
             max_bytes: MAX_BODY,
         });
-        let unavailable = |why: String| {
-            ToolError::Failed(format!(
-                "the web gateway at {} could not fetch it: {why}",
-                socket.display()
-            ))
-        };
-        let reply = bxcore::client::call(socket, FETCH_TIMEOUT, 1, request, |_| {})
-            .map_err(|e| unavailable(e.to_string()))?;
-        match reply {
-            Message::FetchReply(FetchReply {
-                status,
-                body,
-                truncated,
-                ..
-            }) => {
-                let mut content = format!("HTTP {status}\n\n{body}");
-                if truncated {
-                    content.push_str("\n(cut at the size limit)");
+        let reply = bxcore::client::call(socket, FETCH_TIMEOUT, 1, request, |_| {}).map_err(
+            |e| match e {
+                // The gateway's own refusal: its text says why and ends with its pointer.
+                ClientError::Remote(w) => {
+                    ToolError::Failed(format!("the web gateway refused it: {}", w.detail))
                 }
-                Ok(Output { content })
-            }
-            other => Err(unavailable(format!("it answered {}", other.kind()))),
+                other => unavailable(socket, &other.to_string()),
+            },
+        )?;
+        match reply {
+            Message::FetchReply(r) => Ok(Output {
+                content: render(&r),
+            }),
+            other => Err(unavailable(
+                socket,
+                &format!("it answered {}", other.kind()),
+            )),
         }
     }
+}
+
+fn unavailable(socket: &std::path::Path, why: &str) -> ToolError {
+    ToolError::Failed(format!(
+        "the web gateway at {} could not be asked: {why}; {}",
+        socket.display(),
+        bxcore::runbook::pointer(GATEWAY_ANCHOR)
+    ))
+}
+
+/// What the model is shown: where the fetch ended, its status and type, whether the body was
+/// cut, then the body as text.
+pub fn render(r: &FetchReply) -> String {
+    let content_type = r
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-type"))
+        .map_or("no content type", |h| h.value.as_str());
+    let mut out = format!("{}\nHTTP {}, {content_type}\n", r.url, r.status);
+    if r.truncated {
+        out.push_str(
+            "(the body was longer than the size limit: only its beginning was read and is shown)\n",
+        );
+    }
+    out.push('\n');
+    out.push_str(&r.body);
+    out
 }

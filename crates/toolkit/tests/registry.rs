@@ -73,7 +73,28 @@ fn web_fetch_is_egress_limited_to_private_with_untrusted_public_output() {
 }
 
 #[test]
-fn web_fetch_without_a_gateway_fails_saying_so() {
+fn web_fetch_is_offered_only_while_a_gateway_is_configured() {
+    let names = |env: &Env| -> Vec<String> {
+        let reg = Registry::new(&BTreeMap::new()).unwrap().offered(env);
+        reg.defs().into_iter().map(|d| d.name).collect()
+    };
+    assert!(!names(&Env::default()).contains(&"web_fetch".to_string()));
+    let with = Env {
+        gateway: Some("/run/boxmaker/broker-gateway/gateway.sock".into()),
+        ..Env::default()
+    };
+    assert!(names(&with).contains(&"web_fetch".to_string()));
+    assert!(
+        Registry::new(&BTreeMap::new())
+            .unwrap()
+            .offered(&Env::default())
+            .get("web_fetch")
+            .is_none()
+    );
+}
+
+#[test]
+fn web_fetch_run_without_a_gateway_fails_saying_so() {
     let reg = Registry::new(&BTreeMap::new()).unwrap();
     let e = reg.get("web_fetch").unwrap();
     let args = json!({"url": "https://example.org/"});

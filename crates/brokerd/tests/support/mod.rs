@@ -42,6 +42,18 @@ impl Home {
         fs::write(&self.config, text).unwrap();
     }
 
+    /// `[gateway] socket` naming a socket nobody serves: `web_fetch` is offered (a gateway is
+    /// configured) and fails when run, after the policy decided.
+    pub fn idle_gateway(&self) -> String {
+        format!(
+            "[gateway]\nsocket = {:?}\n",
+            self.home
+                .join("run/broker-gateway/gateway.sock")
+                .display()
+                .to_string()
+        )
+    }
+
     pub fn broker_sock(&self) -> PathBuf {
         self.home.join("run/loop-broker/broker.sock")
     }

@@ -322,7 +322,17 @@ pub fn brokerd(home: &DevHome, _model: &ModelChoice) -> Table {
         "workspace".into(),
         table(vec![("roots", Value::Array(roots))]),
     );
+    t.insert(
+        "gateway".into(),
+        table(vec![("socket", p(&layout::GATEWAY.path(home.root())))]),
+    );
     t
+}
+
+/// gatewayd's own tables: none. Its allow-list is empty: `web_fetch` is offered, and every host
+/// is refused until the owner adds a `[[hosts]]` entry to `etc/gatewayd.toml` (docs/gateway.md).
+pub fn gatewayd(_home: &DevHome, _model: &ModelChoice) -> Table {
+    Table::new()
 }
 
 /// inferproxy's own tables: the provider and the main slot.

@@ -22,7 +22,12 @@ pub struct Row {
 }
 
 /// The daemons of the dev box, in the order they are started (a daemon's server first).
-pub const ROWS: [Row; 4] = [
+pub const ROWS: [Row; 5] = [
+    Row {
+        daemon: "gatewayd",
+        tables: configs::gatewayd,
+        owns: &[],
+    },
     Row {
         daemon: "brokerd",
         tables: configs::brokerd,

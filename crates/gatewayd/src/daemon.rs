@@ -1,0 +1,358 @@
+//! `gatewayd serve` and `gatewayd check`: the daemon's start, in the order the sandbox needs
+//! (the configuration, the secrets, the CA bundle and the name servers read, the socket bound,
+//! before it closes; no thread before it), and its one socket.
+
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use bxcore::layout;
+use bxcore::runbook::Anchored;
+use bxcore::{Envelope, Message};
+use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::{Daemon, Profile, SeccompProfile, serve};
+use ureq::tls::{Certificate, PemItem, RootCerts};
+
+use crate::config::{CONFIG_ANCHOR, Config};
+use crate::fetch::{Gateway, quote};
+use crate::secrets::Secret;
+
+/// gatewayd, for the start-up every daemon runs.
+pub const SPEC: Spec = Spec {
+    daemon: Daemon {
+        name: "gatewayd",
+        version: env!("CARGO_PKG_VERSION"),
+    },
+    config_anchor: CONFIG_ANCHOR,
+};
+
+/// The CA bundles looked for, in order, when `[tls] ca_file` is not set.
+pub const SYSTEM_CA_FILES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/ssl/certs/ca-bundle.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// The system's resolver configuration, whose name servers are asked when `[dns] servers` is
+/// empty.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// Everything the configuration names, read while the whole filesystem is there.
+#[derive(Debug)]
+pub struct Prepared {
+    pub gateway: Gateway,
+    pub dns: Vec<SocketAddr>,
+    /// Where the trusted certificates come from, as the notice says it.
+    pub ca: String,
+    /// The CA file the sandbox must keep readable, if one is used.
+    pub ca_file: Option<PathBuf>,
+}
+
+fn own(e: impl std::fmt::Display) -> StartError {
+    StartError::own(CONFIG_ANCHOR, e)
+}
+
+/// The certificates a fetch trusts: `ca_file`'s, else the first system bundle that exists,
+/// else (a machine with none) the Mozilla roots built into the client.
+pub fn load_roots(ca_file: Option<&Path>) -> Result<(String, RootCerts), String> {
+    let path = match ca_file {
+        Some(p) => p.to_path_buf(),
+        None => match SYSTEM_CA_FILES.iter().map(Path::new).find(|p| p.is_file()) {
+            Some(p) => p.to_path_buf(),
+            None => return Ok(("the built-in Mozilla roots".into(), RootCerts::WebPki)),
+        },
+    };
+    let pem = std::fs::read(&path)
+        .map_err(|e| format!("cannot read the CA bundle {}: {e}", path.display()))?;
+    let mut certs: Vec<Certificate<'static>> = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(format!(
+                    "the CA bundle {} does not parse: {e}",
+                    path.display()
+                ));
+            }
+        }
+    }
+    if certs.is_empty() {
+        return Err(format!(
+            "the CA bundle {} holds no certificate",
+            path.display()
+        ));
+    }
+    Ok((
+        path.display().to_string(),
+        RootCerts::Specific(std::sync::Arc::new(certs)),
+    ))
+}
+
+/// Read the secrets, the CA bundle and the name servers `cfg` names, and build the gateway.
+pub fn prepare(cfg: &Config) -> Result<Prepared, StartError> {
+    let mut secrets = Vec::new();
+    let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+    for h in &cfg.hosts {
+        let file = match (&h.secret_file, &h.credential, &creds) {
+            (Some(p), _, _) => Some(p.clone()),
+            (None, Some(name), Some(dir)) => Some(dir.join(name)),
+            (None, Some(name), None) => {
+                return Err(own(format!(
+                    "[[hosts]] {}: the credential {name:?} needs $CREDENTIALS_DIRECTORY \
+                     (systemd's LoadCredential=); outside systemd use secret_file",
+                    h.name
+                )));
+            }
+            (None, None, _) => None,
+        };
+        secrets.push(match file {
+            Some(p) => Some(Secret::read(&h.name.to_string(), &p).map_err(own)?),
+            None => None,
+        });
+    }
+    let (ca, roots) = load_roots(cfg.tls.ca_file.as_deref()).map_err(own)?;
+    let dns = if cfg.dns.servers.is_empty() {
+        let text = std::fs::read_to_string(RESOLV_CONF).unwrap_or_default();
+        crate::dns::system_servers(&text)
+    } else {
+        cfg.dns.servers.clone()
+    };
+    if dns.is_empty() {
+        // Not a refusal: a host written as an address can still be fetched, and every lookup
+        // fails with its pointer (gateway-unreachable).
+        bxharden::log::notice(&format!(
+            "no name server: [dns] servers is empty and {RESOLV_CONF} names none; only hosts \
+             written as addresses can be fetched"
+        ));
+    }
+    let ca_file = match &roots {
+        RootCerts::Specific(_) => Some(PathBuf::from(&ca)),
+        _ => None,
+    };
+    let gateway = Gateway::new(
+        cfg.hosts.clone(),
+        secrets,
+        dns.clone(),
+        Duration::from_millis(cfg.dns.timeout_ms),
+        cfg.limits.clone(),
+        roots,
+    );
+    Ok(Prepared {
+        gateway,
+        dns,
+        ca,
+        ca_file,
+    })
+}
+
+/// What the daemon serves, for `check` and the startup notice. Never a secret.
+fn describe(cfg: &Config, p: &Prepared) -> String {
+    let hosts: Vec<String> = cfg
+        .hosts
+        .iter()
+        .map(|h| {
+            let mut s = h.name.to_string();
+            if h.http {
+                s.push_str(" (http too)");
+            }
+            if !h.ports.is_empty() {
+                s.push_str(&format!(" (ports {:?})", h.ports));
+            }
+            if !h.addresses.is_empty() {
+                let a: Vec<String> = h.addresses.iter().map(ToString::to_string).collect();
+                s.push_str(&format!(" (internal addresses {})", a.join(", ")));
+            }
+            if let Some(header) = &h.header {
+                s.push_str(&format!(" (credential in {header})"));
+            }
+            s
+        })
+        .collect();
+    let dns: Vec<String> = p.dns.iter().map(ToString::to_string).collect();
+    format!(
+        "fetches on {} for {}; names by {} over TCP; trusting {}; {} ms, {} bytes, {} redirects at most",
+        cfg.gateway_socket().display(),
+        if hosts.is_empty() {
+            "no host (the allow-list is empty)".to_string()
+        } else {
+            hosts.join(", ")
+        },
+        if dns.is_empty() {
+            "no name server".to_string()
+        } else {
+            dns.join(", ")
+        },
+        p.ca,
+        cfg.limits.timeout_ms,
+        cfg.limits.max_bytes,
+        cfg.limits.max_redirects
+    )
+}
+
+/// `gatewayd check --config FILE`: load and check everything, print what would be served.
+pub fn check(config: &Path) -> ExitCode {
+    let loaded = bxharden::daemon::load::<Config>(config)
+        .map_err(|error| StartError::Config {
+            anchor: CONFIG_ANCHOR,
+            error,
+        })
+        .and_then(|cfg| Ok((prepare(&cfg)?, cfg)));
+    match loaded {
+        Ok((p, cfg)) => {
+            println!("gatewayd: configuration ok");
+            println!("gatewayd: would serve {}", describe(&cfg, &p));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gatewayd: {e}; {}", bxcore::runbook::pointer(e.anchor()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `gatewayd serve --config FILE`.
+pub fn serve(config: &Path) -> ExitCode {
+    bxharden::log::init(SPEC.daemon);
+    match start(config) {
+        Ok(never) => match never {},
+        Err(e) => daemon::exit(&e),
+    }
+}
+
+/// Uninhabited: `start` returns only with an error.
+enum Never {}
+
+fn start(config: &Path) -> Result<Never, StartError> {
+    let mut s = Start::<Config>::load(SPEC, config)?;
+    let prepared = prepare(s.cfg())?;
+    let own_dir = s.cfg().own_dir();
+    s.own_dir(&own_dir)?;
+    let path = s.cfg().gateway_socket();
+    let socket = s.listen(layout::GATEWAY, &path)?;
+
+    let mut profile = Profile::new(SeccompProfile::Gatewayd)
+        .read_write(&own_dir)
+        .read_only(config)
+        .resolver_and_ca();
+    if let Some(ca) = &prepared.ca_file {
+        profile = profile.read_only(ca);
+    }
+    for port in s.cfg().ports(&prepared.dns) {
+        profile = profile.connect_tcp(port);
+    }
+    let (cfg, running) = s.sandbox(&profile)?;
+
+    serve::set_timeouts(serve::Timeouts {
+        first_frame_ms: cfg.limits.first_frame_ms,
+        write_ms: cfg.limits.write_ms,
+    });
+    let what = describe(&cfg, &prepared);
+    let gateway = std::sync::Arc::new(prepared.gateway);
+    running.serve(socket, move |stream, env| handle(stream, env, &gateway))?;
+    bxharden::log::notice(&format!("serving {what}"));
+    running.ready()
+}
+
+/// One `fetch_request` (the only kind gateway.sock's table accepts): `fetch_reply`, or an
+/// `error` whose detail says why and ends with the runbook pointer, logged the same way.
+fn handle(mut stream: UnixStream, env: Envelope, gateway: &Gateway) {
+    let Message::FetchRequest(req) = env.msg else {
+        return serve::unhandled(&mut stream, env.id, &env.msg);
+    };
+    let answer = match gateway.fetch(&req) {
+        Ok(f) => {
+            tracing::info!(
+                "gatewayd: {} {}: HTTP {}{}",
+                quote(&req.method),
+                quote(&f.url),
+                f.status,
+                if f.truncated {
+                    ", cut at the size limit"
+                } else {
+                    ""
+                }
+            );
+            Envelope::new(env.id, true, Message::FetchReply(f.reply()))
+        }
+        Err(e) => {
+            // A refused request may carry a credential: neither the log nor the answer shows it.
+            let pointer = bxcore::runbook::pointer(e.anchor());
+            let url = gateway.redact(quote(&req.url));
+            let why = gateway.redact(e.to_string());
+            bxharden::log::line(
+                e.anchor(),
+                &format!("gatewayd: {} {url}: {why}; {pointer}", quote(&req.method)),
+            );
+            Envelope::error(env.id, e.code(), format!("{why}; {pointer}"))
+        }
+    };
+    if let Err(bxcore::FrameError::TooLarge(n)) = bxcore::write_frame(&mut stream, &answer) {
+        let _ = bxcore::write_frame(
+            &mut stream,
+            &Envelope::error(
+                env.id,
+                bxcore::ErrorCode::Unavailable,
+                format!(
+                    "the reply is {n} bytes as a frame, over the limit of {}; ask for fewer bytes; {}",
+                    bxcore::MAX_FRAME,
+                    bxcore::runbook::pointer(crate::fetch::LIMIT_ANCHOR)
+                ),
+            ),
+        );
+    }
+    // What a large page took is given back, so the idle daemon stays small.
+    trim();
+}
+
+/// Return freed heap memory to the system (glibc keeps it otherwise).
+fn trim() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks glibc's own heap, under its own locks.
+    unsafe {
+        libc_malloc_trim(0);
+    }
+}
+
+#[cfg(target_env = "gnu")]
+unsafe extern "C" {
+    #[link_name = "malloc_trim"]
+    fn libc_malloc_trim(pad: usize) -> i32;
+}
+
+/// The command line: `serve` or `check`, each with `--config FILE`.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "gatewayd",
+    version,
+    about = "The tools' only door to the network: allow-list, checked addresses, limits, credentials"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Serve gateway.sock.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Load and check the configuration and the files it names, print what would be served.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+/// The whole program.
+pub fn main() -> ExitCode {
+    let cli = <Cli as clap::Parser>::parse();
+    match cli.command {
+        Command::Serve { config } => serve(&config),
+        Command::Check { config } => check(&config),
+    }
+}

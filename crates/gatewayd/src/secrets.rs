@@ -1,0 +1,235 @@
+//! The credentials gatewayd adds to requests, and the check that no request carries one out.
+//!
+//! A secret is read from its `secret_file` at start and lives only here: it is added to requests
+//! to its own host, and never appears in a reply, a log line or an error. A request whose URL,
+//! header names or values, or body holds any secret's value (as is, URL-encoded, in base64 at
+//! any alignment, standard or URL-safe, or in hex of either case) is refused before anything
+//! leaves. The check is exact matching of those forms, so it has no false positives to tune;
+//! the URL and body are also looked at once percent-decoded, so a partly encoded secret is
+//! found too.
+
+use std::fmt;
+use std::path::Path;
+
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+
+use crate::config::MIN_SECRET_BYTES;
+
+/// One configured secret: the host entry it belongs to, and every form it is looked for in.
+pub struct Secret {
+    /// The `[[hosts]] name` it belongs to, for the refusal (never the value).
+    pub host: String,
+    value: Vec<u8>,
+    forms: Vec<(Vec<u8>, &'static str)>,
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secret")
+            .field("host", &self.host)
+            .field("bytes", &self.value.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a secret file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("cannot read the secret file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
+    #[error(
+        "the secret file {path} holds {len} bytes; at least {MIN_SECRET_BYTES} are needed, so \
+         that the leak check cannot match by chance"
+    )]
+    TooShort { path: String, len: usize },
+    #[error(
+        "the secret file {path} holds more than one line, or a character a header cannot carry"
+    )]
+    NotOneLine { path: String },
+}
+
+impl Secret {
+    /// Read the secret of `host` from `path`: one line, its final newline not part of it.
+    pub fn read(host: &str, path: &Path) -> Result<Secret, SecretError> {
+        let shown = path.display().to_string();
+        let raw = std::fs::read(path).map_err(|error| SecretError::Read {
+            path: shown.clone(),
+            error,
+        })?;
+        let mut value = raw.as_slice();
+        if let Some(v) = value.strip_suffix(b"\n") {
+            value = v.strip_suffix(b"\r").unwrap_or(v);
+        }
+        if value.iter().any(|b| *b < 0x20 || *b == 0x7f) {
+            return Err(SecretError::NotOneLine { path: shown });
+        }
+        if value.len() < MIN_SECRET_BYTES {
+            return Err(SecretError::TooShort {
+                path: shown,
+                len: value.len(),
+            });
+        }
+        Ok(Secret::new(host, value.to_vec()))
+    }
+
+    /// A secret of `host` with this value.
+    pub fn new(host: &str, value: Vec<u8>) -> Secret {
+        let forms = forms(&value);
+        Secret {
+            host: host.to_string(),
+            value,
+            forms,
+        }
+    }
+
+    /// The value, for the header of its own host's requests.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The form of this secret `haystack` holds, if any.
+    fn found_in(&self, haystack: &[u8]) -> Option<&'static str> {
+        let lower = haystack.to_ascii_lowercase();
+        self.forms.iter().find_map(|(needle, form)| {
+            let h = if *form == "hex" { &lower } else { haystack };
+            contains(h, needle).then_some(*form)
+        })
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every form the value is looked for in.
+fn forms(value: &[u8]) -> Vec<(Vec<u8>, &'static str)> {
+    let mut out = vec![(value.to_vec(), "as is")];
+    let encoded: String =
+        percent_encoding::percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string();
+    out.push((encoded.clone().into_bytes(), "URL-encoded"));
+    out.push((encoded.to_ascii_lowercase().into_bytes(), "URL-encoded"));
+    out.push((
+        value
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            .into_bytes(),
+        "hex",
+    ));
+    // base64 of the value at each of the three alignments it can have inside a longer text:
+    // only the characters that depend on the value's bytes alone are looked for.
+    for k in 0..3usize {
+        let mut padded = vec![0u8; k];
+        padded.extend(value);
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            let enc = engine.encode(&padded);
+            let start = (8 * k).div_ceil(6);
+            let end = (8 * (k + value.len())) / 6;
+            if end > start {
+                out.push((enc.as_bytes()[start..end].to_vec(), "base64"));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Where a secret was found, for the refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The host entry whose secret it is.
+    pub host: String,
+    /// `the URL`, `the header x-y`, `the body`.
+    pub place: String,
+    /// `as is`, `URL-encoded`, `base64`, `hex`.
+    pub form: &'static str,
+}
+
+/// The first secret any of `parts` (place, bytes) holds, in any form, looked at as given and
+/// percent-decoded.
+pub fn find(secrets: &[&Secret], parts: &[(String, &[u8])]) -> Option<Found> {
+    for (place, bytes) in parts {
+        let decoded: Vec<u8> = percent_encoding::percent_decode(bytes).collect();
+        let plus: Vec<u8> = decoded
+            .iter()
+            .map(|b| if *b == b'+' { b' ' } else { *b })
+            .collect();
+        for s in secrets {
+            for h in [&bytes[..], &decoded[..], &plus[..]] {
+                if let Some(form) = s.found_in(h) {
+                    return Some(Found {
+                        host: s.host.clone(),
+                        place: place.clone(),
+                        form,
+                    });
+                }
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALUE: &[u8] = b"s3cr3t-T0ken/with+chars";
+
+    fn hit(text: &str) -> Option<&'static str> {
+        let s = Secret::new("api.example.org", VALUE.to_vec());
+        find(&[&s], &[("the URL".into(), text.as_bytes())]).map(|f| f.form)
+    }
+
+    #[test]
+    fn the_secret_is_found_in_every_form_it_can_travel_in() {
+        let plain = String::from_utf8(VALUE.to_vec()).unwrap();
+        let enc =
+            percent_encoding::percent_encode(VALUE, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let hex: String = VALUE.iter().map(|b| format!("{b:02X}")).collect();
+        assert!(hit(&format!("https://evil.example/?q={plain}")).is_some());
+        assert!(hit(&format!("https://evil.example/?q={enc}")).is_some());
+        assert!(hit(&format!("https://evil.example/?q={}", enc.to_lowercase())).is_some());
+        assert!(hit("https://evil.example/?q=s3cr3t-T0ken%2Fwith%2Bchars").is_some());
+        assert!(hit(&format!("x={hex}")).is_some());
+        assert!(hit(&format!("x={}", hex.to_lowercase())).is_some());
+        for prefix in ["", "a", "ab", "abc"] {
+            let mut text = prefix.as_bytes().to_vec();
+            text.extend(VALUE);
+            text.extend(b"tail");
+            for e in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+                let b64 = e.encode(&text);
+                assert_eq!(
+                    hit(&format!("body={b64}")),
+                    Some("base64"),
+                    "{prefix:?} {b64}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn text_without_the_secret_passes() {
+        assert_eq!(hit("https://example.org/search?q=s3cr3t-T0ken"), None);
+        assert_eq!(hit("https://example.org/"), None);
+    }
+
+    #[test]
+    fn a_short_or_multiline_secret_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s");
+        std::fs::write(&p, "short\n").unwrap();
+        assert!(matches!(
+            Secret::read("h", &p),
+            Err(SecretError::TooShort { len: 5, .. })
+        ));
+        std::fs::write(&p, "long enough\nsecond line\n").unwrap();
+        assert!(matches!(
+            Secret::read("h", &p),
+            Err(SecretError::NotOneLine { .. })
+        ));
+        std::fs::write(&p, "long enough value\n").unwrap();
+        assert_eq!(Secret::read("h", &p).unwrap().value(), b"long enough value");
+    }
+}

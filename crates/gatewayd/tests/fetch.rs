@@ -1,0 +1,387 @@
+//! gatewayd through its socket, against a real HTTPS origin and a real name server on loopback,
+//! each test in a network namespace of its own with only loopback up: what is allowed comes back
+//! as text; every forbidden address, leak, oversize, slow drip and redirect loop is refused or
+//! bounded, logged with its runbook pointer, and nothing leaves.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use base64::Engine;
+use bxcore::ErrorCode;
+use common::*;
+
+fn refused(r: Result<bxcore::FetchReply, bxcore::WireError>) -> bxcore::WireError {
+    match r {
+        Ok(reply) => panic!("fetched, not refused: {reply:?}"),
+        Err(w) => w,
+    }
+}
+
+/// The refusal names `what`, ends with the pointer to `anchor`, and the daemon logged it so.
+fn says(g: &Gatewayd, w: &bxcore::WireError, code: ErrorCode, what: &str, anchor: &str) {
+    assert_eq!(w.code, code, "{w:?}");
+    assert!(
+        w.detail.contains(what),
+        "{:?} does not say {what:?}",
+        w.detail
+    );
+    let pointer = format!("see docs/runbook.md#{anchor}");
+    assert!(w.detail.ends_with(&pointer), "{:?}", w.detail);
+    let log = g.wait_log(&pointer);
+    assert!(log.contains(what), "{log}");
+}
+
+#[test]
+fn a_page_on_an_allowed_host_comes_back_as_text_with_its_url_status_and_type_and_no_cookie() {
+    if !in_own_netns(
+        "a_page_on_an_allowed_host_comes_back_as_text_with_its_url_status_and_type_and_no_cookie",
+    ) {
+        return;
+    }
+    let (origin, _dns, g) = world("", &[]);
+    let url = format!("https://origin.test:{}/page", origin.port);
+    let r = g.get(&url).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.url, url);
+    assert!(!r.truncated);
+    assert!(r.body.contains("Exchange rates"), "{}", r.body);
+    assert!(r.body.contains("euro"), "{}", r.body);
+    assert!(
+        !r.body.contains("<b>") && !r.body.contains("x()"),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.headers
+            .iter()
+            .any(|h| h.name == "content-type" && h.value.starts_with("text/html"))
+    );
+    assert!(
+        r.headers
+            .iter()
+            .all(|h| !h.name.eq_ignore_ascii_case("set-cookie")),
+        "{:?}",
+        r.headers
+    );
+    // The credential went to its host.
+    let seen = origin.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {TOKEN}").as_str())
+    );
+}
+
+#[test]
+fn a_host_not_on_the_allow_list_is_refused_before_it_is_looked_up() {
+    if !in_own_netns("a_host_not_on_the_allow_list_is_refused_before_it_is_looked_up") {
+        return;
+    }
+    let (origin, dns, g) = world("", &[("unlisted.example", vec![loopback()])]);
+    let w = refused(g.get(&format!("https://unlisted.example:{}/page", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Forbidden,
+        "unlisted.example is not on the gateway's allow-list",
+        "gateway-host-refused",
+    );
+    assert_eq!(dns.lookups("unlisted.example"), 0);
+    assert!(origin.seen().is_empty());
+}
+
+#[test]
+fn plain_http_is_refused_unless_the_hosts_entry_allows_it() {
+    if !in_own_netns("plain_http_is_refused_unless_the_hosts_entry_allows_it") {
+        return;
+    }
+    let (origin, dns, g) = world("", &[]);
+    let w = refused(g.get(&format!("http://origin.test:{}/page", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Forbidden,
+        "plain HTTP",
+        "gateway-host-refused",
+    );
+    assert_eq!(dns.lookups("origin.test"), 0);
+    assert!(origin.seen().is_empty());
+}
+
+/// A redirect from the origin to `to` is refused as `what`, and the origin saw only the
+/// redirecting request.
+fn redirect_refused(to: &str, what: &str) {
+    let (origin, _dns, g) = world("", &[]);
+    let to = to.replace("{port}", &origin.port.to_string());
+    let first = format!("/to?{to}");
+    let w = refused(g.get(&format!("https://origin.test:{}{first}", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Forbidden,
+        what,
+        "gateway-address-refused",
+    );
+    assert_eq!(origin.paths(), [first]);
+}
+
+#[test]
+fn a_redirect_to_127_0_0_1_is_refused_by_the_address_check() {
+    if !in_own_netns("a_redirect_to_127_0_0_1_is_refused_by_the_address_check") {
+        return;
+    }
+    redirect_refused(
+        "https://127.0.0.1:{port}/page",
+        "127.0.0.1 resolves to 127.0.0.1, a loopback address",
+    );
+}
+
+#[test]
+fn a_redirect_to_the_cloud_metadata_address_is_refused() {
+    if !in_own_netns("a_redirect_to_the_cloud_metadata_address_is_refused") {
+        return;
+    }
+    redirect_refused(
+        "http://169.254.169.254:{port}/latest/meta-data/",
+        "169.254.169.254, the cloud metadata address",
+    );
+}
+
+#[test]
+fn a_redirect_to_an_ipv4_mapped_loopback_address_is_refused() {
+    if !in_own_netns("a_redirect_to_an_ipv4_mapped_loopback_address_is_refused") {
+        return;
+    }
+    redirect_refused(
+        "https://[::ffff:127.0.0.1]:{port}/page",
+        "an IPv4-mapped IPv6 address",
+    );
+}
+
+#[test]
+fn a_name_that_resolves_to_loopback_is_refused() {
+    if !in_own_netns("a_name_that_resolves_to_loopback_is_refused") {
+        return;
+    }
+    let (origin, dns, g) = world("", &[("inside.rebind.test", vec![loopback()])]);
+    let w = refused(g.get(&format!("https://inside.rebind.test:{}/page", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Forbidden,
+        "inside.rebind.test resolves to 127.0.0.1, a loopback address",
+        "gateway-address-refused",
+    );
+    assert_eq!(dns.lookups("inside.rebind.test"), 1);
+    assert!(origin.seen().is_empty());
+}
+
+#[test]
+fn dns_rebinding_cannot_swing_the_connection_to_loopback() {
+    if !in_own_netns("dns_rebinding_cannot_swing_the_connection_to_loopback") {
+        return;
+    }
+    // A public address first, loopback for every lookup after: the gateway looks up once and
+    // connects to the public address it checked, which this namespace cannot reach.
+    let public = vec!["93.184.216.34".parse().unwrap()];
+    let (origin, dns, g) = world("", &[("swing.rebind.test", vec![public, loopback()])]);
+    let w = refused(g.get(&format!("https://swing.rebind.test:{}/page", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Unavailable,
+        "swing.rebind.test",
+        "gateway-unreachable",
+    );
+    assert_eq!(dns.lookups("swing.rebind.test"), 1);
+    assert!(origin.seen().is_empty(), "{:?}", origin.paths());
+}
+
+#[test]
+fn an_answer_mixing_a_public_and_a_loopback_address_is_refused_whole() {
+    if !in_own_netns("an_answer_mixing_a_public_and_a_loopback_address_is_refused_whole") {
+        return;
+    }
+    let mixed = vec![
+        "93.184.216.34".parse().unwrap(),
+        "127.0.0.1".parse().unwrap(),
+    ];
+    let (origin, _dns, g) = world("", &[("mixed.rebind.test", vec![mixed])]);
+    let w = refused(g.get(&format!("https://mixed.rebind.test:{}/page", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Forbidden,
+        "resolves to 127.0.0.1",
+        "gateway-address-refused",
+    );
+    assert!(origin.seen().is_empty());
+}
+
+/// A request carrying the credential is refused, says whose and where, never shows it, and
+/// nothing was looked up or sent.
+fn leak_refused(
+    method: &str,
+    url_path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+    place: &str,
+    form: &str,
+) {
+    let (origin, dns, g) = world("", &[]);
+    let url = format!("https://other.test:{}{url_path}", origin.port);
+    let w = refused(g.ask(method, &url, headers, body, 0));
+    says(
+        &g,
+        &w,
+        ErrorCode::Forbidden,
+        &format!("the credential of origin.test ({form}, in {place})"),
+        "gateway-secret-refused",
+    );
+    assert!(!w.detail.contains(TOKEN), "{}", w.detail);
+    assert!(!g.log_text().contains(TOKEN), "the log shows the secret");
+    assert_eq!(dns.lookups("other.test"), 0);
+    assert!(origin.seen().is_empty());
+}
+
+#[test]
+fn a_secret_in_the_query_is_refused_before_anything_leaves() {
+    if !in_own_netns("a_secret_in_the_query_is_refused_before_anything_leaves") {
+        return;
+    }
+    leak_refused(
+        "GET",
+        &format!("/echo?k={TOKEN}"),
+        &[],
+        "",
+        "the URL",
+        "as is",
+    );
+}
+
+#[test]
+fn a_secret_in_a_header_is_refused_before_anything_leaves() {
+    if !in_own_netns("a_secret_in_a_header_is_refused_before_anything_leaves") {
+        return;
+    }
+    let value = format!("note {TOKEN}");
+    leak_refused(
+        "GET",
+        "/echo",
+        &[("x-note", &value)],
+        "",
+        "the header x-note",
+        "as is",
+    );
+}
+
+#[test]
+fn a_secret_in_base64_in_the_body_is_refused_before_anything_leaves() {
+    if !in_own_netns("a_secret_in_base64_in_the_body_is_refused_before_anything_leaves") {
+        return;
+    }
+    let body = base64::engine::general_purpose::STANDARD.encode(format!("stolen={TOKEN}"));
+    leak_refused("POST", "/echo", &[], &body, "the body", "base64");
+}
+
+#[test]
+fn the_credential_goes_to_its_own_host_only_and_never_comes_back() {
+    if !in_own_netns("the_credential_goes_to_its_own_host_only_and_never_comes_back") {
+        return;
+    }
+    let (origin, _dns, g) = world("", &[]);
+    // origin.test echoes what it was sent: the credential is there, and the reply names it.
+    let r = g
+        .get(&format!("https://origin.test:{}/echo", origin.port))
+        .unwrap();
+    assert!(!r.body.contains(TOKEN), "{}", r.body);
+    assert!(
+        r.body
+            .contains("authorization: Bearer [the credential of origin.test]"),
+        "{}",
+        r.body
+    );
+    // A redirect from origin.test to other.test: other.test gets no credential.
+    let to = format!("https://other.test:{}/echo", origin.port);
+    let r = g
+        .get(&format!("https://origin.test:{}/to?{to}", origin.port))
+        .unwrap();
+    assert_eq!(r.url, to);
+    let seen = origin.seen();
+    let last = seen.last().unwrap();
+    assert_eq!(last.path, "/echo");
+    assert_eq!(
+        last.header("host").map(|h| h.starts_with("other.test")),
+        Some(true)
+    );
+    assert_eq!(last.header("authorization"), None, "{:?}", last.headers);
+}
+
+#[test]
+fn a_ten_gigabyte_response_is_read_only_up_to_the_limit() {
+    if !in_own_netns("a_ten_gigabyte_response_is_read_only_up_to_the_limit") {
+        return;
+    }
+    let (origin, _dns, g) = world("", &[]);
+    let r = g
+        .ask(
+            "GET",
+            &format!("https://origin.test:{}/huge", origin.port),
+            &[],
+            "",
+            100_000,
+        )
+        .unwrap();
+    assert!(r.truncated);
+    assert_eq!(r.body.len(), 100_000);
+    // The connection was closed there: the origin stops writing, far short of 10 GiB.
+    bxtest::wait_for(
+        "the origin to see the connection closed",
+        bxtest::DEADLINE,
+        || origin.ended.load(Ordering::SeqCst) == 1,
+    );
+    let written = origin.written.load(Ordering::SeqCst);
+    assert!(
+        written < 64 * 1024 * 1024,
+        "the origin wrote {written} bytes"
+    );
+}
+
+#[test]
+fn a_slow_drip_ends_at_the_fetch_deadline() {
+    if !in_own_netns("a_slow_drip_ends_at_the_fetch_deadline") {
+        return;
+    }
+    let (origin, _dns, g) = world("[limits]\ntimeout_ms = 2000\n", &[]);
+    let w = refused(g.get(&format!("https://origin.test:{}/drip", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Unavailable,
+        "longer than its limit of 2000 ms",
+        "gateway-limit-reached",
+    );
+    bxtest::wait_for(
+        "the origin to see the connection closed",
+        bxtest::DEADLINE,
+        || origin.ended.load(Ordering::SeqCst) == 1,
+    );
+}
+
+#[test]
+fn a_redirect_loop_ends_after_five_redirects() {
+    if !in_own_netns("a_redirect_loop_ends_after_five_redirects") {
+        return;
+    }
+    let (origin, _dns, g) = world("", &[]);
+    let w = refused(g.get(&format!("https://origin.test:{}/loop", origin.port)));
+    says(
+        &g,
+        &w,
+        ErrorCode::Forbidden,
+        "more than 5 redirects",
+        "gateway-redirect-refused",
+    );
+    assert_eq!(origin.paths().len(), 6, "{:?}", origin.paths());
+}
