@@ -8,6 +8,7 @@
 //! in the daemon's: it can only narrow what the daemon may do.
 
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 use crate::landlock_layer::{self, Enforced};
 use crate::profiles::Arch;
@@ -17,6 +18,10 @@ use crate::seccomp::{self, Mismatch, SeccompError};
 /// A child's sandbox, ready to enter.
 #[derive(Debug)]
 pub struct ChildSandbox {
+    /// The profile's own paths, which every narrower sandbox made from this one keeps.
+    read_write: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    require: bool,
     ruleset: Option<OwnedFd>,
     landlock: Enforced,
     clone3: Vec<libc::sock_filter>,
@@ -60,12 +65,46 @@ impl ChildSandbox {
             ))));
         }
         Ok(ChildSandbox {
+            read_write: profile.read_write_paths().to_vec(),
+            read_only: profile.read_only_paths().to_vec(),
+            require,
             ruleset,
             landlock,
             clone3: seccomp::to_kernel(&filters.clone3),
             main: seccomp::to_kernel(&filters.main),
             self_places: seccomp::self_pid_places(profile.seccomp()),
             log: mismatch == Mismatch::LogEperm,
+        })
+    }
+
+    /// The same seccomp filters with a Landlock ruleset of its own: the profile's paths plus
+    /// `read_write` and `read_only` (opened now; a path that cannot be opened is an error). For a
+    /// daemon whose every child may reach different places (the `run` tool: the roots of one
+    /// call), prepared per child while the filters are compiled once.
+    pub fn with_paths(
+        &self,
+        read_write: &[PathBuf],
+        read_only: &[PathBuf],
+    ) -> Result<ChildSandbox, SandboxError> {
+        let rw: Vec<PathBuf> = self.read_write.iter().chain(read_write).cloned().collect();
+        let ro: Vec<PathBuf> = self.read_only.iter().chain(read_only).cloned().collect();
+        let (ruleset, landlock) = landlock_layer::prepare(&rw, &ro, &[])
+            .map_err(|e| SandboxError::Landlock(e.to_string()))?;
+        if self.require && landlock == Enforced::Not {
+            return Err(SandboxError::Landlock(
+                "Landlock is not enforced: this kernel has none, or it is disabled".to_owned(),
+            ));
+        }
+        Ok(ChildSandbox {
+            read_write: rw,
+            read_only: ro,
+            require: self.require,
+            ruleset,
+            landlock,
+            clone3: self.clone3.clone(),
+            main: self.main.clone(),
+            self_places: self.self_places,
+            log: self.log,
         })
     }
 

@@ -81,7 +81,7 @@ impl Tool for WebFetch {
                 if truncated {
                     content.push_str("\n(cut at the size limit)");
                 }
-                Ok(Output { content })
+                Ok(Output::text(content))
             }
             other => Err(unavailable(format!("it answered {}", other.kind()))),
         }

@@ -130,6 +130,7 @@ fn tightening_raises_reads_trust_and_approval() {
         }])
         .unwrap(),
         gateway: None,
+        run: None,
     };
     let plan = reg
         .get("workspace_read")
