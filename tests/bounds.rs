@@ -6,8 +6,8 @@
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Instant;
 
@@ -60,7 +60,7 @@ impl Peak {
     fn max(mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(w) = self.watcher.take() {
-            w.join().unwrap();
+            bxtest::join(w, "the memory watcher");
         }
         self.max.load(Ordering::Relaxed)
     }
@@ -226,7 +226,7 @@ fn two_thousand_idle_connections_get_the_cap_then_unavailable_and_everyone_else_
 /// The rest of a frame whose first byte was read already.
 fn rest_of_frame(first: u8, s: &mut impl Read) -> Envelope {
     let mut bytes = vec![first];
-    s.read_to_end(&mut bytes).unwrap();
+    s.read_to_end(&mut bytes).unwrap(); // bounded: the caller set a read timeout
     read_frame(&mut bytes.as_slice()).expect("a whole frame")
 }
 
@@ -253,7 +253,7 @@ fn many_frames_of_one_mebibyte_at_once_stay_within_the_frame_budget() {
     let idle = status(pid, "VmRSS");
     let clients = layout::BROKER.max_connections - 2;
     let frame = Arc::new(big_frame(bxcore::MAX_FRAME));
-    let start = Arc::new(Barrier::new(clients));
+    let start = Arc::new(bxtest::Barrier::new(clients));
     let peak = Peak::watch(pid, "VmRSS");
     let senders: Vec<_> = (0..clients)
         .map(|_| {
@@ -262,7 +262,7 @@ fn many_frames_of_one_mebibyte_at_once_stay_within_the_frame_budget() {
                 let mut s = UnixStream::connect(&path).unwrap();
                 s.set_read_timeout(Some(DEADLINE)).unwrap();
                 s.set_write_timeout(Some(DEADLINE)).unwrap();
-                start.wait();
+                start.wait("every sender to connect");
                 // A server that answers before reading everything may close early: that is an
                 // answer too, read below.
                 let _ = s.write_all(&frame);
@@ -275,7 +275,7 @@ fn many_frames_of_one_mebibyte_at_once_stay_within_the_frame_budget() {
         })
         .collect();
     for s in senders {
-        let env = s.join().unwrap();
+        let env = bxtest::join(s, "a sender of a big frame");
         match &env.msg {
             Message::Error(e)
                 if e.code == ErrorCode::BadMessage || e.code == ErrorCode::Unavailable => {}

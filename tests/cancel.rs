@@ -8,7 +8,6 @@ use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::thread;
 use std::time::Duration;
 
 use boxmaker_e2e::{DEADLINE, DevBox, bin_dir, said};
@@ -42,34 +41,32 @@ fn wait(what: &str, cond: impl FnMut() -> bool) {
 
 /// A model server on loopback: the first request is read and never answered (a hanging model);
 /// every later one is refused with a 400 at once.
-fn hanging_model() -> (u16, mpsc::Receiver<()>) {
+fn hanging_model() -> (u16, mpsc::Receiver<()>, bxtest::Server) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let mut held: Vec<TcpStream> = Vec::new();
-        for (n, conn) in listener.incoming().enumerate() {
-            let Ok(mut conn) = conn else { return };
-            let mut buf = [0u8; 4096];
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = conn.read(&mut buf);
-            if n == 0 {
-                held.push(conn);
-                let _ = tx.send(());
-            } else {
-                use std::io::Write;
-                let _ = conn.write_all(
-                    b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 35\r\nconnection: close\r\n\r\n{\"error\":{\"message\":\"bad request\"}}",
-                );
-            }
+    let mut held: Vec<TcpStream> = Vec::new();
+    let mut first = true;
+    let server = bxtest::Server::in_turn(listener, move |mut conn: TcpStream| {
+        let mut buf = [0u8; 4096];
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = conn.read(&mut buf);
+        if std::mem::take(&mut first) {
+            held.push(conn);
+            let _ = tx.send(());
+        } else {
+            use std::io::Write;
+            let _ = conn.write_all(
+                b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 35\r\nconnection: close\r\n\r\n{\"error\":{\"message\":\"bad request\"}}",
+            );
         }
     });
-    (port, rx)
+    (port, rx, server)
 }
 
 #[test]
 fn ctrl_c_abandons_a_hanging_model_call_and_the_session_takes_the_next_message_at_once() {
-    let (port, asked) = hanging_model();
+    let (port, asked, _model) = hanging_model();
     let b = DevBox::new();
     let key = b.beside("key");
     fs::write(&key, "sk-test\n").unwrap();

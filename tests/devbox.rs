@@ -245,11 +245,11 @@ impl FreshUser {
 
 impl Drop for FreshUser {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("userdel")
-            .arg(&self.0)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        let _ = bxtest::run(
+            std::process::Command::new("userdel").arg(&self.0),
+            "userdel",
+            bxtest::DEADLINE,
+        );
     }
 }
 
@@ -267,6 +267,7 @@ fn two_ups_at_once_as_root_for_a_user_that_does_not_exist_yet_both_come_up() {
         let (ra, rb) = std::thread::scope(|s| {
             let ta = s.spawn(|| a.try_up(&["--user", &user.0]));
             let tb = s.spawn(|| b.try_up(&["--user", &user.0]));
+            // bounded: each `dev up` runs within bxtest's deadline (try_up)
             (ta.join().unwrap(), tb.join().unwrap())
         });
         assert!(ra.status.success(), "the first: {}", said(&ra));

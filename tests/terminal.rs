@@ -69,7 +69,17 @@ fn chat_on_a_pty(b: &DevBox, text: &str) -> (bool, Vec<u8>) {
             Err(e) => panic!("reading the pty ({}): {e}", master.as_raw_fd()),
         }
     }
-    let status = child.wait().expect("bxctl's status");
+    // Its terminal closed; it ends, or is killed at the deadline.
+    let mut status = None;
+    let waited = bxtest::try_wait_for("bxctl chat to exit", DEADLINE, || {
+        status = child.try_wait().expect("bxctl's status");
+        status.is_some()
+    });
+    if let Err(e) = waited {
+        bxtest::reap(&mut child);
+        panic!("{e}");
+    }
+    let status = status.expect("it ended");
     (status.success(), bytes)
 }
 

@@ -201,7 +201,10 @@ fn two_sessions_wait_at_once_and_each_decision_reaches_its_own_call() {
     assert_eq!(pending(&h).len(), 2);
     let t2 = thread::spawn(move || final_of(&s2));
     assert!(matches!(decide(&h, &id2, false), Message::ApprovalAck(_)));
-    assert!(matches!(t2.join().unwrap(), ToolResponse::Denied { .. }));
+    assert!(matches!(
+        bxtest::join(t2, "the second session's call"),
+        ToolResponse::Denied { .. }
+    ));
     assert_eq!(pending(&h).len(), 1);
     assert!(matches!(decide(&h, &id1, true), Message::ApprovalAck(_)));
     assert!(matches!(final_of(&s1), ToolResponse::Result { .. }));

@@ -150,7 +150,7 @@ fn a_silent_peer_is_dropped_with_an_error_at_the_first_frame_deadline() {
     c.set_read_timeout(Some(WAIT + WAIT)).unwrap();
     let mut buf = Vec::new();
     // The server's 10 s first-frame deadline passes: an error frame, then the close.
-    let _ = c.read_to_end(&mut buf);
+    let _ = c.read_to_end(&mut buf); // bounded: the read timeout above
     let env = bxcore::read_frame(&mut &buf[..]).unwrap();
     match env.msg {
         Message::Error(e) => {

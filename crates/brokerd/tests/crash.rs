@@ -78,7 +78,7 @@ fn kill_9_under_load_loses_no_raise_and_leaves_a_chain_that_verifies() {
         b.kill();
         stop.store(true, Ordering::SeqCst);
         for c in clients {
-            c.join().unwrap();
+            bxtest::join(c, "a client of the killed brokerd");
         }
         let answered = answered.lock().unwrap().clone();
         assert!(answered.len() >= kill_after);

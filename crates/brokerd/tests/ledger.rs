@@ -115,7 +115,7 @@ fn concurrent_raises_of_one_session_never_lose_each_other() {
         }));
     }
     for t in threads {
-        t.join().unwrap();
+        bxtest::join(t, "a thread writing to the ledger");
     }
     assert_eq!(
         ledger.state(&sid("s")).unwrap(),
@@ -156,7 +156,7 @@ fn group_commit_keeps_every_record_in_one_unbroken_chain() {
         }));
     }
     for t in threads {
-        t.join().unwrap();
+        bxtest::join(t, "a thread writing to the ledger");
     }
     let bytes = fs::read(d.path().join("chain.jsonl")).unwrap();
     let r = chain::report(&bytes);

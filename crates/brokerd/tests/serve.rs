@@ -110,7 +110,7 @@ fn web_fetch_goes_through_the_gateway_and_taints_the_session_untrusted() {
     // A test double for gatewayd: one fetch_request, one fetch_reply.
     let listener = UnixListener::bind(&gw).unwrap();
     let seen = thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
+        let mut s = bxtest::accept(&listener, "brokerd's fetch request");
         let env = read_frame(&mut s).unwrap();
         let reply = Message::FetchReply(FetchReply {
             status: 200,
@@ -144,7 +144,7 @@ fn web_fetch_goes_through_the_gateway_and_taints_the_session_untrusted() {
             untrusted: true,
         })
     );
-    match seen.join().unwrap() {
+    match bxtest::join(seen, "the gateway double") {
         Message::FetchRequest(f) => {
             assert_eq!(f.url, "https://example.org/a");
             assert_eq!(f.method, "GET");

@@ -259,6 +259,7 @@ fn a_second_question_on_one_connection_is_not_answered() {
     // Then the close (or a reset, the second frame being unread).
     s.set_read_timeout(Some(WAIT)).unwrap();
     let mut rest = Vec::new();
+    // bounded: the read timeout above
     match s.read_to_end(&mut rest) {
         Ok(_) => assert!(rest.is_empty()),
         Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),

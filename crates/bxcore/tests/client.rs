@@ -20,7 +20,7 @@ fn serve_once(
     let path = dir.path().join("s.sock");
     let listener = UnixListener::bind(&path).unwrap();
     let h = thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
+        let mut s = bxtest::accept(&listener, "the client");
         let req = read_frame(&mut s).unwrap();
         for (id, last, msg) in answers {
             write_frame(&mut s, &Envelope::new(id.unwrap_or(req.id), last, msg)).unwrap();
@@ -38,7 +38,7 @@ fn ping_returns_the_pong() {
     let pong = ping(&path, T).unwrap();
     assert_eq!(pong.daemon, "brokerd");
     assert_eq!(pong.protocol, PROTOCOL_VERSION);
-    assert_eq!(h.join().unwrap().msg, Message::Ping {});
+    assert_eq!(bxtest::join(h, "the server").msg, Message::Ping {});
 }
 
 #[test]

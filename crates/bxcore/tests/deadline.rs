@@ -29,7 +29,7 @@ fn a_peer_that_trickles_bytes_cannot_hold_a_reader_past_its_deadline() {
     let err = read_frame(&mut r).unwrap_err();
     done.store(true, Ordering::SeqCst);
     drop(reader);
-    trickler.join().unwrap();
+    bxtest::join(trickler, "the trickler");
     assert!(err.is_timeout(), "{err:?}");
     assert!(matches!(err, FrameError::Io(ref e) if is_timeout(e)));
 }

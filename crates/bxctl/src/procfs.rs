@@ -81,7 +81,7 @@ mod tests {
     fn a_process_that_is_gone_has_no_sandbox() {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        child.wait().unwrap();
+        child.wait().unwrap(); // bounded: `true` ends at once
         assert_eq!(sandbox(pid), None);
     }
 

@@ -16,7 +16,9 @@ use bxcore::{
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = bxtest::DEADLINE;
+/// A build on a loaded machine may take long; it still ends.
+const BUILD: Duration = Duration::from_secs(1800);
 
 /// brokerd beside bxctl in the target directory; built once if this run has not built it.
 fn brokerd_bin() -> &'static Path {
@@ -24,11 +26,13 @@ fn brokerd_bin() -> &'static Path {
     BIN.get_or_init(|| {
         let bin = Path::new(env!("CARGO_BIN_EXE_bxctl")).with_file_name("brokerd");
         if !bin.exists() {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "-p", "brokerd", "--bin", "brokerd"])
-                .status()
-                .unwrap();
-            assert!(status.success());
+            let out = bxtest::run(
+                Command::new(env!("CARGO")).args(["build", "-p", "brokerd", "--bin", "brokerd"]),
+                "cargo build -p brokerd",
+                BUILD,
+            )
+            .unwrap();
+            assert!(out.status.success(), "{}", bxtest::said(&out));
         }
         bin
     })
@@ -42,8 +46,7 @@ struct Box_ {
 
 impl Drop for Box_ {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        bxtest::reap(&mut self.child);
     }
 }
 
@@ -439,8 +442,7 @@ fn approvals_watch_prints_again_when_the_list_changes() {
     let (_s, id) = pending_call(&b, "w", "watched");
     let second: Value = serde_json::from_str(&rx.recv_timeout(WAIT).unwrap()).unwrap();
     assert_eq!(second["pending"][0]["approval"], id);
-    let _ = child.kill();
-    let _ = child.wait();
+    bxtest::reap(&mut child);
 }
 
 #[test]
@@ -452,7 +454,7 @@ fn an_error_that_quotes_a_daemon_reaches_the_terminal_escaped() {
     fs::create_dir_all(sock.parent().unwrap()).unwrap();
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let server = std::thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
+        let mut s = bxtest::accept(&listener, "bxctl chat");
         let mut d = Deadline::within(&s, WAIT).unwrap();
         let req = read_frame(&mut d).unwrap();
         write_frame(
@@ -469,9 +471,9 @@ fn an_error_that_quotes_a_daemon_reaches_the_terminal_escaped() {
         .arg("--home")
         .arg(&home)
         .args(["chat", "--session", "s1", "hello"])
-        .output()
+        .output_bounded()
         .unwrap();
-    server.join().unwrap();
+    bxtest::join(server, "the loop.sock double");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {

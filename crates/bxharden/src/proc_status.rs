@@ -184,14 +184,14 @@ mod tests {
                 while !stop.load(Ordering::SeqCst) {
                     let short: Vec<_> = (0..8).map(|_| std::thread::spawn(|| {})).collect();
                     for t in short {
-                        t.join().unwrap();
+                        t.join().unwrap(); // bounded: each thread ends at once
                     }
                 }
             })
         };
         let reads: Vec<_> = (0..2000).map(|_| threads(std::process::id())).collect();
         stop.store(true, Ordering::SeqCst);
-        churn.join().unwrap();
+        churn.join().unwrap(); // bounded: it ends once `stop` is set
         for r in reads {
             assert!(!r.unwrap().is_empty());
         }

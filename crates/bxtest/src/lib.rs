@@ -7,6 +7,9 @@
 //! - [`run`] and [`Bounded`]: a child runs in its own process group with its output read by
 //!   threads; past its deadline the whole group is killed before anything more is read, so a
 //!   grandchild that keeps a pipe open cannot hang the test.
+//! - [`recv`], [`join`], [`Barrier`]: waits on other threads that end at a deadline.
+//! - [`Server`] and [`accept`]: fake servers that stop with their test and connections whose
+//!   reads and writes give up at a deadline.
 //! - [`Watchdog`]: a last line of defence for a whole test binary.
 //!
 //! This is a test-only crate: it is a dev-dependency of the crates whose tests use it.
@@ -21,6 +24,12 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+
+mod serve;
+mod threads;
+
+pub use serve::{Listener, Server, Stream, accept, accept_within};
+pub use threads::{Barrier, gate, join, join_within, recv, recv_within};
 
 /// Generous deadlines: a loaded two-core machine builds and starts slowly, and nothing here
 /// measures speed (timing lives in benchmarks).
@@ -317,6 +326,13 @@ impl Drop for Bounded {
             let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
         }
     }
+}
+
+/// Kill `child` and reap it: the end of a guard that holds a daemon. A killed child is reaped
+/// at once, so this wait is bounded.
+pub fn reap(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait(); // bounded: killed just before
 }
 
 /// Run `cmd` to its end within `deadline` (see [`Bounded`]): `Err` says what did not end.

@@ -97,8 +97,7 @@ impl Fake {
 
 impl Drop for Fake {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        bxtest::reap(&mut self.child);
     }
 }
 

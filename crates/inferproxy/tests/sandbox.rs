@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use bxcore::Message;
 use common::*;
 use serde_json::json;
@@ -104,7 +102,7 @@ context_tokens = 100000
     // The main thread and the accept thread at least.
     assert!(threads >= 2, "{threads}");
     assert!(
-        bxcore::client::ping(&d.socket, Duration::from_secs(10)).is_ok(),
+        bxcore::client::ping(&d.socket, bxtest::DEADLINE).is_ok(),
         "still serving"
     );
 }

@@ -5,6 +5,7 @@
 
 mod common;
 
+use bxtest::OutputBounded;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -93,7 +94,7 @@ fn openai_stream(texts: &[&str]) -> Vec<String> {
 #[test]
 fn ping_answers_pong_with_the_daemons_name() {
     let d = script_daemon("");
-    let p = bxcore::client::ping(&d.socket, Duration::from_secs(10)).unwrap();
+    let p = bxcore::client::ping(&d.socket, bxtest::DEADLINE).unwrap();
     assert_eq!(p.daemon, "inferproxy");
     assert_eq!(p.version, env!("CARGO_PKG_VERSION"));
     assert_eq!(p.protocol, bxcore::PROTOCOL_VERSION);
@@ -162,7 +163,7 @@ fn text_is_forwarded_as_it_arrives_not_when_the_reply_is_whole() {
     let d = Daemon::start_with(&openai_config(&p, ""), &[("key", KEY)]).unwrap();
     let mut s = UnixStream::connect(&d.socket).unwrap();
     write_frame(&mut s, &Envelope::new(5, true, infer("go", 1))).unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
+    let until = Instant::now() + bxtest::DEADLINE;
     // The provider holds the rest of its stream until this first delta has arrived here.
     let first = read_frame(&mut bxcore::deadline::Deadline::new(&s, until)).unwrap();
     assert_eq!(
@@ -257,7 +258,7 @@ fn raw(d: &Daemon, bytes: &[u8], close: bool) -> Result<Envelope, String> {
     if close {
         s.shutdown(std::net::Shutdown::Write).unwrap();
     }
-    let until = Instant::now() + Duration::from_secs(20);
+    let until = Instant::now() + bxtest::DEADLINE;
     read_frame(&mut bxcore::deadline::Deadline::new(&s, until)).map_err(|e| e.to_string())
 }
 
@@ -340,17 +341,17 @@ fn bad_input_gets_its_documented_answer_and_the_daemon_serves_on() {
         }
         (sent, body.len())
     });
-    let until = Instant::now() + Duration::from_secs(20);
+    let until = Instant::now() + bxtest::DEADLINE;
     let answer = read_frame(&mut bxcore::deadline::Deadline::new(&s, until)).unwrap();
     assert!(matches!(answer.msg, Message::Error(ref e) if e.code == ErrorCode::BadFrame));
     drop(s);
-    let (sent, len) = writer.join().unwrap();
+    let (sent, len) = bxtest::join(writer, "the trickling writer");
     assert!(sent < len, "the whole frame went through ({sent} of {len})");
     // A peer that closes at once gets nothing and harms nothing.
     drop(UnixStream::connect(&d.socket).unwrap());
     // And the daemon still serves.
     assert_eq!(
-        bxcore::client::ping(&d.socket, Duration::from_secs(10))
+        bxcore::client::ping(&d.socket, bxtest::DEADLINE)
             .unwrap()
             .daemon,
         "inferproxy"
@@ -375,7 +376,7 @@ fn a_peer_that_goes_away_mid_stream_does_not_stop_the_daemon() {
     {
         let mut s = UnixStream::connect(&d.socket).unwrap();
         write_frame(&mut s, &Envelope::new(1, true, infer("go", 1))).unwrap();
-        let until = Instant::now() + Duration::from_secs(30);
+        let until = Instant::now() + bxtest::DEADLINE;
         read_frame(&mut bxcore::deadline::Deadline::new(&s, until)).unwrap();
     }
     gate.open();
@@ -397,7 +398,7 @@ fn a_peer_not_on_the_list_is_refused() {
     )
     .unwrap();
     let mut s = UnixStream::connect(&d.socket).unwrap();
-    let until = Instant::now() + Duration::from_secs(20);
+    let until = Instant::now() + bxtest::DEADLINE;
     let env = read_frame(&mut bxcore::deadline::Deadline::new(&s, until)).unwrap();
     let me = nix::unistd::Uid::effective().as_raw();
     assert_eq!(
@@ -409,7 +410,8 @@ fn a_peer_not_on_the_list_is_refused() {
         )
     );
     let mut rest = Vec::new();
-    let _ = s.read_to_end(&mut rest);
+    s.set_read_timeout(Some(bxtest::DEADLINE)).unwrap();
+    let _ = s.read_to_end(&mut rest); // bounded: the read timeout above
     let line = format!(
         "inferproxy: refused a connection from uid {me} on infer.sock; see docs/runbook.md#socket-peer-refused"
     );
@@ -458,7 +460,7 @@ fn the_key_never_appears_in_a_log_line_or_a_frame() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_inferproxy"))
         .args(["check", "--config"])
         .arg(&d.config)
-        .output()
+        .output_bounded()
         .unwrap();
     assert!(out.status.success());
     let all = format!(
@@ -639,7 +641,7 @@ fn a_bad_config_refuses_to_start_and_check_says_why() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_inferproxy"))
         .args(["check", "--config"])
         .arg(&cfg)
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("retries must be at most 10"));
@@ -659,7 +661,7 @@ fn a_script_that_does_not_parse_refuses_to_start() {
 fn usage_errors_exit_2() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_inferproxy"))
         .arg("serve")
-        .output()
+        .output_bounded()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
@@ -776,6 +778,7 @@ fn many_requests_at_once_are_each_answered() {
                 })
             })
             .collect();
+        // bounded: each thread's ask reads to its deadline
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert_eq!(
@@ -812,7 +815,7 @@ fn a_provider_that_stalls_one_request_does_not_hold_up_another() {
     let mut slow = UnixStream::connect(&d.socket).unwrap();
     write_frame(&mut slow, &Envelope::new(1, true, infer("slow", 1))).unwrap();
     // Wait until the provider holds the first request, then ask again.
-    let until = Instant::now() + Duration::from_secs(20);
+    let until = Instant::now() + bxtest::DEADLINE;
     while p.seen().is_empty() {
         assert!(
             Instant::now() < until,
@@ -832,7 +835,7 @@ fn a_provider_that_stalls_one_request_does_not_hold_up_another() {
         }
     );
     gate.open();
-    let until = Instant::now() + Duration::from_secs(30);
+    let until = Instant::now() + bxtest::DEADLINE;
     loop {
         let env = read_frame(&mut bxcore::deadline::Deadline::new(&slow, until)).unwrap();
         if env.last {

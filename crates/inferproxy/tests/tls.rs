@@ -28,6 +28,7 @@ struct TlsProvider {
     port: u16,
     requests: Arc<Mutex<usize>>,
     connections: Arc<Mutex<usize>>,
+    _server: bxtest::Server,
 }
 
 fn start() -> TlsProvider {
@@ -51,54 +52,54 @@ fn start() -> TlsProvider {
     let requests = Arc::new(Mutex::new(0));
     let connections = Arc::new(Mutex::new(0));
     let (r, c) = (requests.clone(), connections.clone());
-    std::thread::spawn(move || {
-        for tcp in listener.incoming().flatten() {
-            *c.lock().unwrap() += 1;
-            let config = config.clone();
-            let r = r.clone();
-            std::thread::spawn(move || {
-                let conn = rustls::ServerConnection::new(config).unwrap();
-                let mut tls = rustls::StreamOwned::new(conn, tcp);
-                let mut reader = BufReader::new(&mut tls);
-                let mut len = 0usize;
-                loop {
-                    let mut line = String::new();
-                    match reader.read_line(&mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                    let line = line.trim_end();
-                    if line.is_empty() {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
+    let server = bxtest::Server::in_turn(listener, move |tcp| {
+        *c.lock().unwrap() += 1;
+        let config = config.clone();
+        let r = r.clone();
+        std::thread::spawn(move || {
+            let conn = rustls::ServerConnection::new(config).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            let mut reader = BufReader::new(&mut tls);
+            let mut len = 0usize;
+            loop {
+                let mut line = String::new();
+                // bounded: bxtest::Server's read timeout
+                match reader.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
                 }
-                let mut body = vec![0; len];
-                reader.read_exact(&mut body).unwrap();
-                *r.lock().unwrap() += 1;
-                let chunks = [
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            *r.lock().unwrap() += 1;
+            let chunks = [
                     json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "over "}, "finish_reason": null}]}).to_string(),
                     json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "TLS"}, "finish_reason": "stop"}]}).to_string(),
                 ];
-                let events: String =
-                    openai_events(&chunks.iter().map(String::as_str).collect::<Vec<_>>()).concat();
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{events}",
-                    events.len()
-                );
-                tls.write_all(reply.as_bytes()).unwrap();
-                tls.flush().unwrap();
-                tls.conn.send_close_notify();
-                let _ = tls.flush();
-            });
-        }
+            let events: String =
+                openai_events(&chunks.iter().map(String::as_str).collect::<Vec<_>>()).concat();
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{events}",
+                events.len()
+            );
+            tls.write_all(reply.as_bytes()).unwrap();
+            tls.flush().unwrap();
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+        });
     });
     TlsProvider {
         port,
         requests,
         connections,
+        _server: server,
     }
 }
 

@@ -22,7 +22,7 @@ use crate::baseline::Baseline;
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::{OUTBOX_UNWRITABLE_ANCHOR, Outbox};
-use crate::session::{Session, TORN_TAIL_ANCHOR};
+use crate::session::{self, Session, SessionError, TORN_TAIL_ANCHOR};
 use crate::tools::{Registry, ToolPort};
 use crate::turn::{Runtime, TurnError, run_turn};
 
@@ -202,7 +202,14 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         id: env.id,
         gone: false,
     };
-    // 3.
+    // 3. A resume of a session that does not exist runs no turn: it is answered before the
+    // session is marked busy, or a create of that session racing with it would be refused as
+    // busy while nothing runs, and both could fail.
+    if turn.resume && session::absent(&ctx.cfg.sessions_dir(), &turn.session) {
+        let e = TurnError::Session(SessionError::NotFound(turn.session.clone()));
+        reply.send(true, error_message(&e));
+        return;
+    }
     let Some(busy) = Busy::mark(&ctx.busy, &turn.session) else {
         reply.send(
             true,
@@ -226,14 +233,19 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
             if let Some(anchor) = e.log_anchor() {
                 bxharden::log::line(&anchor, &format!("loopd: session {}: {e}", turn.session));
             }
-            Message::Error(bxcore::WireError {
-                code: e.code(),
-                detail: e.to_string(),
-            })
+            error_message(&e)
         }
     };
     // 7. A failed write means the channel went away: `Reply` stops sending.
     reply.send(true, last);
+}
+
+/// The final `error` frame's message for a turn that failed.
+fn error_message(e: &TurnError) -> Message {
+    Message::Error(bxcore::WireError {
+        code: e.code(),
+        detail: e.to_string(),
+    })
 }
 
 /// Open or create the session, run the turn, hand it to memory.

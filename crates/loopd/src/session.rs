@@ -122,6 +122,12 @@ pub fn log_path(dir: &Path, id: &SessionId) -> PathBuf {
     dir.join(format!("{id}.jsonl"))
 }
 
+/// Whether the session's log certainly does not exist. Any other error than "not found" says
+/// no: `Session::open` reports it.
+pub fn absent(dir: &Path, id: &SessionId) -> bool {
+    matches!(std::fs::symlink_metadata(log_path(dir, id)), Err(e) if e.kind() == io::ErrorKind::NotFound)
+}
+
 impl Session {
     /// Create the session's log with `O_EXCL` and write its first record, fsync'd with its
     /// directory.

@@ -164,14 +164,14 @@ fn exit_4_a_request_the_broker_does_not_take_in_time_is_unavailable() {
     let path = dir.path().join("broker.sock");
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
     let holder = std::thread::spawn(move || {
-        let (s, _) = listener.accept().unwrap();
+        let s = bxtest::accept(&listener, "loopd's broker port");
         std::thread::sleep(Duration::from_secs(2));
         drop(s);
     });
     let mut req = request(1);
     req.args = json!({"text": "x".repeat(900_000)});
     let o = call_with(&path, SHORT, &req);
-    holder.join().unwrap();
+    bxtest::join(holder, "the broker that never reads");
     assert_eq!(o.answer, failed_unavailable());
     assert_eq!(o.lines.len(), 1);
     assert!(

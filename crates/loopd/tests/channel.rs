@@ -571,7 +571,7 @@ fn a_connection_that_closes_before_a_frame_gets_no_answer() {
     c.shutdown(std::net::Shutdown::Write).unwrap();
     c.set_read_timeout(Some(support::WAIT)).unwrap();
     let mut buf = Vec::new();
-    c.read_to_end(&mut buf).unwrap();
+    c.read_to_end(&mut buf).unwrap(); // bounded: the read timeout above
     assert!(buf.is_empty(), "{buf:?}");
     let frames = turn(&s.socket, 1, "s", false, "hi");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));

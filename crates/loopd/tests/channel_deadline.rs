@@ -18,7 +18,8 @@ use loopd::tools::Registry;
 use support::infer::ScriptedInfer;
 use support::{error_code, frame_of, last_msg, read_all, turn};
 
-fn server() -> (tempfile::TempDir, std::path::PathBuf) {
+/// The server on a fresh home, and the scripted inference socket it uses (served until dropped).
+fn server() -> (tempfile::TempDir, std::path::PathBuf, ScriptedInfer) {
     set_timeouts(Timeouts {
         first_frame_ms: 300,
         write_ms: 30_000,
@@ -40,12 +41,12 @@ fn server() -> (tempfile::TempDir, std::path::PathBuf) {
     let socket = home.path().join("loop.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     std::thread::spawn(move || serve(listener, ctx));
-    (home, socket)
+    (home, socket, infer)
 }
 
 #[test]
 fn a_silent_peer_gets_bad_frame_at_the_deadline_and_others_are_served() {
-    let (_home, socket) = server();
+    let (_home, socket, _infer) = server();
     let silent = UnixStream::connect(&socket).unwrap();
     // Meanwhile another channel's turn goes through.
     let frames = turn(&socket, 1, "other", false, "hi");
@@ -57,7 +58,7 @@ fn a_silent_peer_gets_bad_frame_at_the_deadline_and_others_are_served() {
 
 #[test]
 fn a_peer_that_trickles_its_frame_gets_bad_frame_at_the_deadline() {
-    let (home, socket) = server();
+    let (home, socket, _infer) = server();
     let mut c = UnixStream::connect(&socket).unwrap();
     let reader = c.try_clone().unwrap();
     let answer = std::thread::spawn(move || read_all(&reader));
@@ -74,7 +75,7 @@ fn a_peer_that_trickles_its_frame_gets_bad_frame_at_the_deadline() {
             break;
         }
     }
-    let frames = answer.join().unwrap();
+    let frames = bxtest::join(answer, "the reader of the trickling channel's answer");
     assert_eq!(error_code(&frames), ErrorCode::BadFrame);
     assert_eq!(frames[0].id, 0);
     assert!(!home.path().join("loop/sessions/s.jsonl").exists());

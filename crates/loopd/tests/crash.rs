@@ -82,7 +82,7 @@ fn killed_during_a_tool_call_the_session_goes_on_and_the_call_id_is_not_reused()
         Message::ToolRequest(_) => {
             let held = hold.lock().unwrap().take();
             if let Some(rx) = held {
-                let _ = rx.recv();
+                bxtest::gate(&rx);
                 return;
             }
             send(

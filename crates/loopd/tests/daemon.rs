@@ -5,7 +5,6 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
 
 use bxcore::{CallId, Message, Outcome, TurnEvent};
 use bxharden::proc_status::threads;
@@ -200,7 +199,7 @@ fn as_root_it_drops_to_its_user_under_the_whole_sandbox() {
     for t in threads(d.pid()).unwrap() {
         assert_eq!(t.problems(65534, 65534), Vec::<String>::new(), "{t}");
     }
-    let pong = bxcore::client::ping(&d.socket, Duration::from_secs(10)).unwrap();
+    let pong = bxcore::client::ping(&d.socket, bxtest::DEADLINE).unwrap();
     assert_eq!(pong.daemon, "loopd");
 }
 

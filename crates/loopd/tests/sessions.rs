@@ -4,7 +4,7 @@
 mod support;
 
 use std::cell::RefCell;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 
 use bxcore::{CallId, ChatMessage, Outcome, ToolCall, Usage};
 use loopd::session::{INTERRUPTED, Record, Session, SessionError};
@@ -281,23 +281,27 @@ fn two_connections_racing_to_create_and_open_one_session_leave_one_whole_log() {
     let layout = Layout::new(home.path());
     let _infer = ScriptedInfer::start(&layout.infer, vec![]);
     let d = Loopd::start(home.path(), &config(home.path(), ""));
-    for round in 0..5 {
+    // A resume of the session that does not exist yet once held it busy while it failed, and a
+    // create racing with it was refused as busy: under load both creates could fail.
+    for round in 0..20 {
         let session = format!("race{round}");
-        let barrier = Arc::new(Barrier::new(4));
+        let barrier = Arc::new(bxtest::Barrier::new(4));
         let handles: Vec<_> = (0..4)
             .map(|i| {
                 let socket = d.socket.clone();
                 let barrier = Arc::clone(&barrier);
                 let session = session.clone();
                 std::thread::spawn(move || {
-                    barrier.wait();
+                    barrier.wait("the four connections");
                     let frames = support::turn(&socket, i, &session, i % 2 == 1, "go");
                     support::last_msg(&frames).clone()
                 })
             })
             .collect();
-        let answers: Vec<bxcore::Message> =
-            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let answers: Vec<bxcore::Message> = handles
+            .into_iter()
+            .map(|h| bxtest::join(h, "a racing connection's turn"))
+            .collect();
         let created = answers
             .iter()
             .enumerate()

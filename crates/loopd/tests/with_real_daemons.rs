@@ -20,8 +20,7 @@ struct Guard(Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        bxtest::reap(&mut self.0);
     }
 }
 

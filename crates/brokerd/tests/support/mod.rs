@@ -14,7 +14,7 @@ use bxcore::{Envelope, Message, read_frame, write_frame};
 use tempfile::TempDir;
 
 /// Every wait in these tests.
-pub const WAIT: Duration = Duration::from_secs(10);
+pub const WAIT: Duration = bxtest::DEADLINE;
 
 /// A temporary home with a brokerd.toml.
 pub struct Home {
@@ -196,8 +196,7 @@ impl Brokerd {
 
     /// kill -9 and reap.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        bxtest::reap(&mut self.child);
     }
 }
 
@@ -276,13 +275,10 @@ pub fn events(home: &Home, session: &str, call: u64) -> Vec<String> {
         .collect()
 }
 
-/// Wait until `f` holds.
-pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < until, "never: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// Wait until `f` holds, or fail after `WAIT` saying what was awaited.
+#[track_caller]
+pub fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    bxtest::wait_for(what, WAIT, f);
 }
 
 pub fn is_root() -> bool {

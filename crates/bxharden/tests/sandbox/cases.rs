@@ -327,8 +327,7 @@ struct Guard(Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        bxtest::reap(&mut self.0);
     }
 }
 
@@ -966,10 +965,12 @@ fn listen_owner() -> Outcome {
 }
 
 fn activated() -> Outcome {
-    if Command::new("systemd-socket-activate")
-        .arg("--version")
-        .output()
-        .is_err()
+    if bxtest::run(
+        Command::new("systemd-socket-activate").arg("--version"),
+        "systemd-socket-activate --version",
+        WAIT,
+    )
+    .is_err()
     {
         return Outcome::Fail(
             "systemd-socket-activate is not installed (apt-get install systemd)".into(),

@@ -363,7 +363,7 @@ fn attempt(op: &str) -> Result<(), i32> {
             }
         }
         "thread" => std::thread::spawn(|| 7)
-            .join()
+            .join() // bounded: the thread ends at once
             .map_err(|_| -1)
             .and_then(|v| if v == 7 { Ok(()) } else { Err(-1) }),
         "tcp-connect-allowed" | "tcp-connect-other" => {
@@ -434,7 +434,7 @@ fn needs() -> i32 {
         std::collections::HashMap::<u8, u8>::new().len()
     );
     std::thread::sleep(Duration::from_millis(1));
-    let joined = std::thread::spawn(std::time::Instant::now).join();
+    let joined = std::thread::spawn(std::time::Instant::now).join(); // bounded: ends at once
     check(
         "a thread",
         joined.map(drop).map_err(|_| "panicked".to_owned()),
@@ -509,7 +509,7 @@ fn files(own: &Path) -> std::io::Result<()> {
     log.write_all(b"{}\n")?;
     log.sync_data()?;
     let mut s = String::new();
-    std::fs::File::open(dir.join("s.json"))?.read_to_string(&mut s)?;
+    std::fs::File::open(dir.join("s.json"))?.read_to_string(&mut s)?; // bounded: a file
     let n = std::fs::read_dir(&dir)?.count();
     if n != 3 {
         return Err(std::io::Error::other(format!("{n} entries")));
@@ -546,10 +546,12 @@ fn status() -> i32 {
     println!("ready");
     let _ = std::io::stdout().flush();
     let mut sink = Vec::new();
+    // bounded: the sandboxed child, killed with its group at cases.rs's deadline
     let _ = std::io::stdin().read_to_end(&mut sink);
     for t in &threads {
         t.thread().unpark();
     }
+    // bounded: the sandboxed child, killed with its group at cases.rs's deadline
     let _ = rx.recv();
     0
 }
@@ -669,6 +671,7 @@ fn activated() -> i32 {
     let flags = unsafe { libc::fcntl(fd_b, libc::F_GETFD) };
     println!("cloexec: {}", flags & libc::FD_CLOEXEC != 0);
     let _ = std::io::stdout().flush();
+    // bounded: the sandboxed child, killed with its group at cases.rs's deadline
     let (mut s, _) = a.accept().unwrap();
     let r = bxharden::serve::read_request(&mut s);
     println!("request after ping: {}", r.is_some());
@@ -691,6 +694,7 @@ fn server() -> i32 {
     let h = bxharden::serve::accept_loop(socket, |_, _| {}).unwrap();
     println!("serving");
     let _ = std::io::stdout().flush();
+    // bounded: the sandboxed child, killed with its group at cases.rs's deadline
     let _ = h.join();
     0
 }
@@ -924,6 +928,7 @@ fn run_tool() -> i32 {
         cmd.arg(&arg).stdin(std::process::Stdio::null());
         // SAFETY: `enter` makes system calls only, which is what may run between fork and exec.
         unsafe { cmd.pre_exec(move || sb.enter()) };
+        // bounded: the sandboxed child, killed with its group at cases.rs's deadline
         match cmd.output() {
             Ok(out) => println!(
                 "run: {what}: {:?} {}",
@@ -933,7 +938,7 @@ fn run_tool() -> i32 {
             Err(e) => println!("run: {what}: spawn failed: {e}"),
         }
     }
-    let _ = busy.join();
+    let _ = busy.join(); // bounded: the thread sleeps 50 ms
     0
 }
 

@@ -113,10 +113,12 @@ pub fn anthropic_events(events: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// The server: answers in order; once the script is used up, every request gets a 599.
+/// The server: answers in order; once the script is used up, every request gets a 599. It
+/// serves until dropped.
 pub struct Provider {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
+    _server: bxtest::Server,
 }
 
 impl Provider {
@@ -126,17 +128,14 @@ impl Provider {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let queue = Arc::new(Mutex::new(answers.into_iter()));
         let s = seen.clone();
-        thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let s = s.clone();
-                let queue = queue.clone();
-                thread::spawn(move || {
-                    let _ = serve(conn, &s, &queue);
-                });
-            }
+        let server = bxtest::Server::each(listener, move |conn| {
+            let _ = serve(conn, &s, &queue);
         });
-        Provider { addr, seen }
+        Provider {
+            addr,
+            seen,
+            _server: server,
+        }
     }
 
     pub fn base_url(&self, suffix: &str) -> String {
@@ -153,11 +152,12 @@ fn serve(
     seen: &Mutex<Vec<Seen>>,
     queue: &Mutex<std::vec::IntoIter<Answer>>,
 ) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // Reads and writes give up at bxtest's deadline (bxtest::Server).
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut out = conn;
     loop {
         let mut line = String::new();
+        // bounded: the connection's read timeout (bxtest::Server)
         if reader.read_line(&mut line)? == 0 {
             return Ok(());
         }
@@ -168,7 +168,7 @@ fn serve(
         let mut len = 0usize;
         loop {
             let mut h = String::new();
-            reader.read_line(&mut h)?;
+            reader.read_line(&mut h)?; // bounded: the connection's read timeout
             let h = h.trim_end();
             if h.is_empty() {
                 break;
@@ -244,7 +244,7 @@ fn serve(
                     out.write_all(format!("{:x}\r\n{p}\r\n", p.len()).as_bytes())?;
                     out.flush()?;
                 }
-                gate.wait();
+                gate.wait(); // bounded: Gate::wait gives up after a minute
                 for p in after {
                     out.write_all(format!("{:x}\r\n{p}\r\n", p.len()).as_bytes())?;
                     out.flush()?;
@@ -465,7 +465,7 @@ impl Daemon {
             log,
             child: Some(child),
         };
-        let until = Instant::now() + Duration::from_secs(20);
+        let until = Instant::now() + bxtest::DEADLINE;
         loop {
             if ping && bxcore::client::ping(&d.socket, Duration::from_secs(5)).is_ok() {
                 return Ok(d);
@@ -498,7 +498,7 @@ impl Daemon {
         use bxcore::{read_frame, write_frame};
         let mut s = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
         write_frame(&mut s, &bxcore::Envelope::new(id, true, msg)).unwrap();
-        let until = Instant::now() + Duration::from_secs(30);
+        let until = Instant::now() + bxtest::DEADLINE;
         let mut out = Vec::new();
         loop {
             let env = read_frame(&mut bxcore::deadline::Deadline::new(&s, until)).unwrap();
@@ -517,7 +517,7 @@ impl Daemon {
 
     /// Wait (generously) until the log holds `needle` at least `n` times.
     pub fn wait_log_n(&self, needle: &str, n: usize) -> String {
-        let until = Instant::now() + Duration::from_secs(20);
+        let until = Instant::now() + bxtest::DEADLINE;
         loop {
             let t = self.log_text();
             if t.matches(needle).count() >= n || Instant::now() > until {
@@ -531,8 +531,7 @@ impl Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            bxtest::reap(&mut c);
         }
     }
 }

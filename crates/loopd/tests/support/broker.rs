@@ -4,7 +4,6 @@
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Instant;
 
 use bxcore::deadline::Deadline;
@@ -18,10 +17,11 @@ pub struct Seen {
     pub requests: Vec<Envelope>,
 }
 
-/// A broker socket served by a script, on its own thread, until the test ends.
+/// A broker socket served by a script, on its own thread, until it is dropped.
 pub struct FakeBroker {
     pub path: PathBuf,
     pub seen: Arc<Mutex<Seen>>,
+    _server: bxtest::Server,
 }
 
 impl FakeBroker {
@@ -33,25 +33,17 @@ impl FakeBroker {
         let listener = UnixListener::bind(path).unwrap();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let s2 = Arc::clone(&seen);
-        let script = Arc::new(script);
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { return };
-                let seen = Arc::clone(&s2);
-                let script = Arc::clone(&script);
-                thread::spawn(move || {
-                    let Ok(env) = read_frame(&mut Deadline::new(&stream, Instant::now() + WAIT))
-                    else {
-                        return;
-                    };
-                    seen.lock().unwrap().requests.push(env.clone());
-                    script(&mut stream, &env);
-                });
-            }
+        let server = bxtest::Server::each(listener, move |mut stream: UnixStream| {
+            let Ok(env) = read_frame(&mut Deadline::new(&stream, Instant::now() + WAIT)) else {
+                return;
+            };
+            s2.lock().unwrap().requests.push(env.clone());
+            script(&mut stream, &env);
         });
         FakeBroker {
             path: path.to_path_buf(),
             seen,
+            _server: server,
         }
     }
 

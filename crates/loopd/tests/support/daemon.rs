@@ -113,8 +113,7 @@ impl Loopd {
     /// `kill -9` and reap.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+            bxtest::reap(&mut c);
         }
     }
 

@@ -15,7 +15,7 @@ pub struct FakeTools {
     pub answers: HashMap<String, ToolResponse>,
     /// Tools whose call reports a pending approval before its answer.
     pub pending: Vec<String>,
-    /// A call waits on this before answering (the first call only).
+    /// A call waits on this before answering (the first call only; at most `bxtest::DEADLINE`).
     pub gate: Mutex<Option<Receiver<()>>>,
     pub seen: Mutex<Vec<ToolRequest>>,
 }
@@ -50,7 +50,7 @@ impl ToolPort for FakeTools {
             });
         }
         if let Some(rx) = self.gate.lock().unwrap().take() {
-            let _ = rx.recv();
+            bxtest::gate(&rx);
         }
         self.answers
             .get(&request.tool)

@@ -7,7 +7,6 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use std::thread;
 use std::time::Instant;
 
 use bxcore::deadline::Deadline;
@@ -30,7 +29,8 @@ pub enum Step {
     Error(ErrorCode, String),
     /// A reply numbering its one tool call wrongly (first_call + 5).
     BadIds,
-    /// Send one delta, then wait for the receiver before going on with the inner step.
+    /// Send one delta, then wait for the receiver (at most `bxtest::DEADLINE`) before going on
+    /// with the inner step.
     Gate(String, Receiver<()>, Box<Step>),
     /// Close without a word.
     Close,
@@ -39,6 +39,7 @@ pub enum Step {
 pub struct ScriptedInfer {
     pub path: PathBuf,
     pub requests: Arc<Mutex<Vec<InferRequest>>>,
+    _server: bxtest::Server,
 }
 
 impl ScriptedInfer {
@@ -47,17 +48,11 @@ impl ScriptedInfer {
         let script = Arc::new(Mutex::new(VecDeque::from(script)));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let r2 = Arc::clone(&requests);
-        thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { return };
-                let script = Arc::clone(&script);
-                let requests = Arc::clone(&r2);
-                thread::spawn(move || serve(stream, &script, &requests));
-            }
-        });
+        let server = bxtest::Server::each(listener, move |stream| serve(stream, &script, &r2));
         ScriptedInfer {
             path: path.to_path_buf(),
             requests,
+            _server: server,
         }
     }
 
@@ -146,7 +141,7 @@ fn answer(s: &mut UnixStream, id: u64, req: &InferRequest, step: Step) {
                 false,
                 Message::InferDelta(InferDelta { text: delta }),
             );
-            let _ = rx.recv();
+            bxtest::gate(&rx);
             answer(s, id, req, *inner);
         }
         Step::Close => {}

@@ -17,7 +17,7 @@ use bxcore::deadline::Deadline;
 use bxcore::{Envelope, Message, SessionId, Turn, read_frame, write_frame};
 
 /// Generous: tests wait for conditions, never for time.
-pub const WAIT: Duration = Duration::from_secs(20);
+pub const WAIT: Duration = bxtest::DEADLINE;
 
 /// A fresh home with the loop directories.
 pub fn home() -> tempfile::TempDir {
@@ -83,13 +83,10 @@ pub fn error_code(frames: &[Envelope]) -> bxcore::ErrorCode {
     }
 }
 
-/// Wait until `f` holds, or panic after `WAIT`.
-pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let until = Instant::now() + WAIT;
-    while !f() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// Wait until `f` holds, or panic after `WAIT` saying what was awaited.
+#[track_caller]
+pub fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    bxtest::wait_for(what, WAIT, f);
 }
 
 /// A socket path in `dir`.
