@@ -157,6 +157,7 @@ fn a_program_that_opens_a_network_socket_is_killed_and_the_chain_says_so() {
         "ended by SIGSYS: it made a system call its sandbox refuses"
     );
     assert!(
+        // bounded: the listener is non-blocking, so accept answers at once
         listener.accept().is_err(),
         "a connection reached the listener"
     );

@@ -25,6 +25,8 @@ pub struct ChildSandbox {
     ruleset: Option<OwnedFd>,
     landlock: Enforced,
     clone3: Vec<libc::sock_filter>,
+    /// The calls refused with an errno (every `socket` for the `run` tool's child); may be empty.
+    errno: Vec<libc::sock_filter>,
     /// The allow-list with [`seccomp::SELF_PID`] where the child's own pid goes.
     main: Vec<libc::sock_filter>,
     self_places: usize,
@@ -71,6 +73,11 @@ impl ChildSandbox {
             ruleset,
             landlock,
             clone3: seccomp::to_kernel(&filters.clone3),
+            errno: filters
+                .stream_only
+                .as_ref()
+                .map(seccomp::to_kernel)
+                .unwrap_or_default(),
             main: seccomp::to_kernel(&filters.main),
             self_places: seccomp::self_pid_places(profile.seccomp()),
             log: mismatch == Mismatch::LogEperm,
@@ -102,6 +109,7 @@ impl ChildSandbox {
             ruleset,
             landlock,
             clone3: self.clone3.clone(),
+            errno: self.errno.clone(),
             main: self.main.clone(),
             self_places: self.self_places,
             log: self.log,
@@ -114,7 +122,7 @@ impl ChildSandbox {
     }
 
     /// Enter the sandbox: `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset, the `clone3` filter, the
-    /// allow-list bound to the child's own pid. System calls only (no allocation): call it in
+    /// errno filter (if any), the allow-list bound to the child's own pid. System calls only (no allocation): call it in
     /// the child after `fork`, e.g. from `pre_exec`. An error leaves the child to exit; it must
     /// not `execve`.
     pub fn enter(&self) -> std::io::Result<()> {
@@ -139,6 +147,9 @@ impl ChildSandbox {
             landlock_layer::restrict_with(fd)?;
         }
         seccomp::install_here(&self.clone3, self.log)?;
+        if !self.errno.is_empty() {
+            seccomp::install_here(&self.errno, self.log)?;
+        }
         seccomp::install_here(&main[..n], self.log)
     }
 }

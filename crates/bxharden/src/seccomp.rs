@@ -100,7 +100,7 @@ pub struct Filters {
     /// How many system calls the allow-list names (with conditions or without).
     pub syscall_count: usize,
     /// Non-stream `AF_INET*` sockets and `MSG_FASTOPEN` sends → `EACCES`, for a profile whose
-    /// network sockets are stream only.
+    /// network sockets are stream only; every `socket` → `EACCES` for the `run` tool's child.
     pub stream_only: Option<BpfProgram>,
 }
 
@@ -109,8 +109,14 @@ pub struct Filters {
 const NOT_STREAM: [u64; 15] = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
 /// The third filter's rules: (system call, its rule as seccompiler's JSON), for a stream-only
-/// profile.
+/// profile; for the `run` tool's child, every `socket` (it may make no socket of any family: an
+/// `AF_UNIX` one could connect by path to a socket brokerd's user is the client of, such as
+/// `gateway.sock`, which Landlock before ABI 9 does not stop). An errno, not a kill, so that a
+/// C library asking nscd for a user name falls back to the files; `socketpair` stays.
 fn stream_only_rules(profile: SeccompProfile) -> Vec<String> {
+    if profile == SeccompProfile::RunChild {
+        return vec!["{\"syscall\":\"socket\"}".to_owned()];
+    }
     if !profile.inet_stream_only() {
         return Vec::new();
     }
@@ -229,6 +235,9 @@ pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
         if !plain.contains(c.call) {
             out.push(format!("{}({})", c.call, c.label));
         }
+    }
+    if profile == SeccompProfile::RunChild {
+        out.push("socket(any family) -> EACCES".to_owned());
     }
     if profile.inet_stream_only() {
         out.push("socket(AF_INET*, not SOCK_STREAM) -> EACCES".to_owned());

@@ -191,6 +191,10 @@ fn brokerds_list_with_the_run_tool_holds_the_childs() {
         let child = describe(SeccompProfile::RunChild, arch);
         let parent = describe(SeccompProfile::Brokerd { run_tool: true }, arch);
         for c in &child {
+            // A refusal with an errno narrows; the parent need not hold it.
+            if c.ends_with("-> EACCES") {
+                continue;
+            }
             let name = c.split('(').next().unwrap();
             assert!(
                 parent.contains(c) || parent.iter().any(|p| p == name),

@@ -355,6 +355,7 @@ fn a_child_that_opens_a_network_socket_is_killed() {
         "{out}"
     );
     assert!(
+        // bounded: the listener is non-blocking, so accept answers at once
         listener.accept().is_err(),
         "a connection reached the listener"
     );
@@ -493,4 +494,25 @@ fn a_program_in_a_root_it_cannot_see_cannot_be_started() {
         ),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_child_cannot_reach_a_unix_socket_by_path() {
+    let b = setup();
+    // Even in a root it may write, and though Landlock before ABI 9 would let a connect by path
+    // through: the child may make no socket at all.
+    let sock = b.base.join("notes/s.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let (_, out) = b.run(json!({
+        "argv": ["curl", "-s", "-S", "--unix-socket", sock.display().to_string(), "http://x/"],
+        "cwd": b.at("notes"),
+    }));
+    let out = ok(out);
+    assert!(
+        out.starts_with("exit code ") && !out.starts_with("exit code 0"),
+        "{out}"
+    );
+    let reached = listener.accept(); // bounded: non-blocking, so accept answers at once
+    assert!(reached.is_err(), "a connection reached the socket");
 }
