@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: gate gate-fresh gate-load fmt clippy test runbook nix-check twin demo bench
+.PHONY: gate gate-fresh gate-load fmt clippy test runbook nix-check twin demo bench honcho
 
 gate: fmt clippy test runbook nix-check twin
 	@echo "gate: ok"
@@ -19,6 +19,17 @@ clippy: fmt
 TEST_LIMIT ?= 45m
 test: clippy
 	timeout --kill-after=60 $(TEST_LIMIT) $(CARGO) test --workspace
+
+# The Honcho tests (crates/honcho, memoryd's Honcho store) need a real Honcho server named by
+# HONCHO_URL (and one with its auth on, HONCHO_AUTH_URL with HONCHO_AUTH_TOKEN_FILE, for the
+# bearer token's), and say `skipped:` without (a failure under CI=true, where .ci/run brings them
+# up). `make honcho` brings both up on loopback (root, apt; ../shared/peers or $BOXMAKER_PEERS)
+# and prints the lines to paste before `make gate` (docs/testing.md).
+HONCHO_AUTH_STATE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/honcho-peer-auth
+honcho:
+	@url=$$(.ci/honcho-up) && echo "export HONCHO_URL=$$url"
+	@url=$$(HONCHO_AUTH_STATE=$(HONCHO_AUTH_STATE) .ci/honcho-up --auth) && \
+		echo "export HONCHO_AUTH_URL=$$url HONCHO_AUTH_TOKEN_FILE=$(HONCHO_AUTH_STATE)/admin.jwt"
 
 # Every runbook pointer in the source has its entry, and every entry is pointed at.
 runbook: test

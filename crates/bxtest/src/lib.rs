@@ -90,6 +90,60 @@ pub fn skip(reason: &str) {
     }
 }
 
+/// The environment variable naming the Honcho server tests file into (`http://host:port`);
+/// `.ci/run` brings one up and sets it (docs/testing.md).
+pub const HONCHO_URL: &str = "HONCHO_URL";
+
+/// The Honcho server to test against, or `None` after a skip saying why (a failure under
+/// `CI=true`, where `.ci/run` provides it). Tests share the server and keep apart by giving each
+/// its own workspace ([`unique_name`]).
+#[track_caller]
+pub fn honcho_url() -> Option<String> {
+    match std::env::var(HONCHO_URL) {
+        Ok(u) if !u.trim().is_empty() => Some(u.trim().to_string()),
+        _ => {
+            skip(
+                "HONCHO_URL is not set: no Honcho server to test against (.ci/run brings one up \
+                 with honcho-up.sh; see docs/testing.md)",
+            );
+            None
+        }
+    }
+}
+
+/// A Honcho server with its auth on, for the bearer token's tests: `$HONCHO_AUTH_URL` and the
+/// file holding its admin token, `$HONCHO_AUTH_TOKEN_FILE` (`.ci/run` and `make honcho` bring one
+/// up), or `None` after a skip saying why.
+#[track_caller]
+pub fn honcho_auth() -> Option<(String, PathBuf)> {
+    let url = std::env::var("HONCHO_AUTH_URL").unwrap_or_default();
+    let token = std::env::var("HONCHO_AUTH_TOKEN_FILE").unwrap_or_default();
+    if url.trim().is_empty() || token.trim().is_empty() {
+        skip(
+            "HONCHO_AUTH_URL or HONCHO_AUTH_TOKEN_FILE is not set: no Honcho with its auth on to \
+             test the token against (.ci/run brings one up; see docs/testing.md)",
+        );
+        return None;
+    }
+    Some((url.trim().to_string(), PathBuf::from(token.trim())))
+}
+
+/// A name no other test, run or process uses at the same time: `prefix`, the process id, the
+/// time in nanoseconds and a counter, in the characters every id allows (`A-Z a-z 0-9 _ -`).
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{nanos}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// Whether this process runs as root (many sandbox tests need it).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
