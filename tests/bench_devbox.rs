@@ -93,24 +93,14 @@ fn broker_calls(home: &Path, n: u64, callers: u64) -> Duration {
             let socket = socket.clone();
             let dir = dir.clone();
             let next = Arc::clone(&next);
+            let target = bxctl::target::Target::resolve(Some(home));
+            // Each caller as broker.sock's client (loopd's user, when the box has users per
+            // daemon): only this thread takes its ids.
             thread::spawn(move || {
-                let session = SessionId::new(format!("bench-{c}")).unwrap();
-                loop {
-                    let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= n {
-                        return;
-                    }
-                    let msg = Message::ToolRequest(ToolRequest {
-                        session: session.clone(),
-                        call: CallId(i + 1),
-                        tool: "workspace_list".into(),
-                        args: json!({ "path": dir }),
-                    });
-                    match client::call(&socket, Duration::from_secs(60), i + 1, msg, |_| {}) {
-                        Ok(Message::ToolResponse(ToolResponse::Result { .. })) => {}
-                        other => panic!("call {i}: {other:?}"),
-                    }
-                }
+                bxctl::peer::as_client(&target, &layout::BROKER, || {
+                    calls(&socket, &dir, c, &next, n)
+                })
+                .unwrap_or_else(|e| panic!("{e}"))
             })
         })
         .collect();
@@ -118,6 +108,27 @@ fn broker_calls(home: &Path, n: u64, callers: u64) -> Duration {
         bxtest::join(t, "a caller of broker.sock");
     }
     t.elapsed()
+}
+
+/// Caller `c`'s share of the `n` calls.
+fn calls(socket: &Path, dir: &str, c: u64, next: &AtomicU64, n: u64) {
+    let session = SessionId::new(format!("bench-{c}")).unwrap();
+    loop {
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        if i >= n {
+            return;
+        }
+        let msg = Message::ToolRequest(ToolRequest {
+            session: session.clone(),
+            call: CallId(i + 1),
+            tool: "workspace_list".into(),
+            args: json!({ "path": dir }),
+        });
+        match client::call(socket, Duration::from_secs(60), i + 1, msg, |_| {}) {
+            Ok(Message::ToolResponse(ToolResponse::Result { .. })) => {}
+            other => panic!("call {i}: {other:?}"),
+        }
+    }
 }
 
 /// `n` turns on loop.sock, each asking for one tool call (the default script reads the clock).

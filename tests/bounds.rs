@@ -5,7 +5,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -85,10 +85,12 @@ fn raise_descriptor_limit() {
 
 /// Ping `path` until it answers (a socket whose flood has just ended frees its places as the
 /// connections' threads see them close).
-fn served(path: &Path, what: &str) {
+/// `spec`'s socket of `b` answers ping (asked as its client) within the deadline.
+fn served(b: &DevBox, spec: &SocketSpec, what: &str) {
+    let path = spec.path(b.home());
     let until = Instant::now() + DEADLINE;
     loop {
-        match bxcore::client::ping(path, DEADLINE) {
+        match b.as_client(spec, || bxcore::client::ping(&path, DEADLINE)) {
             Ok(_) => return,
             Err(e) => assert!(
                 Instant::now() < until,
@@ -134,7 +136,7 @@ fn two_thousand_idle_connections_get_the_cap_then_unavailable_and_everyone_else_
         let peak = Peak::watch(pid, "Threads");
         let flood: Vec<UnixStream> = (0..FLOOD)
             .map(|i| {
-                UnixStream::connect(&path)
+                b.as_client(&spec, || UnixStream::connect(&path))
                     .unwrap_or_else(|e| panic!("connection {i} to {}: {e}", path.display()))
             })
             .collect();
@@ -157,10 +159,7 @@ fn two_thousand_idle_connections_get_the_cap_then_unavailable_and_everyone_else_
 
         // Every other socket of the box is served meanwhile, this daemon's own included.
         for other in sockets.iter().filter(|o| o.name != spec.name) {
-            served(
-                &other.path(&home),
-                &format!("while {} is flooded", spec.file()),
-            );
+            served(&b, other, &format!("while {} is flooded", spec.file()));
         }
 
         let (mut unavailable, mut waiting) = (0usize, 0usize);
@@ -219,7 +218,7 @@ fn two_thousand_idle_connections_get_the_cap_then_unavailable_and_everyone_else_
             thread_bound(spec.server)
         );
         drop(flood);
-        served(&path, &format!("after the flood on {}", spec.file()));
+        served(&b, &spec, &format!("after the flood on {}", spec.file()));
     }
 }
 
@@ -249,7 +248,7 @@ fn many_frames_of_one_mebibyte_at_once_stay_within_the_frame_budget() {
     b.up(&[]);
     let path: PathBuf = layout::BROKER.path(b.home());
     let pid = pid_of(&b, "brokerd");
-    served(&path, "before the frames");
+    served(&b, &layout::BROKER, "before the frames");
     let idle = status(pid, "VmRSS");
     let clients = layout::BROKER.max_connections - 2;
     let frame = Arc::new(big_frame(bxcore::MAX_FRAME));
@@ -257,9 +256,11 @@ fn many_frames_of_one_mebibyte_at_once_stay_within_the_frame_budget() {
     let peak = Peak::watch(pid, "VmRSS");
     let senders: Vec<_> = (0..clients)
         .map(|_| {
-            let (frame, start, path) = (Arc::clone(&frame), Arc::clone(&start), path.clone());
+            let (frame, start) = (Arc::clone(&frame), Arc::clone(&start));
+            let mut s = b
+                .as_client(&layout::BROKER, || UnixStream::connect(&path))
+                .unwrap();
             thread::spawn(move || {
-                let mut s = UnixStream::connect(&path).unwrap();
                 s.set_read_timeout(Some(DEADLINE)).unwrap();
                 s.set_write_timeout(Some(DEADLINE)).unwrap();
                 start.wait("every sender to connect");
@@ -293,5 +294,5 @@ fn many_frames_of_one_mebibyte_at_once_stay_within_the_frame_budget() {
         "brokerd grew from {idle} kB to {peak} kB with {clients} frames of 1 MiB at once, over \
          {bound} kB"
     );
-    served(&path, "after the frames");
+    served(&b, &layout::BROKER, "after the frames");
 }

@@ -225,57 +225,6 @@ fn a_home_not_made_by_dev_up_is_refused_and_left_alone() {
     assert_eq!(names, ["precious.txt"], "nothing was written into it");
 }
 
-/// A system user made for one test, removed when dropped (no other test knows its name).
-struct FreshUser(String);
-
-impl FreshUser {
-    fn new() -> FreshUser {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let name = format!("bxt-{}-{}", std::process::id(), nanos % 100_000);
-        assert!(
-            nix::unistd::User::from_name(&name).unwrap().is_none(),
-            "{name} exists already"
-        );
-        FreshUser(name)
-    }
-}
-
-impl Drop for FreshUser {
-    fn drop(&mut self) {
-        let _ = bxtest::run(
-            std::process::Command::new("userdel").arg(&self.0),
-            "userdel",
-            bxtest::DEADLINE,
-        );
-    }
-}
-
-#[test]
-fn two_ups_at_once_as_root_for_a_user_that_does_not_exist_yet_both_come_up() {
-    if !bxtest::is_root() {
-        bxtest::skip("needs root (dev up creates its user only as root)");
-        return;
-    }
-    // Both create the user at once: without the lock one of them gave its home to a uid its
-    // daemons did not run as, and brokerd could not open its own state directory.
-    for _ in 0..3 {
-        let user = FreshUser::new();
-        let (a, b) = (DevBox::new(), DevBox::new());
-        let (ra, rb) = std::thread::scope(|s| {
-            let ta = s.spawn(|| a.try_up(&["--user", &user.0]));
-            let tb = s.spawn(|| b.try_up(&["--user", &user.0]));
-            // bounded: each `dev up` runs within bxtest's deadline (try_up)
-            (ta.join().unwrap(), tb.join().unwrap())
-        });
-        assert!(ra.status.success(), "the first: {}", said(&ra));
-        assert!(rb.status.success(), "the second: {}", said(&rb));
-        drop((a, b));
-    }
-}
-
 #[test]
 fn every_daemon_starts_with_a_clean_environment() {
     if !bxtest::is_root() {
@@ -297,7 +246,7 @@ fn every_daemon_starts_with_a_clean_environment() {
     for d in DAEMONS {
         let pid = b.pid(d).expect("a pid file");
         let environ = fs::read(format!("/proc/{pid}/environ")).unwrap();
-        let names: Vec<String> = environ
+        let mut names: Vec<String> = environ
             .split(|b| *b == 0)
             .filter(|v| !v.is_empty())
             .map(|v| {
@@ -306,7 +255,20 @@ fn every_daemon_starts_with_a_clean_environment() {
                     .map_or(v.to_string(), |(k, _)| k.to_string())
             })
             .collect();
-        assert_eq!(names, ["RUST_LOG"], "{d}'s environment");
+        names.sort();
+        // Only what `dev up` sets for it (its sockets handed over, where to say it is ready)
+        // and the caller's RUST_LOG.
+        assert_eq!(
+            names,
+            [
+                "LISTEN_FDNAMES",
+                "LISTEN_FDS",
+                "LISTEN_PID",
+                "NOTIFY_SOCKET",
+                "RUST_LOG"
+            ],
+            "{d}'s environment"
+        );
     }
 }
 
@@ -491,4 +453,53 @@ fn dev_restart_stops_and_starts_every_daemon_with_no_flags() {
     }
     let chat = b.bxctl(&["chat", "--session", "s1", "hello"]);
     assert!(chat.status.success(), "{}", said(&chat));
+}
+
+#[test]
+fn status_on_a_removed_live_home_says_the_home_is_gone_and_lists_no_daemon_of_another_box() {
+    // Another box runs on the machine meanwhile: its daemons have the same names.
+    let other = DevBox::new();
+    other.up(&[]);
+    let b = DevBox::new();
+    b.up(&[]);
+    let pids: Vec<u32> = DAEMONS.iter().filter_map(|d| b.pid(d)).collect();
+    let box_id = b.box_id();
+    fs::remove_dir_all(b.home()).unwrap();
+
+    let out = b.bxctl(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["home_exists"], false, "{s}");
+    assert_eq!(s["problems"].as_array().unwrap().len(), 1, "{s}");
+    assert!(
+        s["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{s}"
+    );
+    for line in s["daemons"].as_array().unwrap() {
+        assert_eq!(line["processes"], Value::Array(Vec::new()), "{line}");
+    }
+    let out = b.bxctl(&["status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let (text_out, _) = text(&out);
+    assert!(
+        text_out.starts_with(&format!("box at {}: the home does not exist", b.home_arg())),
+        "{text_out}"
+    );
+
+    // The orphans go, and as root their users with them.
+    for pid in pids {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+        bxtest::wait_for("an orphaned daemon to die", bxtest::DEADLINE, || {
+            fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| c.is_empty())
+        });
+    }
+    if let Some(id) = box_id {
+        let removed = bxctl::dev::user::remove_all(&id).unwrap();
+        assert!(removed.iter().all(|(_, r)| r.is_ok()), "{removed:?}");
+    }
+    let st = other.bxctl(&["status"]);
+    assert!(st.status.success(), "the other box: {}", said(&st));
 }

@@ -53,6 +53,17 @@ pub fn bxctl_with(args: &[&str], envs: &[(&str, &str)]) -> Output {
 
 pub use bxtest::said;
 
+/// `bxctl` with `args`, run as a process of `uid` and `gid` (no supplementary groups), to its
+/// end within `DEADLINE`.
+pub fn bxctl_as(uid: u32, gid: u32, args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(bin_dir().join("bxctl"));
+    // std drops the supplementary groups when root sets the uid.
+    cmd.args(args).env_remove("BOXMAKER_HOME").uid(uid).gid(gid);
+    bxtest::run(&mut cmd, &format!("bxctl {args:?} as uid {uid}"), DEADLINE)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The daemons of a dev box, as `bxctl dev` starts them.
 pub use bxctl::dev::DAEMONS;
 
@@ -123,6 +134,27 @@ impl DevBox {
     pub fn pid(&self, daemon: &str) -> Option<u32> {
         let home = bxctl::dev::DevHome::new(&self.home).ok()?;
         bxctl::dev::procs::read_pid(&home.pid_file(daemon))
+    }
+
+    /// The box id `dev up` drew as root (its users' names carry it); `None` when the daemons
+    /// keep the caller's uid.
+    pub fn box_id(&self) -> Option<String> {
+        let home = bxctl::dev::DevHome::new(&self.home).ok()?;
+        home.read_marker().ok()??.box_id
+    }
+
+    /// The user of `daemon` in this box, as `(name, uid, gid)`, when it exists.
+    pub fn user(&self, daemon: &str) -> Option<(String, u32, u32)> {
+        let name = bxctl::dev::user::name(&self.box_id()?, daemon)?;
+        let u = nix::unistd::User::from_name(&name).ok()??;
+        Some((name, u.uid.as_raw(), u.gid.as_raw()))
+    }
+
+    /// `f` on this thread as the client of `spec`'s socket (its daemon's user, when the box
+    /// has users per daemon), else as the test itself.
+    pub fn as_client<T>(&self, spec: &bxcore::layout::SocketSpec, f: impl FnOnce() -> T) -> T {
+        let target = bxctl::target::Target::resolve(Some(&self.home));
+        bxctl::peer::as_client(&target, spec, f).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `bxctl` with `args` and `--home` this box.

@@ -210,19 +210,12 @@ pub enum DevCommand {
     /// Stop the dev box's daemons (SIGTERM, then SIGKILL after a deadline).
     Down,
     /// Stop the dev box, then start it again as it was made.
-    Restart {
-        /// As root: the user it was made with [default: bx-dev].
-        #[arg(long, value_name = "NAME")]
-        user: Option<String>,
-    },
+    Restart,
 }
 
 #[cfg(feature = "devbox")]
 #[derive(Debug, Args)]
 pub struct UpArgs {
-    /// As root: the unprivileged user the daemons run as (created when missing) [default: bx-dev].
-    #[arg(long, value_name = "NAME")]
-    pub user: Option<String>,
     /// The model provider [default: script for a new home; a reused home keeps its own].
     #[arg(long, value_enum)]
     pub provider: Option<Provider>,
@@ -417,7 +410,6 @@ pub fn run(cli: Cli) -> ExitCode {
             // dev::up checks every flag before it writes anything.
             let opts = UpOptions {
                 home: Target::for_dev(cli.home.as_deref()).home().to_path_buf(),
-                user: args.user.clone(),
                 model: ModelFlags {
                     provider: args.provider,
                     base_url: args.base_url.clone(),
@@ -434,12 +426,8 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         #[cfg(feature = "devbox")]
-        Command::Dev(DevCommand::Restart { user }) => {
-            match dev::restart(
-                Target::for_dev(cli.home.as_deref()).home(),
-                user.clone(),
-                &mut out,
-            ) {
+        Command::Dev(DevCommand::Restart) => {
+            match dev::restart(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
                 Err(e) => failed(e),
             }

@@ -145,7 +145,13 @@ pub fn session_state(home: &Path, session: &SessionId) -> Result<SessionStateRep
     let msg = Message::SessionState(SessionState {
         session: session.clone(),
     });
-    match client::call(&layout::STATE.path(home), ASK, 1, msg, |_| {}) {
+    // As state.sock's client (memoryd's user, where the box has users per daemon).
+    let target = crate::target::Target::resolve(Some(home));
+    let answer = crate::peer::as_client(&target, &layout::STATE, || {
+        client::call(&layout::STATE.path(home), ASK, 1, msg, |_| {})
+    })
+    .map_err(|e| format!("state.sock: {e}"))?;
+    match answer {
         Ok(Message::SessionStateReply(r)) => Ok(r),
         Ok(other) => Err(format!("state.sock answered {}", other.kind())),
         Err(e) => Err(format!("state.sock: {e}")),
@@ -423,7 +429,6 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
     );
     let opts = UpOptions {
         home: home.clone(),
-        user: None,
         model: ModelFlags {
             provider: Some(Provider::Script),
             script: Some(script),

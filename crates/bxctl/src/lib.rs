@@ -15,6 +15,7 @@ pub mod dev;
 pub mod logs;
 pub mod model;
 pub mod output;
+pub mod peer;
 pub mod procfs;
 pub mod prompt;
 pub mod selftest;

@@ -148,7 +148,14 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
                 ),
             }
         } else {
-            match client::ping(&path, PING) {
+            let answer = crate::peer::as_client(target, &spec, || client::ping(&path, PING))
+                .unwrap_or_else(|why| {
+                    Err(ClientError::Connect {
+                        socket: path.clone(),
+                        error: io::Error::other(why),
+                    })
+                });
+            match answer {
                 Ok(p) => {
                     let state = SocketState::Answers {
                         daemon: p.daemon.clone(),
@@ -231,7 +238,15 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
             state: State::Failed,
             detail: why.clone(),
         },
-        Ok(m) => match model::ask(target, &m.slot, opts.model_timeout) {
+        Ok(m) => match crate::peer::as_client(target, &layout::INFER, || {
+            model::ask(target, &m.slot, opts.model_timeout)
+        })
+        .unwrap_or_else(|why| {
+            Err(ClientError::Connect {
+                socket: target.socket(&layout::INFER),
+                error: io::Error::other(why),
+            })
+        }) {
             Ok(a) => Check {
                 check: "model answers".to_string(),
                 state: State::Ok,
@@ -313,11 +328,16 @@ fn loopd_selftest(target: &Target) -> Result<String, String> {
     let output = if target.is_dev_box() {
         let loopd = find_daemon("loopd").ok_or("cannot find the loopd executable")?;
         let config = target.config("loopd");
-        Command::new(loopd)
-            .arg("selftest")
-            .arg("--config")
-            .arg(&config)
-            .output()
+        let mut cmd = Command::new(loopd);
+        cmd.arg("selftest").arg("--config").arg(&config);
+        // As the loop's own user where the box has one: its sockets let only that user in.
+        let home = crate::dev::DevHome::new(target.home()).ok();
+        if let Some(ids) = home.and_then(|h| crate::peer::dev_client(&h, &layout::BROKER)) {
+            use std::os::unix::process::CommandExt;
+            // std drops the supplementary groups when root sets the uid.
+            cmd.uid(ids.uid).gid(ids.gid);
+        }
+        cmd.output()
     } else {
         Command::new("systemctl").args(["start", UNIT]).output()
     }

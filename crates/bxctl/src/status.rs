@@ -65,6 +65,8 @@ pub struct AuditLine {
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub home: String,
+    /// Whether the home exists; when not, nothing else was looked for.
+    pub home_exists: bool,
     /// Whether nothing below is a problem.
     pub healthy: bool,
     /// Every reason the box is not healthy, for a person.
@@ -80,8 +82,15 @@ pub struct Status {
 }
 
 fn ping(path: &std::path::Path) -> SocketState {
-    if !path.exists() {
-        return SocketState::Absent;
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return SocketState::Absent,
+        // A directory on the way that is not the caller's to enter: there, but not reachable.
+        Err(e) => {
+            return SocketState::Refuses {
+                why: format!("cannot reach {}: {e}", path.display()),
+            };
+        }
     }
     match client::ping(path, PING) {
         Ok(Pong {
@@ -148,42 +157,78 @@ pub fn confinement_problem(name: &str, p: &Sandbox) -> Option<String> {
 }
 
 /// Every daemon of the layout: whether it is part of this box, and its processes' sandboxes.
+/// A daemon is found by what started it, never by its name (a name finds every box's
+/// daemons on the machine): in a dev box by its pid file (pid and start time), on the device
+/// by the main process systemd gives for its unit. In a home that does not exist nothing is.
 pub fn gather_daemons(target: &Target) -> Vec<DaemonLine> {
-    // A dev box knows its daemons by pid file (several may run on one machine); elsewhere the
-    // daemons are found by name.
     let dev_home = target
         .is_dev_box()
         .then(|| DevHome::new(target.home()).ok())
         .flatten();
+    let exists = home_exists(target);
     DAEMONS
         .iter()
         .map(|d| {
-            let pids = match &dev_home {
+            let pids: Vec<u32> = match &dev_home {
                 Some(h) => dev::running(h)
                     .into_iter()
                     .filter(|(name, _)| name == d.name)
                     .map(|(_, pid)| pid)
                     .collect(),
-                None => procfs::pids_named(d.name),
+                None if exists => {
+                    crate::check::live::main_pid(&format!("boxmaker-{}.service", d.name))
+                        .into_iter()
+                        .collect()
+                }
+                None => Vec::new(),
             };
             DaemonLine {
                 name: d.name.to_string(),
-                configured: expected(target, d.name),
+                configured: exists && expected(target, d.name),
                 processes: pids.into_iter().filter_map(procfs::sandbox).collect(),
             }
         })
         .collect()
 }
 
+/// Whether the home is there at all (an `rm -rf` of a live home leaves its daemons running
+/// on nothing).
+pub fn home_exists(target: &Target) -> bool {
+    std::fs::symlink_metadata(target.home()).is_ok()
+}
+
+/// The one problem of a home that does not exist.
+pub fn home_gone(target: &Target) -> String {
+    format!(
+        "the home {} does not exist: it was removed, or --home names another; nothing of a box \
+         is there, and daemons started on it before may still run unseen",
+        target.home().display()
+    )
+}
+
 /// Gather the status of the box at `target`.
 pub fn gather(target: &Target) -> Status {
+    if !home_exists(target) {
+        return Status {
+            home: target.home().display().to_string(),
+            home_exists: false,
+            healthy: false,
+            problems: vec![home_gone(target)],
+            model: None,
+            sockets: Vec::new(),
+            daemons: gather_daemons(target),
+            audit: None,
+            pending: None,
+        };
+    }
     let mut problems = Vec::new();
     let sockets = SOCKETS
         .iter()
         .map(|spec| {
             let path = target.socket(spec);
             let state = if expected(target, spec.server) || path.exists() {
-                ping(&path)
+                crate::peer::as_client(target, spec, || ping(&path))
+                    .unwrap_or_else(|why| SocketState::Refuses { why })
             } else {
                 SocketState::NotConfigured
             };
@@ -239,6 +284,7 @@ pub fn gather(target: &Target) -> Status {
     };
     Status {
         home: target.home().display().to_string(),
+        home_exists: true,
         healthy: problems.is_empty(),
         problems,
         model,
@@ -251,6 +297,17 @@ pub fn gather(target: &Target) -> Status {
 
 /// The status as lines for a person.
 pub fn render(s: &Status) -> String {
+    if !s.home_exists {
+        let mut out = format!("box at {}: the home does not exist\n\n", s.home);
+        out.push_str(&format!(
+            "status: DEGRADED, {} problem(s):\n",
+            s.problems.len()
+        ));
+        for p in &s.problems {
+            out.push_str(&format!("  - {}\n", Shown(p, Mode::Line)));
+        }
+        return out;
+    }
     let mut out = format!("box at {}\n\nsockets:\n", s.home);
     for sock in &s.sockets {
         let state = match &sock.state {
@@ -381,6 +438,7 @@ mod tests {
     fn one_problem_makes_the_verdict_degraded_with_its_pointer() {
         let s = Status {
             home: "/h".into(),
+            home_exists: true,
             healthy: false,
             problems: vec!["loopd (pid 7) is NOT CONFINED: Seccomp 0".into()],
             model: None,
@@ -399,5 +457,22 @@ mod tests {
             "{v}"
         );
         assert!(render(&s).contains("status: DEGRADED, 1 problem(s):\n  - loopd"));
+    }
+
+    #[test]
+    fn a_home_that_does_not_exist_is_said_so_and_no_daemon_is_looked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::resolve(Some(&dir.path().join("gone")));
+        let s = gather(&target);
+        assert!(!s.home_exists);
+        assert_eq!(s.problems, vec![home_gone(&target)]);
+        assert!(
+            s.daemons
+                .iter()
+                .all(|d| d.processes.is_empty() && !d.configured)
+        );
+        let text = render(&s);
+        assert!(text.contains("the home does not exist"), "{text}");
+        assert!(verdict(&s).unwrap().contains("does not exist"));
     }
 }

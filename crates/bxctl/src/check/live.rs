@@ -14,11 +14,11 @@ use bxcore::client::{self, ClientError};
 use bxcore::deadline::Deadline;
 use bxcore::{Envelope, ErrorCode, Message, Outcome, SessionId, TurnEvent, read_frame};
 use bxharden::proc_status;
-use nix::unistd::{Gid, Uid, setegid, seteuid};
 
 use super::Verdict;
 use super::manifest::{Ids, Manifest, Service, Socket, resolve};
 use crate::chat::{self, Style};
+use crate::peer::as_ids;
 
 /// How long one answer on a socket may take.
 const ANSWER: Duration = Duration::from_secs(10);
@@ -28,21 +28,6 @@ const TURN: Duration = Duration::from_secs(60);
 const JOURNAL: Duration = Duration::from_secs(15);
 /// The uid no socket of the box belongs to.
 const NOBODY: u32 = 65534;
-
-/// Run `f` with the effective uid and gid `ids`, then as root again. Only in a process with
-/// one thread (bxctl has one): glibc changes every thread's ids anyway, but nothing else may
-/// run while they are someone else's.
-fn as_ids<T>(ids: Ids, f: impl FnOnce() -> T) -> Result<T, String> {
-    setegid(Gid::from_raw(ids.gid)).map_err(|e| format!("setegid({}): {e}", ids.gid))?;
-    if let Err(e) = seteuid(Uid::from_raw(ids.uid)) {
-        let _ = setegid(Gid::from_raw(0));
-        return Err(format!("seteuid({}): {e}", ids.uid));
-    }
-    let out = f();
-    seteuid(Uid::from_raw(0)).map_err(|e| format!("seteuid(0): {e}"))?;
-    setegid(Gid::from_raw(0)).map_err(|e| format!("setegid(0): {e}"))?;
-    Ok(out)
-}
 
 fn run(cmd: &mut Command) -> Result<(bool, String), String> {
     let out = cmd
@@ -70,7 +55,8 @@ pub fn active(unit: &str) -> Verdict {
     }
 }
 
-fn main_pid(unit: &str) -> Result<u32, String> {
+/// The main process systemd started for `unit`.
+pub fn main_pid(unit: &str) -> Result<u32, String> {
     let (_, text) =
         run(Command::new("systemctl").args(["show", "-p", "MainPID", "--value", unit]))?;
     match text.parse::<u32>() {

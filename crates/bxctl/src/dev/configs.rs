@@ -6,9 +6,12 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use bxcore::layout::{self, SocketSpec};
 use toml::{Table, Value};
 
+use super::daemons::ROWS;
 use super::home::{DevHome, Provider};
 
 /// The shipped default script: answers any text.
@@ -196,13 +199,31 @@ impl ModelFlags {
     }
 }
 
-/// Who runs the daemons and who may connect to them.
+/// Who runs the daemons and who may connect to each socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Who {
-    /// `[sandbox] user` (as root: the dev user); `None` when the daemons keep the caller's uid.
-    pub user: Option<String>,
-    /// Everyone who may connect to every socket: the daemons' user and the invoking user.
-    pub peers: Vec<String>,
+    /// The uid that ran `dev up`: the owner, the one client of `loop.sock` and `admin.sock`.
+    pub owner: u32,
+    /// As root: each daemon's user, by daemon (every daemon of `bxcore::layout`, so a socket
+    /// whose client has no dev box daemon yet still names its user). Empty when the daemons
+    /// keep the owner's uid.
+    pub users: BTreeMap<&'static str, String>,
+}
+
+impl Who {
+    /// The user `daemon` drops to, `None` when it keeps the owner's uid.
+    pub fn user_of(&self, daemon: &str) -> Option<&str> {
+        self.users.get(daemon).map(String::as_str)
+    }
+
+    /// The one peer `spec`'s socket serves: its client's user, or the owner (by uid) for the
+    /// owner's sockets and when the daemons keep the owner's uid.
+    pub fn client_of(&self, spec: &SocketSpec) -> Value {
+        match self.user_of(spec.client) {
+            Some(user) if spec.client != layout::OWNER => s(user),
+            _ => Value::Integer(i64::from(self.owner)),
+        }
+    }
 }
 
 /// One workspace root of the dev box and the sample files `dev up` puts in it.
@@ -263,30 +284,29 @@ fn table(pairs: Vec<(&str, Value)>) -> Value {
     Value::Table(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
-fn common(home: &DevHome, who: &Who, serves: &[SocketSpec]) -> Table {
+/// `[paths]`, `[peers]` and `[sandbox]` of `daemon`, which follow from the layout: each socket
+/// it serves lets its one client in, and as root it drops to its own user.
+pub fn common(home: &DevHome, who: &Who, daemon: &str) -> Table {
     let mut t = Table::new();
     t.insert("paths".into(), table(vec![("home", p(home.root()))]));
-    let peers = serves
+    let peers = layout::SOCKETS
         .iter()
-        .map(|spec| {
-            (
-                spec.file(),
-                Value::Array(who.peers.iter().map(|p| s(p.clone())).collect()),
-            )
-        })
+        .filter(|spec| spec.server == daemon)
+        .map(|spec| (spec.file(), Value::Array(vec![who.client_of(spec)])))
         .collect::<Table>();
     t.insert("peers".into(), Value::Table(peers));
     let mut sandbox = Table::new();
-    if let Some(user) = &who.user {
-        sandbox.insert("user".into(), s(user.clone()));
+    if let Some(user) = who.user_of(daemon) {
+        sandbox.insert("user".into(), s(user));
     }
     sandbox.insert("require".into(), Value::Boolean(true));
     t.insert("sandbox".into(), Value::Table(sandbox));
     t
 }
 
-pub fn brokerd(home: &DevHome, who: &Who) -> Table {
-    let mut t = common(home, who, &[layout::BROKER, layout::ADMIN, layout::STATE]);
+/// brokerd's own tables: the workspace roots.
+pub fn brokerd(home: &DevHome, _model: &ModelChoice) -> Table {
+    let mut t = Table::new();
     let roots = ROOTS
         .iter()
         .map(|r| {
@@ -305,8 +325,9 @@ pub fn brokerd(home: &DevHome, who: &Who) -> Table {
     t
 }
 
-pub fn inferproxy(home: &DevHome, who: &Who, model: &ModelChoice) -> Table {
-    let mut t = common(home, who, &[layout::INFER]);
+/// inferproxy's own tables: the provider and the main slot.
+pub fn inferproxy(home: &DevHome, model: &ModelChoice) -> Table {
+    let mut t = Table::new();
     let mut provider = Table::new();
     provider.insert("kind".into(), s(model.provider.to_string()));
     match model.provider {
@@ -338,8 +359,9 @@ pub fn inferproxy(home: &DevHome, who: &Who, model: &ModelChoice) -> Table {
     t
 }
 
-pub fn loopd(home: &DevHome, who: &Who) -> Table {
-    let mut t = common(home, who, &[layout::LOOP]);
+/// loopd's own tables: where brokerd is.
+pub fn loopd(home: &DevHome, _model: &ModelChoice) -> Table {
+    let mut t = Table::new();
     t.insert(
         "broker".into(),
         table(vec![("socket", p(&layout::BROKER.path(home.root())))]),
@@ -349,16 +371,19 @@ pub fn loopd(home: &DevHome, who: &Who) -> Table {
 
 /// Write every config, the script, and the workspace roots with their sample files.
 pub fn write_all(home: &DevHome, who: &Who, model: &ModelChoice) -> io::Result<()> {
-    for dir in ["etc", "logs", "dev"] {
-        fs::create_dir_all(home.root().join(dir))?;
+    // The logs and the pid files are for whoever runs `dev up` alone; the configs, as
+    // /etc/boxmaker on the device, anyone may read (`loopd selftest` runs as loopd's user).
+    for (dir, mode) in [("etc", 0o755), ("logs", 0o700), ("dev", 0o700)] {
+        let dir = home.root().join(dir);
+        fs::create_dir_all(&dir)?;
+        fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
     }
-    let render = |t: Table| toml::to_string(&t).map_err(io::Error::other);
-    fs::write(home.config("brokerd"), render(brokerd(home, who))?)?;
-    fs::write(
-        home.config("inferproxy"),
-        render(inferproxy(home, who, model))?,
-    )?;
-    fs::write(home.config("loopd"), render(loopd(home, who))?)?;
+    for row in ROWS {
+        let mut config = common(home, who, row.daemon);
+        config.extend((row.tables)(home, model));
+        let text = toml::to_string(&config).map_err(io::Error::other)?;
+        fs::write(home.config(row.daemon), text)?;
+    }
     if model.provider == Provider::Script {
         let text = match &model.script {
             Some(file) => fs::read_to_string(file)?,
@@ -366,6 +391,14 @@ pub fn write_all(home: &DevHome, who: &Who, model: &ModelChoice) -> io::Result<(
         };
         fs::write(home.script(), with_workspace(&text, home))?;
     }
+    // The workspace is brokerd's alone, as under its state directory on the device: no
+    // other daemon's user may read the owner's files past the broker.
+    let workspace = home.root().join("workspace");
+    fs::create_dir_all(&workspace)?;
+    fs::set_permissions(
+        &workspace,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )?;
     for root in ROOTS {
         let dir = home.workspace(root.name);
         fs::create_dir_all(&dir)?;

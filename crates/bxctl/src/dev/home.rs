@@ -9,9 +9,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// The daemons of the dev box, in the order they are started.
-pub const DAEMONS: [&str; 3] = ["brokerd", "inferproxy", "loopd"];
-
 /// Which model provider the dev box's inferproxy talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -40,7 +37,13 @@ impl fmt::Display for Provider {
 pub struct Marker {
     pub made_by: String,
     pub provider: Provider,
-    /// The user the daemons drop to, when `dev up` ran as root.
+    /// As root: the box's id, which its users' names carry (`bx-dev-<box_id>-loop`, ...);
+    /// `None` when the daemons keep the uid of whoever ran `dev up`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub box_id: Option<String>,
+    /// The one user every daemon ran as in a home made by an earlier `dev up`; such a home is
+    /// refused (`dev up` saying so), not mixed with users per daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
 }
 
@@ -86,6 +89,12 @@ impl DevHome {
 
     pub fn marker(&self) -> PathBuf {
         self.root.join("dev/box.toml")
+    }
+
+    /// The datagram socket `daemon` tells its readiness on while `dev up` waits
+    /// (`NOTIFY_SOCKET`).
+    pub fn notify_socket(&self, daemon: &str) -> PathBuf {
+        self.root.join("dev").join(format!("{daemon}.notify"))
     }
 
     pub fn workspace(&self, root: &str) -> PathBuf {

@@ -1,29 +1,39 @@
 //! `bxctl dev up` and `bxctl dev down`: the whole box on one machine, for a newcomer, the demo
-//! and the end-to-end tests. Each daemon still applies its own sandbox; run as root, they all
-//! drop to one unprivileged user, and the invoking user may connect to every socket.
+//! and the end-to-end tests. Each daemon still applies its own sandbox. Run as root, each
+//! daemon drops to a user of its own, made for this box, and each socket belongs to its one
+//! client, as on the device: `dev up` binds every socket itself with its client as owner and
+//! hands it over as systemd does (`LISTEN_FDS`), and waits for each daemon's `READY=1`
+//! (`NOTIFY_SOCKET`). Run as a normal user, every daemon keeps that user's uid.
 
 pub mod configs;
+pub mod daemons;
 pub mod home;
 pub mod procs;
 pub mod user;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::io::{self, Write};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus};
-use std::thread;
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use bxcore::client;
-use bxcore::layout::{SOCKETS, SocketSpec};
+use bxcore::layout::{self, SOCKETS, SocketSpec};
 use bxcore::runbook::pointer;
+use bxharden::Owner;
 use nix::unistd::{geteuid, getuid};
 
+use crate::check::manifest::Ids;
+
 pub use configs::{ModelChoice, ModelFlags};
-pub use home::{DAEMONS, DevHome, MADE_BY, Marker, Provider};
+pub use daemons::{DAEMONS, ROWS};
+pub use home::{DevHome, MADE_BY, Marker, Provider};
 pub use procs::Stopped;
+pub use user::DevUser;
 
 /// How long `up` waits for every socket to answer `ping`.
 pub const START_DEADLINE: Duration = Duration::from_secs(30);
@@ -34,8 +44,6 @@ pub const STOP_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct UpOptions {
     pub home: PathBuf,
-    /// As root: the user the daemons drop to (created when missing); default `bx-dev`.
-    pub user: Option<String>,
     /// The model flags given (none at all: a fresh home gets the scripted provider, a reused
     /// home keeps what it has).
     pub model: ModelFlags,
@@ -71,6 +79,11 @@ pub enum DevError {
         status: ExitStatus,
         log: PathBuf,
         tail: Vec<String>,
+    },
+    /// A daemon's socket could not be bound for it.
+    Listen {
+        daemon: String,
+        error: bxharden::socket::ListenError,
     },
     /// A daemon's socket did not answer `ping` in time.
     NoAnswer {
@@ -125,6 +138,9 @@ impl fmt::Display for DevError {
                 }
                 write!(f, "\n{}", pointer("devbox-start-failed"))
             }
+            DevError::Listen { daemon, error } => {
+                write!(f, "cannot bind a socket for {daemon}: {error}")
+            }
             DevError::NoAnswer {
                 daemon,
                 socket,
@@ -174,6 +190,21 @@ pub struct Up {
     pub reused: bool,
 }
 
+/// Who runs the box: as root, its users by daemon; else nobody but the caller.
+#[derive(Debug, Clone, Default)]
+struct Users(BTreeMap<&'static str, DevUser>);
+
+impl Users {
+    /// The ids root gives `spec`'s socket to and talks to it as: its client's user; `None` for
+    /// the owner's sockets, and when the daemons keep the caller's uid.
+    fn client_ids(&self, spec: &SocketSpec) -> Option<Ids> {
+        self.0.get(spec.client).map(|u| Ids {
+            uid: u.uid,
+            gid: u.gid,
+        })
+    }
+}
+
 /// Bring the dev box up; progress lines go to `out`.
 pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     let home = DevHome::new(&opts.home).map_err(io_err("cannot find the current directory"))?;
@@ -200,40 +231,62 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
         }
     };
     let as_root = geteuid().is_root();
-    if !as_root && opts.user.is_some() {
-        return Err(DevError::Usage(
-            "--user needs root: run as a normal user, the daemons keep your uid".into(),
-        ));
+    if let Some(m) = &marker {
+        if let Some(one) = &m.user {
+            return Err(DevError::Mismatch {
+                home: home.root().into(),
+                what: format!(
+                    "by an earlier `dev up` to run every daemon as the one user {one}, where each \
+                     daemon now has a user of its own"
+                ),
+            });
+        }
+        match (&m.box_id, as_root) {
+            (Some(id), false) => {
+                return Err(DevError::Mismatch {
+                    home: home.root().into(),
+                    what: format!(
+                        "as root, to run each daemon as its own user (bx-dev-{id}-*), not as \
+                         your own uid; run `dev up` as root"
+                    ),
+                });
+            }
+            (None, true) => {
+                return Err(DevError::Mismatch {
+                    home: home.root().into(),
+                    what: "by a normal user, to run every daemon as that user's uid, not as \
+                           root with a user per daemon"
+                        .to_string(),
+                });
+            }
+            _ => {}
+        }
     }
     if marker.is_none() {
         make_parents(home.root())?;
     }
-    let dev_user = if as_root {
-        let name = opts.user.as_deref().unwrap_or(user::DEFAULT_USER);
-        let u = user::create_or_take(name).map_err(DevError::User)?;
-        user::check_reachable(home.root(), &u).map_err(DevError::User)?;
-        Some(u)
-    } else {
-        None
+    let box_id = match (&marker, as_root) {
+        (Some(m), _) => m.box_id.clone(),
+        (None, true) => Some(user::draw_box_id().map_err(DevError::User)?),
+        (None, false) => None,
+    };
+    let users = match &box_id {
+        Some(id) => {
+            let all = user::create_or_take_all(id).map_err(DevError::User)?;
+            for u in all.values() {
+                user::check_reachable(home.root(), u).map_err(DevError::User)?;
+            }
+            Users(all)
+        }
+        None => Users::default(),
     };
     let who = configs::Who {
-        user: dev_user.as_ref().map(|u| u.name.clone()),
-        peers: {
-            let mut peers: Vec<String> = dev_user.iter().map(|u| u.name.clone()).collect();
-            peers.push(getuid().as_raw().to_string());
-            peers
-        },
+        owner: getuid().as_raw(),
+        users: users.0.iter().map(|(d, u)| (*d, u.name.clone())).collect(),
     };
 
     let reused = match &marker {
-        Some(m) => {
-            if m.user != who.user {
-                let said = |u: &Option<String>| u.clone().unwrap_or_else(|| "your own uid".into());
-                return Err(DevError::Mismatch {
-                    home: home.root().into(),
-                    what: format!("to run as {}, not {}", said(&m.user), said(&who.user)),
-                });
-            }
+        Some(_) => {
             let pids = running(&home);
             if pids.len() == DAEMONS.len() {
                 return Err(DevError::Running {
@@ -245,10 +298,15 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             true
         }
         None => {
+            // As root the daemons' users walk through the home to their own directories; as
+            // a normal user it is that user's alone.
+            let mode = if as_root { 0o711 } else { 0o700 };
             fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o700)
+                .mode(mode)
                 .create(home.root())
+                .map_err(io_err(format!("cannot make {}", home.root().display())))?;
+            fs::set_permissions(home.root(), fs::Permissions::from_mode(mode))
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
             let Some(choice) = &choice else {
                 unreachable!("a fresh home always has its resolved choice")
@@ -260,7 +318,8 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             let m = Marker {
                 made_by: MADE_BY.into(),
                 provider: choice.provider,
-                user: who.user.clone(),
+                box_id: box_id.clone(),
+                user: None,
             };
             let text = toml::to_string(&m).map_err(|e| DevError::Io {
                 what: "cannot write the marker".into(),
@@ -271,24 +330,33 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             false
         }
     };
-    if let Some(u) = &dev_user {
-        user::give(home.root(), u).map_err(DevError::User)?;
+    if box_id.is_some() {
+        give_all(&home, &users).map_err(DevError::User)?;
     }
 
-    let mut started: Vec<(String, u32, Child)> = Vec::new();
-    let result = start_all(&home, &mut started, out);
+    let mut started: Vec<Launched> = Vec::new();
+    let result = start_all(&home, &users, &mut started, out);
+    for l in &started {
+        let _ = fs::remove_file(home.notify_socket(&l.daemon));
+    }
     if let Err(e) = result {
-        for (d, _, mut child) in started {
-            if let Some(which) = procs::read_started(&home.pid_file(&d)) {
+        for l in started {
+            if let Some(which) = procs::read_started(&home.pid_file(&l.daemon)) {
                 procs::stop(which, STOP_GRACE);
             }
-            let _ = child.try_wait();
-            let _ = fs::remove_file(home.pid_file(&d));
+            let _ = procs::exited(l.pid);
+            let _ = fs::remove_file(home.pid_file(&l.daemon));
         }
         return Err(e);
     }
-    let pids = started.iter().map(|(d, p, _)| (d.clone(), *p)).collect();
+    let pids = started.iter().map(|l| (l.daemon.clone(), l.pid)).collect();
     let r = home.root().display();
+    if let Some(id) = &box_id {
+        let _ = writeln!(
+            out,
+            "  users:   bx-dev-{id}-* (one per daemon; `dev down` removes them)"
+        );
+    }
     let _ = writeln!(out, "the dev box is up in {r}");
     let _ = writeln!(out, "  chat:    bxctl chat --home {r} \"hello\"");
     let _ = writeln!(out, "  status:  bxctl status --home {r}");
@@ -297,11 +365,41 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     Ok(Up { home, pids, reused })
 }
 
+/// The directories of the home that belong to `daemon`'s user: its state directory and what
+/// its row says it owns.
+fn own_dirs(home: &DevHome, daemon: &str) -> Vec<PathBuf> {
+    let state = layout::daemon(daemon).map(|d| d.state_path(home.root()));
+    let owns = daemons::row(daemon)
+        .map(|r| r.owns)
+        .unwrap_or_default()
+        .iter()
+        .map(|dir| home.root().join(dir));
+    state.into_iter().chain(owns).collect()
+}
+
+/// As root: give each daemon's directories to its user and each socket's directory to its
+/// client (a user made again since has another uid; nothing of a box stays with a uid that
+/// may now be someone else's).
+fn give_all(home: &DevHome, users: &Users) -> Result<(), user::UserError> {
+    for d in DAEMONS {
+        if let Some(u) = users.0.get(d) {
+            for dir in own_dirs(home, d) {
+                user::give(&dir, u.uid, u.gid)?;
+            }
+        }
+    }
+    for spec in SOCKETS.iter().filter(|s| DAEMONS.contains(&s.server)) {
+        let dir = layout::run_dir(home.root()).join(spec.dir);
+        let ids = users.client_ids(spec).unwrap_or(Ids { uid: 0, gid: 0 });
+        user::give(&dir, ids.uid, ids.gid)?;
+    }
+    Ok(())
+}
+
 /// Make the missing parents of a new home, 0755 whatever the umask (the daemons' users walk
 /// through them), before anything else is written or started. A parent that exists is left as
 /// it is; `user::check_reachable` says when it keeps a daemon out.
 fn make_parents(root: &Path) -> Result<(), DevError> {
-    use std::os::unix::fs::PermissionsExt;
     let Some(parent) = root.parent() else {
         return Ok(());
     };
@@ -326,13 +424,65 @@ fn make_parents(root: &Path) -> Result<(), DevError> {
     Ok(())
 }
 
+/// A daemon `dev up` started, until it is ready.
+#[derive(Debug)]
+struct Launched {
+    daemon: String,
+    pid: u32,
+    /// Where its readiness comes in.
+    notify: UnixDatagram,
+    /// Where this run's lines begin in its log, which earlier runs appended to.
+    since: u64,
+}
+
+/// Bind `daemon`'s sockets at their places in the home, each given to its client (0600, in a
+/// 0700 directory of the client's: `bxharden::listen`, the rules every daemon binds by).
+fn bind_sockets(
+    home: &DevHome,
+    users: &Users,
+    daemon: &str,
+) -> Result<Vec<(&'static str, UnixListener)>, DevError> {
+    sockets_of(daemon)
+        .iter()
+        .map(|spec| {
+            let owner = users.client_ids(spec).map(|i| Owner {
+                uid: i.uid,
+                gid: i.gid,
+            });
+            bxharden::listen(&spec.path(home.root()), owner)
+                .map(|l| (spec.name, l))
+                .map_err(|error| DevError::Listen {
+                    daemon: daemon.to_string(),
+                    error,
+                })
+        })
+        .collect()
+}
+
+/// The datagram socket `daemon` says `READY=1` on: 0600, so only whoever runs `dev up` (and
+/// the daemon, which connects before it drops its privileges) reaches it.
+fn notify_socket(home: &DevHome, daemon: &str) -> Result<UnixDatagram, DevError> {
+    let path = home.notify_socket(daemon);
+    let what = format!("cannot make {}", path.display());
+    match fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(what)(e)),
+    }
+    let sock = UnixDatagram::bind(&path).map_err(io_err(what.clone()))?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).map_err(io_err(what.clone()))?;
+    sock.set_read_timeout(Some(Duration::from_millis(50)))
+        .map_err(io_err(what))?;
+    Ok(sock)
+}
+
 fn start_all(
     home: &DevHome,
-    started: &mut Vec<(String, u32, Child)>,
+    users: &Users,
+    started: &mut Vec<Launched>,
     out: &mut dyn Write,
 ) -> Result<(), DevError> {
     let already = running(home);
-    let mut log_starts: Vec<(String, u64)> = Vec::new();
     for d in DAEMONS {
         // Only the daemons that are missing are started; the others keep running.
         if let Some((_, pid)) = already.iter().find(|(name, _)| name == d) {
@@ -340,24 +490,33 @@ fn start_all(
             continue;
         }
         let exe = procs::find_daemon(d).ok_or_else(|| DevError::NoExecutable(d.to_string()))?;
-        // Where this run's lines begin in the log, which earlier runs appended to.
         let since = fs::metadata(home.log(d)).map_or(0, |m| m.len());
-        log_starts.push((d.to_string(), since));
-        let child = procs::spawn_detached(&exe, &home.config(d), &home.log(d))
-            .map_err(io_err(format!("cannot start {}", exe.display())))?;
-        let pid = child.id();
+        let sockets = bind_sockets(home, users, d)?;
+        let notify = notify_socket(home, d)?;
+        let pid = procs::spawn_detached(
+            &exe,
+            &home.config(d),
+            &home.log(d),
+            &sockets,
+            Some(&home.notify_socket(d)),
+        )
+        .map_err(io_err(format!("cannot start {}", exe.display())))?;
+        // The daemon holds its sockets now; this process's copies go.
+        drop(sockets);
+        started.push(Launched {
+            daemon: d.to_string(),
+            pid,
+            notify,
+            since,
+        });
         procs::write_pid(&home.pid_file(d), pid).map_err(io_err("cannot write a pid file"))?;
-        started.push((d.to_string(), pid, child));
     }
     let until = Instant::now() + START_DEADLINE;
-    for (d, pid, child) in started.iter_mut() {
-        let sockets = sockets_of(d);
-        let since = log_starts
-            .iter()
-            .find(|(name, _)| name == d)
-            .map_or(0, |(_, s)| *s);
+    for l in started.iter() {
+        wait_ready(home, l, until)?;
+        let sockets = sockets_of(&l.daemon);
         for spec in &sockets {
-            wait_for_ping(home, d, spec, child, until, since)?;
+            wait_for_ping(home, users, l, spec, until)?;
         }
         let paths: Vec<String> = sockets
             .iter()
@@ -365,69 +524,121 @@ fn start_all(
             .collect();
         let _ = writeln!(
             out,
-            "  {d}: up, pid {pid}, answering on {}",
+            "  {}: up, pid {}, answering on {}",
+            l.daemon,
+            l.pid,
             paths.join(", ")
         );
     }
     Ok(())
 }
 
-fn wait_for_ping(
-    home: &DevHome,
-    daemon: &str,
-    spec: &SocketSpec,
-    child: &mut Child,
-    until: Instant,
-    since: u64,
-) -> Result<(), DevError> {
-    let socket = spec.path(home.root());
+fn died(home: &DevHome, l: &Launched, status: ExitStatus) -> DevError {
+    DevError::Died {
+        daemon: l.daemon.clone(),
+        status,
+        log: home.log(&l.daemon),
+        tail: procs::tail_since(&home.log(&l.daemon), l.since, 20),
+    }
+}
+
+/// Wait for the daemon's `READY=1` (every socket served, the sandbox applied), its end, or
+/// the deadline.
+fn wait_ready(home: &DevHome, l: &Launched, until: Instant) -> Result<(), DevError> {
+    let mut buf = [0u8; 512];
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(DevError::Died {
-                daemon: daemon.to_string(),
-                status,
-                log: home.log(daemon),
-                tail: procs::tail_since(&home.log(daemon), since, 20),
+        if let Some(status) = procs::exited(l.pid) {
+            return Err(died(home, l, status));
+        }
+        match l.notify.recv(&mut buf) {
+            Ok(n)
+                if buf[..n]
+                    .split(|b| *b == b'\n')
+                    .any(|line| line == b"READY=1") =>
+            {
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => {
+                return Err(DevError::Io {
+                    what: format!("cannot read {}'s readiness", l.daemon),
+                    error: e,
+                });
+            }
+        }
+        if Instant::now() >= until {
+            return Err(DevError::NoAnswer {
+                daemon: l.daemon.clone(),
+                socket: home.notify_socket(&l.daemon),
+                why: "it did not say READY=1".to_string(),
             });
         }
-        let why = match client::ping(&socket, Duration::from_secs(2)) {
-            Ok(p) if p.daemon == daemon => return Ok(()),
-            Ok(p) => format!("{} answered instead", p.daemon),
-            Err(e) => e.to_string(),
+    }
+}
+
+/// `ping` on `spec`'s socket as its client, until it answers as its daemon.
+fn wait_for_ping(
+    home: &DevHome,
+    users: &Users,
+    l: &Launched,
+    spec: &SocketSpec,
+    until: Instant,
+) -> Result<(), DevError> {
+    let socket = spec.path(home.root());
+    let ping = || client::ping(&socket, Duration::from_secs(2));
+    loop {
+        if let Some(status) = procs::exited(l.pid) {
+            return Err(died(home, l, status));
+        }
+        let answer = match users.client_ids(spec) {
+            Some(ids) => crate::peer::as_ids(ids, ping).map_err(|e| e.to_string()),
+            None => Ok(ping()),
+        };
+        let why = match answer {
+            Ok(Ok(p)) if p.daemon == l.daemon => return Ok(()),
+            Ok(Ok(p)) => format!("{} answered instead", p.daemon),
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e,
         };
         if Instant::now() >= until {
             return Err(DevError::NoAnswer {
-                daemon: daemon.to_string(),
+                daemon: l.daemon.clone(),
                 socket,
                 why,
             });
         }
-        thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// `dev restart`: stop the dev box in `home`, then bring it up again as it was made (no flags).
-pub fn restart(home: &Path, user: Option<String>, out: &mut dyn Write) -> Result<Up, DevError> {
+pub fn restart(home: &Path, out: &mut dyn Write) -> Result<Up, DevError> {
     down(home, out)?;
     up(
         &UpOptions {
             home: home.to_path_buf(),
-            user,
             model: ModelFlags::default(),
         },
         out,
     )
 }
 
-/// Stop the dev box in `home`; one line per daemon goes to `out`.
+/// Stop the dev box in `home`; one line per daemon goes to `out`. As root, the box's users go
+/// too, once its directories are root's again: a uid `useradd` hands out later then owns
+/// nothing of this box.
 pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, DevError> {
     let home = DevHome::new(home).map_err(io_err("cannot find the current directory"))?;
-    if home.read_marker().map_err(DevError::NotADevBox)?.is_none() {
+    let Some(marker) = home.read_marker().map_err(DevError::NotADevBox)? else {
         return Err(DevError::NotADevBox(format!(
             "{} was not made by `bxctl dev up`: there is no dev box to stop",
             home.root().display()
         )));
-    }
+    };
     let mut all = Vec::new();
     // The reverse of the start order: the loop first, so nothing calls a daemon that is gone.
     for d in DAEMONS.iter().rev() {
@@ -445,6 +656,24 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
         };
         let _ = fs::remove_file(&pid_file);
         all.push((d.to_string(), stopped));
+    }
+    if let (Some(id), true) = (&marker.box_id, geteuid().is_root()) {
+        give_all(&home, &Users::default()).map_err(DevError::User)?;
+        for d in DAEMONS {
+            for dir in own_dirs(&home, d) {
+                user::give(&dir, 0, 0).map_err(DevError::User)?;
+            }
+        }
+        for (name, result) in user::remove_all(id).map_err(DevError::User)? {
+            match result {
+                Ok(()) => {
+                    let _ = writeln!(out, "  removed the user {name}");
+                }
+                Err(why) => {
+                    let _ = writeln!(out, "  kept the user {name}: {why}");
+                }
+            }
+        }
     }
     let _ = writeln!(out, "the dev box in {} is down", home.root().display());
     Ok(all)

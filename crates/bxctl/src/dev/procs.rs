@@ -6,9 +6,8 @@
 use std::fmt;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -36,34 +35,142 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// What a dev box daemon inherits of `bxctl`'s environment: nothing but these, when set. The
-/// daemons read no other variable; `JOURNAL_STREAM`, `NOTIFY_SOCKET` and `LISTEN_*` are for
-/// whoever starts them (systemd on the device), and the dev box's daemons log to a file.
+/// daemons read no other variable of the caller's; `NOTIFY_SOCKET` and `LISTEN_*` are set by
+/// `dev up` itself ([`spawn_detached`]), as systemd sets them on the device, and the dev box's
+/// daemons log to a file.
 pub const PASSED_ENV: [&str; 1] = ["RUST_LOG"];
 
 /// Start `exe serve --config config` in its own session with a clean environment (only
-/// [`PASSED_ENV`]), stdin from /dev/null, stdout and stderr appended to `log`.
-pub fn spawn_detached(exe: &Path, config: &Path, log: &Path) -> io::Result<Child> {
+/// [`PASSED_ENV`]), stdin from /dev/null, stdout and stderr appended to `log`. The listening
+/// `sockets` are handed over as systemd does (socket activation): descriptors 3, 4, ... in
+/// order, `LISTEN_FDS`, `LISTEN_FDNAMES` with their names, and `LISTEN_PID` the child's own
+/// pid, written after the fork. With `notify`, `NOTIFY_SOCKET` names it. Returns the child's
+/// pid; the child is not waited for here ([`exited`]).
+pub fn spawn_detached(
+    exe: &Path,
+    config: &Path,
+    log: &Path,
+    sockets: &[(&str, UnixListener)],
+    notify: Option<&Path>,
+) -> io::Result<u32> {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+
+    let cstr = |b: &[u8]| CString::new(b).map_err(io::Error::other);
     let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
-    let err = out.try_clone()?;
-    let mut cmd = Command::new(exe);
-    cmd.env_clear();
+    let null = fs::File::open("/dev/null")?;
+    let path = cstr(exe.as_os_str().as_bytes())?;
+    let argv = [
+        path.clone(),
+        cstr(b"serve")?,
+        cstr(b"--config")?,
+        cstr(config.as_os_str().as_bytes())?,
+    ];
+    let mut env = Vec::new();
     for var in PASSED_ENV {
         if let Some(v) = std::env::var_os(var) {
-            cmd.env(var, v);
+            let mut kv = format!("{var}=").into_bytes();
+            kv.extend_from_slice(v.as_bytes());
+            env.push(cstr(&kv)?);
         }
     }
-    cmd.arg("serve")
-        .arg("--config")
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    // Its own session: the daemon outlives this command and the terminal it ran in.
-    // SAFETY: setsid(2) is async-signal-safe, and the closure touches nothing else.
-    unsafe {
-        cmd.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
+    if let Some(n) = notify {
+        let mut kv = b"NOTIFY_SOCKET=".to_vec();
+        kv.extend_from_slice(n.as_os_str().as_bytes());
+        env.push(cstr(&kv)?);
     }
-    cmd.spawn()
+    if !sockets.is_empty() {
+        env.push(cstr(format!("LISTEN_FDS={}", sockets.len()).as_bytes())?);
+        let names: Vec<&str> = sockets.iter().map(|(n, _)| *n).collect();
+        env.push(cstr(
+            format!("LISTEN_FDNAMES={}", names.join(":")).as_bytes(),
+        )?);
+    }
+    // `LISTEN_PID=` and room for any pid's digits and the NUL: the child fills it in.
+    let mut listen_pid = b"LISTEN_PID=".to_vec();
+    let digits_at = listen_pid.len();
+    listen_pid.extend_from_slice(&[0u8; 21]);
+    let listen_pid_ptr = listen_pid.as_mut_ptr();
+
+    let argv_p: Vec<*const nix::libc::c_char> = argv
+        .iter()
+        .map(|c| c.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let mut env_p: Vec<*const nix::libc::c_char> = env.iter().map(|c| c.as_ptr()).collect();
+    if !sockets.is_empty() {
+        env_p.push(listen_pid_ptr.cast_const().cast());
+    }
+    env_p.push(std::ptr::null());
+    let fds: Vec<i32> = sockets.iter().map(|(_, l)| l.as_raw_fd()).collect();
+    let (out_fd, null_fd) = (out.as_raw_fd(), null.as_raw_fd());
+
+    // SAFETY: between fork and execve the child calls only async-signal-safe functions (setsid,
+    // fcntl, dup2, getpid, execve, _exit) and writes only into memory prepared before the fork
+    // (the LISTEN_PID buffer); everything it needs was allocated above.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        nix::unistd::ForkResult::Child => unsafe {
+            use nix::libc;
+            libc::setsid();
+            // The sockets first to descriptors above any that is in the way, then stdio, then
+            // the sockets to 3, 4, ... (dup2 leaves the new descriptor open across execve;
+            // everything else is close-on-exec).
+            let high = 3 + fds.len() as i32 + 3;
+            let mut moved = [0i32; 16];
+            if fds.len() > moved.len() {
+                libc::_exit(126);
+            }
+            for (i, fd) in fds.iter().enumerate() {
+                moved[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, high);
+                if moved[i] < 0 {
+                    libc::_exit(126);
+                }
+            }
+            if libc::dup2(null_fd, 0) < 0 || libc::dup2(out_fd, 1) < 0 || libc::dup2(out_fd, 2) < 0
+            {
+                libc::_exit(126);
+            }
+            for (i, fd) in moved.iter().take(fds.len()).enumerate() {
+                if libc::dup2(*fd, 3 + i as i32) < 0 {
+                    libc::_exit(126);
+                }
+            }
+            // The pid's digits, in place.
+            let mut pid = libc::getpid() as u64;
+            let mut digits = [0u8; 20];
+            let mut n = 0;
+            loop {
+                digits[n] = b'0' + (pid % 10) as u8;
+                n += 1;
+                pid /= 10;
+                if pid == 0 {
+                    break;
+                }
+            }
+            for i in 0..n {
+                *listen_pid_ptr.add(digits_at + i) = digits[n - 1 - i];
+            }
+            *listen_pid_ptr.add(digits_at + n) = 0;
+            libc::execve(path.as_ptr(), argv_p.as_ptr(), env_p.as_ptr());
+            libc::_exit(127)
+        },
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(listen_pid);
+            Ok(child.as_raw() as u32)
+        }
+    }
+}
+
+/// How the child `pid` of this process ended, if it has (reaped now); `None` while it runs.
+pub fn exited(pid: u32) -> Option<std::process::ExitStatus> {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    use std::os::unix::process::ExitStatusExt;
+    match waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(_, code)) => Some(std::process::ExitStatus::from_raw(code << 8)),
+        Ok(WaitStatus::Signaled(_, sig, _)) => Some(std::process::ExitStatus::from_raw(sig as i32)),
+        _ => None,
+    }
 }
 
 /// When `pid` started, in clock ticks after boot (`/proc/<pid>/stat`, field 22): with the pid,

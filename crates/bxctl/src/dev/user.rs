@@ -1,27 +1,39 @@
-//! Single-user mode as root: the dev box's daemons drop to one unprivileged user, which this
-//! creates (or takes, when it exists) and gives the home to.
+//! The dev box's users, as root: one per daemon and per box, as the device has one per daemon.
+//! A box's users are `bx-dev-<box>-<role>` (`bx-dev-k3f9q2-loop`, `bx-dev-k3f9q2-broker`, ...),
+//! where `<box>` is the short id `dev up` drew for the home and `<role>` the device's user
+//! without its `bx-` (`bxcore::layout::DAEMONS`). Users are per box, not shared between boxes:
+//! a socket's peer check and its file mode both name a uid, so a uid two boxes shared would
+//! reach both boxes' sockets (docs/devbox.md, docs/threat-model.md).
 //!
-//! Two `dev up` may run at once (the end-to-end tests do). Creating a user is serialised by a
-//! machine-wide lock, and the user is looked up only after `useradd` has finished under that
-//! lock: the uid the home is given to is the uid the daemons drop to.
+//! Two `dev up` may run at once (the end-to-end tests do). Drawing a box id, creating and
+//! removing users are serialised by one machine-wide lock, and a user is looked up only after
+//! `useradd` has finished under that lock: the uid a directory is given to is the uid its daemon
+//! drops to. A user that exists already is taken (create-or-take), never made twice.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, lchown};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use bxcore::layout;
 use nix::fcntl::{Flock, FlockArg};
 use nix::unistd::User;
 
-/// The lock every `dev up` holds while it creates or takes its users.
+/// The lock every `dev up` and `dev down` holds while it draws a box id, creates or removes
+/// users.
 pub const USERS_LOCK: &str = "/run/lock/boxmaker-dev-users.lock";
 
-/// The user `bxctl dev up` creates when run as root and given no `--user`.
-pub const DEFAULT_USER: &str = "bx-dev";
+/// What every dev box user's name starts with (`.ci/fresh` removes these).
+pub const PREFIX: &str = "bx-dev-";
 
-/// An unprivileged user the dev box runs as.
+/// How many characters a box id has: 36^6 ids, and `bx-dev-<id>-gateway` stays far below the
+/// 32 characters `useradd` takes.
+pub const BOX_ID_LEN: usize = 6;
+
+/// An unprivileged user a daemon of the dev box runs as, or a socket belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DevUser {
     pub name: String,
@@ -35,16 +47,20 @@ pub enum UserError {
     Create { name: String, why: String },
     /// The user exists but is root (uid 0): the daemons would not drop anything.
     IsRoot(String),
-    /// A directory above the home keeps the user out.
+    /// A directory above the home keeps the users out.
     Unreachable {
         user: String,
         dir: PathBuf,
         mode: u32,
     },
-    /// Giving the home to the user failed.
+    /// Giving a directory to its user failed.
     Chown { path: PathBuf, error: io::Error },
     /// The lock that serialises user creation could not be taken.
     Lock { path: PathBuf, error: io::Error },
+    /// No box id could be drawn.
+    Random(io::Error),
+    /// A box id in a marker that is not one `dev up` draws.
+    BadBoxId(String),
 }
 
 impl fmt::Display for UserError {
@@ -53,7 +69,7 @@ impl fmt::Display for UserError {
             UserError::Create { name, why } => write!(f, "cannot create the user {name}: {why}"),
             UserError::IsRoot(name) => write!(
                 f,
-                "the user {name} has uid 0; the dev box needs an unprivileged user (--user NAME)"
+                "the user {name} has uid 0; the dev box needs unprivileged users (remove {name})"
             ),
             UserError::Unreachable { user, dir, mode } => write!(
                 f,
@@ -62,18 +78,38 @@ impl fmt::Display for UserError {
                 dir.display()
             ),
             UserError::Chown { path, error } => {
-                write!(f, "cannot give {} to the dev user: {error}", path.display())
+                write!(f, "cannot give {} to its user: {error}", path.display())
             }
             UserError::Lock { path, error } => write!(
                 f,
                 "cannot take the lock {} that keeps two `dev up` from creating users at once: {error}",
                 path.display()
             ),
+            UserError::Random(e) => write!(f, "cannot draw a box id from /dev/urandom: {e}"),
+            UserError::BadBoxId(id) => write!(
+                f,
+                "the marker's box id {id:?} is not {BOX_ID_LEN} lowercase letters and digits"
+            ),
         }
     }
 }
 
 impl std::error::Error for UserError {}
+
+/// The user of `daemon` (a name in `bxcore::layout::DAEMONS`) in the box `box_id`.
+pub fn name(box_id: &str, daemon: &str) -> Option<String> {
+    let spec = layout::daemon(daemon)?;
+    let role = spec.user.strip_prefix("bx-").unwrap_or(spec.user);
+    Some(format!("{PREFIX}{box_id}-{role}"))
+}
+
+/// Whether `id` is a box id `dev up` draws.
+pub fn valid_box_id(id: &str) -> bool {
+    id.len() == BOX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
 
 fn lookup(name: &str) -> Option<DevUser> {
     User::from_name(name).ok().flatten().map(|u| DevUser {
@@ -83,7 +119,8 @@ fn lookup(name: &str) -> Option<DevUser> {
     })
 }
 
-/// The machine-wide lock for creating users, held until the returned value is dropped.
+/// The machine-wide lock for creating and removing users, held until the returned value is
+/// dropped.
 fn lock_users() -> Result<Flock<fs::File>, UserError> {
     let path = Path::new(USERS_LOCK);
     let err = |error| UserError::Lock {
@@ -108,11 +145,50 @@ fn lock_users() -> Result<Flock<fs::File>, UserError> {
     Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| err(io::Error::from(e)))
 }
 
-/// The user `name`, created as a system user with no shell and no home when it does not exist.
-/// Creating or taking happens under [`USERS_LOCK`], so a concurrent `dev up` either made the
-/// user completely before this looks, or finds the user this one made.
-pub fn create_or_take(name: &str) -> Result<DevUser, UserError> {
+/// A new box id: random, and no user of any daemon of the layout has it yet (under the lock,
+/// so a concurrent `dev up` cannot draw the same id and take this box's users).
+pub fn draw_box_id() -> Result<String, UserError> {
+    const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let _lock = lock_users()?;
+    let mut urandom = fs::File::open("/dev/urandom").map_err(UserError::Random)?;
+    loop {
+        let mut bytes = [0u8; BOX_ID_LEN];
+        urandom.read_exact(&mut bytes).map_err(UserError::Random)?;
+        let id: String = bytes
+            .iter()
+            .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+            .collect();
+        let taken = layout::DAEMONS
+            .iter()
+            .filter_map(|d| name(&id, d.name))
+            .any(|n| lookup(&n).is_some());
+        if !taken {
+            return Ok(id);
+        }
+    }
+}
+
+/// The users of box `box_id`, one per daemon of the layout (those without a dev box daemon
+/// yet too: they are some socket's client, as `bx-memory` is on the device), each created as a
+/// system user with no shell and no home when it does not exist, or taken when it does. All
+/// under [`USERS_LOCK`], so a concurrent `dev up` either made a user completely before this
+/// looks, or finds the user this one made.
+pub fn create_or_take_all(box_id: &str) -> Result<BTreeMap<&'static str, DevUser>, UserError> {
+    if !valid_box_id(box_id) {
+        return Err(UserError::BadBoxId(box_id.to_string()));
+    }
+    let _lock = lock_users()?;
+    let mut users = BTreeMap::new();
+    for d in layout::DAEMONS {
+        let Some(n) = name(box_id, d.name) else {
+            continue;
+        };
+        users.insert(d.name, create_or_take_locked(&n)?);
+    }
+    Ok(users)
+}
+
+fn create_or_take_locked(name: &str) -> Result<DevUser, UserError> {
     if let Some(u) = lookup(name) {
         return checked(u);
     }
@@ -143,6 +219,34 @@ pub fn create_or_take(name: &str) -> Result<DevUser, UserError> {
             why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         }),
     }
+}
+
+/// Each user `remove_all` looked at: removed, or kept with why.
+pub type Removed = Vec<(String, Result<(), String>)>;
+
+/// Remove the users of box `box_id` (under the lock). Each one `userdel` refuses (a process
+/// still runs as it) is kept and named with why.
+pub fn remove_all(box_id: &str) -> Result<Removed, UserError> {
+    if !valid_box_id(box_id) {
+        return Err(UserError::BadBoxId(box_id.to_string()));
+    }
+    let _lock = lock_users()?;
+    let mut done = Vec::new();
+    for d in layout::DAEMONS {
+        let Some(n) = name(box_id, d.name) else {
+            continue;
+        };
+        if lookup(&n).is_none() {
+            continue;
+        }
+        let result = match Command::new("userdel").arg(&n).output() {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => Err(String::from_utf8_lossy(&o.stderr).trim().to_string()),
+            Err(e) => Err(format!("userdel: {e}")),
+        };
+        done.push((n, result));
+    }
+    Ok(done)
 }
 
 fn checked(u: DevUser) -> Result<DevUser, UserError> {
@@ -179,18 +283,53 @@ pub fn check_reachable(home: &Path, user: &DevUser) -> Result<(), UserError> {
     Ok(())
 }
 
-/// Give `path` and everything under it to `user`, never following a symbolic link.
-pub fn give(path: &Path, user: &DevUser) -> Result<(), UserError> {
+/// Give `path` and everything under it to `uid:gid`, never following a symbolic link. A
+/// missing `path` is left missing.
+pub fn give(path: &Path, uid: u32, gid: u32) -> Result<(), UserError> {
     let err = |error| UserError::Chown {
         path: path.to_path_buf(),
         error,
     };
-    lchown(path, Some(user.uid), Some(user.gid)).map_err(err)?;
-    let meta = fs::symlink_metadata(path).map_err(err)?;
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(e)),
+    };
+    lchown(path, Some(uid), Some(gid)).map_err(err)?;
     if meta.is_dir() {
         for entry in fs::read_dir(path).map_err(err)? {
-            give(&entry.map_err(err)?.path(), user)?;
+            give(&entry.map_err(err)?.path(), uid, gid)?;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_users_name_holds_the_box_id_and_the_devices_role() {
+        assert_eq!(
+            name("k3f9q2", "loopd").as_deref(),
+            Some("bx-dev-k3f9q2-loop")
+        );
+        assert_eq!(
+            name("k3f9q2", "gatewayd").as_deref(),
+            Some("bx-dev-k3f9q2-gateway")
+        );
+        assert_eq!(name("k3f9q2", "nosuchd"), None);
+        for d in layout::DAEMONS {
+            let n = name("k3f9q2", d.name).unwrap();
+            assert!(n.len() <= 32, "{n} is too long for useradd");
+        }
+    }
+
+    #[test]
+    fn only_ids_dev_up_draws_are_valid() {
+        assert!(valid_box_id("k3f9q2"));
+        for bad in ["", "K3F9Q2", "k3f9q", "k3f9q2x", "k3-9q2", "../../x"] {
+            assert!(!valid_box_id(bad), "{bad}");
+        }
+    }
 }

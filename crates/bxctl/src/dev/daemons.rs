@@ -1,0 +1,69 @@
+//! The dev box's daemons, one row each: adding a daemon to the dev box is one row in [`ROWS`].
+//! Everything else follows from `bxcore::layout` as on the device: the sockets it serves (bound
+//! by `dev up` and handed over), each socket's one client in `[peers]` and as its owner, and as
+//! root the daemon's own user (`user::name`).
+
+use toml::Table;
+
+use super::configs::{self, ModelChoice};
+use super::home::DevHome;
+
+/// One daemon of the dev box.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    /// Its name in `bxcore::layout::DAEMONS`, and its executable's.
+    pub daemon: &'static str,
+    /// Its own configuration tables, beside `[paths]`, `[peers]` and `[sandbox]`
+    /// (`configs::common`).
+    pub tables: fn(&DevHome, &ModelChoice) -> Table,
+    /// Directories of the home, besides its state directory, that are its own (as root: given
+    /// to its user).
+    pub owns: &'static [&'static str],
+}
+
+/// The daemons of the dev box, in the order they are started (a daemon's server first).
+pub const ROWS: [Row; 3] = [
+    Row {
+        daemon: "brokerd",
+        tables: configs::brokerd,
+        owns: &["workspace"],
+    },
+    Row {
+        daemon: "inferproxy",
+        tables: configs::inferproxy,
+        owns: &[],
+    },
+    Row {
+        daemon: "loopd",
+        tables: configs::loopd,
+        owns: &[],
+    },
+];
+
+/// The daemons' names, in [`ROWS`]' order.
+pub const DAEMONS: [&str; ROWS.len()] = {
+    let mut names = [""; ROWS.len()];
+    let mut i = 0;
+    while i < ROWS.len() {
+        names[i] = ROWS[i].daemon;
+        i += 1;
+    }
+    names
+};
+
+/// The row of `daemon`.
+pub fn row(daemon: &str) -> Option<&'static Row> {
+    ROWS.iter().find(|r| r.daemon == daemon)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_is_a_daemon_of_the_layout() {
+        for d in DAEMONS {
+            assert!(bxcore::layout::daemon(d).is_some(), "{d}");
+        }
+    }
+}
