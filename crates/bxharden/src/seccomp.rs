@@ -185,6 +185,9 @@ const IOCTLS: [(u64, &str); 7] = [
     (libc::TIOCGPGRP as u64, "TIOCGPGRP"),
 ];
 
+/// `FICLONE` (`_IOW(0x94, 9, int)`): clone a file's extents into another, both already open.
+const FICLONE: u64 = 0x4004_9409;
+
 /// The system calls allowed only with given arguments: `socket` and `socketpair` by the
 /// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
 /// its threads), `ioctl` only with the requests of [`IOCTLS`], the calls that take a pid only
@@ -220,6 +223,14 @@ pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
     out.push(cond("prctl", 0, libc::PR_GET_NAME as u64, "PR_GET_NAME"));
     for (request, name) in IOCTLS {
         out.push(cond("ioctl", 1, request, name));
+    }
+    if matches!(
+        profile,
+        SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+    ) {
+        // What `cp` asks first (a reflink copy, on a file it opened): on file systems that
+        // cannot, the kernel says so and it copies by hand.
+        out.push(cond("ioctl", 1, FICLONE, "FICLONE"));
     }
     out
 }

@@ -1209,6 +1209,9 @@ fn run_tool() -> Outcome {
         "run: workspace: Some(0) in the workspace\n",
         "run: daemon-state: Some(1) \n",
         "run: system: Some(2) \n",
+        "run: read-only-root: Some(0) a document\n",
+        "run: write-read-only-root: Some(1) \n",
+        "run: write-workspace: Some(0) \n",
     ] {
         ensure!(s.contains(want), "missing {want:?}: {}", show(&out));
     }

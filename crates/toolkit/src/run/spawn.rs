@@ -131,7 +131,7 @@ const EXITED: u32 = 3;
 const TIMED_OUT: u32 = 4;
 
 // The steps of the child, as a start failure names them.
-const STEPS: [&str; 9] = [
+const STEPS: [&str; 10] = [
     "",
     "the signal mask",
     "its standard input and output",
@@ -141,6 +141,7 @@ const STEPS: [&str; 9] = [
     "its descriptors",
     "execve",
     "fork",
+    "its supervisor, gone before it started",
 ];
 const STEP_MASK: u32 = 1;
 const STEP_STDIO: u32 = 2;
@@ -150,6 +151,7 @@ const STEP_SANDBOX: u32 = 5;
 const STEP_FDS: u32 = 6;
 const STEP_EXEC: u32 = 7;
 const STEP_FORK: u32 = 8;
+const STEP_SUPERVISOR: u32 = 9;
 
 /// Everything the two forked processes use, built before the fork.
 struct Prepared<'a> {
@@ -534,9 +536,10 @@ unsafe fn supervise(p: &Prepared<'_>) -> ! {
         libc::sigaddset(&mut chld, libc::SIGCHLD);
         libc::sigprocmask(libc::SIG_BLOCK, &chld, std::ptr::null_mut());
         let deadline = nanos(&monotonic()) + nanos(&p.timeout);
+        let supervisor = libc::getpid();
         let program = raw_fork();
         if program == 0 {
-            exec_program(p);
+            exec_program(p, supervisor);
         }
         if program < 0 {
             record(p.report, START_FAILED, STEP_FORK, raw_errno() as u32);
@@ -578,13 +581,19 @@ unsafe fn supervise(p: &Prepared<'_>) -> ! {
 
 /// The program: its input and output, its directory, its limits, its namespaces, its sandbox,
 /// then `execve`. A step that fails is reported and ends it with 127.
-unsafe fn exec_program(p: &Prepared<'_>) -> ! {
+unsafe fn exec_program(p: &Prepared<'_>, supervisor: libc::pid_t) -> ! {
     // SAFETY (the whole function): system calls on values built before the fork.
     unsafe {
         let fail = |step: u32, e: i32| -> ! {
             record(p.report, START_FAILED, step, e as u32);
             libc::_exit(127)
         };
+        // Should the supervisor die before it can end the group (killed from outside), the
+        // program dies with it rather than run on unwatched.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 || libc::getppid() != supervisor
+        {
+            fail(STEP_SUPERVISOR, libc::ESRCH);
+        }
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
