@@ -8,12 +8,11 @@
 //! never queued.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bxcore::runbook::pointer;
+use bxcore::runbook::Anchored;
 use bxcore::{Approval, ApprovalId, ApprovalSummary, SessionId, Timestamp};
 
 #[derive(Debug)]
@@ -41,14 +40,24 @@ pub struct Approvals {
     limits: Limits,
 }
 
-/// Why a call was not put to the owner: the table's bounds. The call is denied with this text.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a call was not put to the owner: the table's bounds. The call is denied with this text
+/// and its pointer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
     /// The arguments are larger than the owner's view holds.
+    #[error(
+        "the arguments are {bytes} bytes, more than the {max} an approval may show the owner; the \
+         call was not put to the owner"
+    )]
     TooLarge { bytes: usize, max: usize },
     /// The session has as many approvals pending as it may.
+    #[error(
+        "session {session} already has {max} approvals waiting for the owner; the call was not \
+         put to the owner"
+    )]
     SessionFull { session: SessionId, max: usize },
     /// As many approvals are pending as the box holds.
+    #[error("{max} approvals are already waiting for the owner; the call was not put to the owner")]
     Full { max: usize },
 }
 
@@ -58,40 +67,15 @@ pub const TOO_LARGE_ANCHOR: &str = "approval-too-large";
 /// The runbook entry of a full approvals table.
 pub const FULL_ANCHOR: &str = "approvals-full";
 
-impl Refused {
+impl Anchored for Refused {
     /// The runbook entry that explains it.
-    pub fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
             Refused::TooLarge { .. } => TOO_LARGE_ANCHOR,
             Refused::SessionFull { .. } | Refused::Full { .. } => FULL_ANCHOR,
         }
     }
 }
-
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Refused::TooLarge { bytes, max } => write!(
-                f,
-                "the arguments are {bytes} bytes, more than the {max} an approval may show the \
-                 owner; the call was not put to the owner"
-            )?,
-            Refused::SessionFull { session, max } => write!(
-                f,
-                "session {session} already has {max} approvals waiting for the owner; the call \
-                 was not put to the owner"
-            )?,
-            Refused::Full { max } => write!(
-                f,
-                "{max} approvals are already waiting for the owner; the call was not put to the \
-                 owner"
-            )?,
-        }
-        write!(f, "; {}", pointer(self.anchor()))
-    }
-}
-
-impl std::error::Error for Refused {}
 
 /// How a pending approval ended; `by` is the uid of the account that decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,27 +94,15 @@ pub enum Verdict {
 }
 
 /// Why a decision was refused (`error forbidden`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
     /// Not pending: never was, decided already, or its call is over.
+    #[error("no such pending approval: {0}")]
     NotPending(ApprovalId),
     /// Its time ran out before the decision came.
+    #[error("the approval {0} expired before the decision came; the call was denied")]
     Expired(ApprovalId),
 }
-
-impl fmt::Display for DecideError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DecideError::NotPending(id) => write!(f, "no such pending approval: {id}"),
-            DecideError::Expired(id) => write!(
-                f,
-                "the approval {id} expired before the decision came; the call was denied"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for DecideError {}
 
 /// The waiting side of one approval.
 #[derive(Debug)]

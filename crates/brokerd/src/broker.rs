@@ -7,6 +7,7 @@
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use bxcore::runbook::{Anchored, Pointed};
 use bxcore::{
     Approval, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Message, SessionId, Timestamp,
     ToolRequest, ToolResponse, Tools, WireError, canonical,
@@ -85,9 +86,9 @@ impl Broker {
         bxharden::log::line(anchor, line);
     }
 
-    /// Log a ledger fault as `brokerd: {e}`.
+    /// Log a ledger fault as `brokerd: {e}` and its pointer.
     fn fault(&self, e: &LedgerError) {
-        bxharden::log::error(e.anchor(), e);
+        bxharden::log::fail(e);
     }
 }
 
@@ -125,14 +126,14 @@ impl Call<'_> {
         let _ = send(self.stream, self.id, true, Message::ToolResponse(response));
     }
 
-    fn internal(&mut self, e: &dyn std::fmt::Display) {
+    fn internal(&mut self, e: &dyn Anchored) {
         let _ = send(
             self.stream,
             self.id,
             true,
             Message::Error(WireError {
                 code: ErrorCode::Internal,
-                detail: e.to_string(),
+                detail: Pointed(e).to_string(),
             }),
         );
     }
@@ -186,8 +187,8 @@ impl Call<'_> {
         match self.broker.ledger.state(&self.session) {
             Ok(s) => Some(s),
             Err(e) => {
-                bxharden::log::error(crate::state::STATE_ANCHOR, &e);
-                let failed = self.draft(Event::Failed, failed_detail(&e.to_string()));
+                bxharden::log::fail(&e);
+                let failed = self.draft(Event::Failed, failed_detail(&e.pointed().to_string()));
                 let _ = self.broker.ledger.record(vec![requested.clone(), failed]);
                 self.internal(&e);
                 None
@@ -290,7 +291,9 @@ impl Call<'_> {
         // (`approvals::Refused`).
         let waiter = match broker.approvals.open(approval, Duration::from_millis(ttl)) {
             Ok(w) => w,
-            Err(refused) => return self.deny(vec![requested], None, refused.to_string()),
+            Err(refused) => {
+                return self.deny(vec![requested], None, refused.pointed().to_string());
+            }
         };
         if let Err(e) = broker.ledger.record(vec![requested, pending]) {
             broker.approvals.abandon(waiter);
@@ -350,8 +353,8 @@ impl Call<'_> {
                 return self.fail(Vec::new(), message, touched);
             }
             Redecision::Unreadable(e) => {
-                bxharden::log::error(crate::state::STATE_ANCHOR, &e);
-                let reason = e.to_string();
+                bxharden::log::fail(&e);
+                let reason = e.pointed().to_string();
                 return self.deny(Vec::new(), Some(tag), reason);
             }
         };
@@ -409,7 +412,7 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
             // Released from a secret root: fingerprinted, durably, before anyone sees it.
             if plan.reads == DataClass::Secret {
                 if let Err(e) = c.broker.fingerprints.release(out.content.as_bytes()) {
-                    bxharden::log::error(crate::fingerprints::STORE_ANCHOR, &e);
+                    bxharden::log::fail(&e);
                     return c.answer(ToolResponse::Failed {
                         message: NOT_RECORDED.to_string(),
                     });

@@ -12,12 +12,12 @@
 //! fail, which no codec crate offers.
 
 use std::collections::{HashSet, VecDeque};
-use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use bxcore::runbook::Anchored;
 use serde_json::Value;
 
 /// The runbook anchor of a call denied as a leak.
@@ -44,25 +44,18 @@ fn mulmod(a: u64, b: u64) -> u64 {
 }
 
 /// A store that cannot be read or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("the fingerprint store {}: {why}", path.display())]
 pub struct StoreError {
     pub path: PathBuf,
     pub why: String,
 }
 
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the fingerprint store {}: {}; {}",
-            self.path.display(),
-            self.why,
-            bxcore::runbook::pointer(STORE_ANCHOR)
-        )
+impl Anchored for StoreError {
+    fn anchor(&self) -> &str {
+        STORE_ANCHOR
     }
 }
-
-impl std::error::Error for StoreError {}
 
 #[derive(Debug)]
 struct Inner {

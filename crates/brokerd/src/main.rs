@@ -8,6 +8,7 @@ use brokerd::config::Config;
 use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::lock::AuditLock;
 use brokerd::serve::{self, CONFIG_ANCHOR};
+use bxcore::runbook::Anchored;
 use bxharden::daemon;
 use clap::{Parser, Subcommand};
 
@@ -158,7 +159,7 @@ fn check(path: &std::path::Path) -> ExitCode {
         }
         Err(e) => {
             ok = false;
-            println!("  audit chain: {e}");
+            println!("  audit chain: {}", e.pointed());
         }
     }
     if ok {
@@ -175,7 +176,7 @@ fn verify(path: &std::path::Path) -> ExitCode {
     let bytes = match chain::read_file(&cfg.chain_path()) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("brokerd: {e}");
+            eprintln!("brokerd: {}", e.pointed());
             return ExitCode::FAILURE;
         }
     };
@@ -197,7 +198,7 @@ fn accept(path: &std::path::Path, at: u64) -> ExitCode {
     let _lock = match AuditLock::take(&cfg.lock_path()) {
         Ok(l) => l,
         Err(e) => {
-            bxharden::log::error(brokerd::ledger::lock::RUNNING_ANCHOR, &e);
+            bxharden::log::fail(&e);
             return ExitCode::FAILURE;
         }
     };
@@ -212,7 +213,7 @@ fn accept(path: &std::path::Path, at: u64) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("brokerd: {e}");
+            eprintln!("brokerd: {}", e.pointed());
             ExitCode::FAILURE
         }
     }

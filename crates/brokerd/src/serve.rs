@@ -18,7 +18,7 @@ use toolkit::Env;
 use crate::broker::{self, Broker};
 use crate::config::Config;
 use crate::dirs;
-use crate::fingerprints::{Fingerprints, STORE_ANCHOR};
+use crate::fingerprints::Fingerprints;
 use crate::ledger::Ledger;
 use crate::ledger::chain::{self, ChainError, OnBreak, Opened};
 use crate::ledger::lock::AuditLock;
@@ -64,15 +64,14 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
         s.own_dir(&dir)?;
     }
 
-    let lock = AuditLock::take(&cfg.lock_path())
-        .map_err(|e| StartError::own(crate::ledger::lock::RUNNING_ANCHOR, e))?;
-    let (audit, opened) = chain::open(&cfg.chain_path(), OnBreak::Refuse)
-        .map_err(|e| StartError::own(chain_anchor(&e), e))?;
+    let lock = AuditLock::take(&cfg.lock_path()).map_err(|e| StartError::anchored(&e))?;
+    let (audit, opened) =
+        chain::open(&cfg.chain_path(), OnBreak::Refuse).map_err(|e| StartError::anchored(&e))?;
     for file in [cfg.lock_path(), cfg.chain_path()] {
         dirs::give(&file, s.owner())?;
     }
     let fingerprints =
-        Fingerprints::open(&cfg.broker_dir()).map_err(|e| StartError::own(STORE_ANCHOR, e))?;
+        Fingerprints::open(&cfg.broker_dir()).map_err(|e| StartError::anchored(&e))?;
 
     // The three sockets. `state.sock` comes first: whoever waits for the tool and admin sockets
     // then finds it bound too.
@@ -130,10 +129,7 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
                 "sandbox": running.report().to_string(),
             }),
         )])
-        .map_err(|e| {
-            let e = ChainError::Io(cfg.chain_path(), e.0);
-            StartError::own(chain_anchor(&e), e)
-        })?;
+        .map_err(|e| StartError::anchored(&ChainError::Io(cfg.chain_path(), e.0)))?;
 
     let run = match (run_cfg, run_sandbox) {
         (Some(r), Some(sandbox)) => Some(Arc::new(toolkit::run::Settings {
@@ -165,14 +161,6 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
         state,
         _lock: lock,
     })
-}
-
-/// The runbook entry of a chain that cannot be opened or written.
-fn chain_anchor(e: &ChainError) -> &'static str {
-    match e {
-        ChainError::Io(..) => chain::WRITE_ANCHOR,
-        _ => chain::BROKEN_ANCHOR,
-    }
 }
 
 /// The write end of the pipe the stop signals write to (-1 before it exists).

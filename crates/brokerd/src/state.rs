@@ -3,13 +3,13 @@
 //! a file that exists and cannot be read is an error, never the default, so damage can only make
 //! the broker refuse, never forget a taint.
 
-use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use bxcore::SessionId;
+use bxcore::runbook::Anchored;
 
 use crate::policy::SessionState;
 
@@ -17,25 +17,18 @@ use crate::policy::SessionState;
 pub const STATE_ANCHOR: &str = "broker-state-damaged";
 
 /// A state file that exists and cannot be read or parsed, or a state that could not be written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {why}", path.display())]
 pub struct StateError {
     pub path: PathBuf,
     pub why: String,
 }
 
-impl fmt::Display for StateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {}; {}",
-            self.path.display(),
-            self.why,
-            bxcore::runbook::pointer(STATE_ANCHOR)
-        )
+impl Anchored for StateError {
+    fn anchor(&self) -> &str {
+        STATE_ANCHOR
     }
 }
-
-impl std::error::Error for StateError {}
 
 /// The session state files in one directory.
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@
 
 use std::os::unix::net::UnixStream;
 
+use bxcore::runbook::Anchored;
 use bxcore::{Envelope, ErrorCode, Message, SessionStateReply, WireError};
 
 use crate::broker::{Broker, send};
@@ -36,10 +37,10 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
             untrusted: state.untrusted,
         }),
         Err(e) => {
-            bxharden::log::error(crate::state::STATE_ANCHOR, &e);
+            bxharden::log::fail(&e);
             Message::Error(WireError {
                 code: ErrorCode::Internal,
-                detail: e.to_string(),
+                detail: e.pointed().to_string(),
             })
         }
     };

@@ -10,6 +10,7 @@ use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::record::{Draft, Event, summary};
 use brokerd::policy::{Carried, SessionState};
 use brokerd::state::StateStore;
+use bxcore::runbook::Anchored;
 use bxcore::{CallId, DataClass, SessionId};
 use serde_json::json;
 use tempfile::TempDir;
@@ -62,7 +63,7 @@ fn a_damaged_state_is_an_error_that_names_the_file_and_the_runbook() {
         ("e", r#"{"taint":"private","untrusted":false,"more":1}"#),
     ] {
         fs::write(d.path().join(format!("{name}.json")), body).unwrap();
-        let e = store.read(&sid(name)).unwrap_err().to_string();
+        let e = store.read(&sid(name)).unwrap_err().pointed().to_string();
         assert!(
             e.starts_with(&d.path().join(format!("{name}.json")).display().to_string()),
             "{e}"

@@ -2,7 +2,6 @@
 //! deadline until the final one. Every client in the box that has no exits of its own fixed
 //! elsewhere (loopd's `BrokerPort` has) asks through this.
 
-use std::fmt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -11,53 +10,46 @@ use crate::deadline::Deadline;
 use crate::{Envelope, FrameError, Message, Pong, WireError, read_frame, write_frame};
 
 /// Why a request got no final answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The timeout is past what the clock can hold.
+    #[error("the timeout is too large")]
     TimeoutTooLarge,
     /// The socket could not be reached.
+    #[error("cannot connect to {}: {error}", socket.display())]
     Connect {
         socket: PathBuf,
+        #[source]
         error: std::io::Error,
     },
     /// The write timeout could not be set (a zero timeout cannot be).
-    SetTimeout(std::io::Error),
+    #[error("cannot set a timeout: {0}")]
+    SetTimeout(#[source] std::io::Error),
     /// The request could not be sent (`TooLarge` included: the request is too big).
-    Send(FrameError),
+    #[error("cannot send the request: {0}")]
+    Send(#[source] FrameError),
     /// The answer did not come whole in time, or was not a frame.
-    Receive(FrameError),
+    #[error("{}", receive_text(.0))]
+    Receive(#[source] FrameError),
     /// A frame answered another request.
+    #[error("an answer for request {got}, not {want}")]
     WrongId { got: u64, want: u64 },
     /// The server answered with an `error` frame.
+    #[error("the server answered {}: {}", .0.code, .0.detail)]
     Remote(WireError),
     /// A frame the request does not expect (a final frame of the wrong kind, say).
+    #[error("an unexpected {0} message")]
     Unexpected(&'static str),
 }
 
-impl fmt::Display for ClientError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClientError::TimeoutTooLarge => f.write_str("the timeout is too large"),
-            ClientError::Connect { socket, error } => {
-                write!(f, "cannot connect to {}: {error}", socket.display())
-            }
-            ClientError::SetTimeout(e) => write!(f, "cannot set a timeout: {e}"),
-            ClientError::Send(e) => write!(f, "cannot send the request: {e}"),
-            ClientError::Receive(FrameError::Closed) => {
-                f.write_str("the connection closed before the final answer")
-            }
-            ClientError::Receive(e) if e.is_timeout() => f.write_str("no answer in time"),
-            ClientError::Receive(e) => write!(f, "bad frame: {e}"),
-            ClientError::WrongId { got, want } => {
-                write!(f, "an answer for request {got}, not {want}")
-            }
-            ClientError::Remote(e) => write!(f, "the server answered {}: {}", e.code, e.detail),
-            ClientError::Unexpected(kind) => write!(f, "an unexpected {kind} message"),
-        }
+/// What a failed receive says: a close and a timeout in words, anything else as the frame error.
+fn receive_text(e: &FrameError) -> String {
+    match e {
+        FrameError::Closed => "the connection closed before the final answer".to_string(),
+        e if e.is_timeout() => "no answer in time".to_string(),
+        e => format!("bad frame: {e}"),
     }
 }
-
-impl std::error::Error for ClientError {}
 
 /// One request on its own connection, and the frames of its answer.
 #[derive(Debug)]

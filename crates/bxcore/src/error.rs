@@ -65,17 +65,10 @@ impl fmt::Display for ErrorCode {
 }
 
 /// The body of an `error` frame: `{code, detail}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {detail}")]
 #[serde(deny_unknown_fields)]
 pub struct WireError {
     pub code: ErrorCode,
     pub detail: String,
 }
-
-impl fmt::Display for WireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.detail)
-    }
-}
-
-impl std::error::Error for WireError {}

@@ -3,7 +3,6 @@
 //! The length is checked before anything else is read or written, so a peer can never make a
 //! daemon read, allocate or send more than `4 + MAX_FRAME` bytes for one frame.
 
-use std::fmt;
 use std::io::{self, Read, Write};
 
 use serde_json::Value;
@@ -17,19 +16,25 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const MAX_FRAME: usize = 1 << 20;
 
 /// Why a frame could not be read or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     /// End of stream before the first byte of a frame: the peer is done.
+    #[error("the connection closed before a frame")]
     Closed,
     /// Anything else from the stream, end of stream inside a frame included.
-    Io(io::Error),
+    #[error("the connection failed inside a frame: {0}")]
+    Io(#[source] io::Error),
     /// A length over `MAX_FRAME`; the body was not read (or, writing, nothing was written).
+    #[error("a frame of {0} bytes is over the limit of {MAX_FRAME}")]
     TooLarge(usize),
     /// A zero length, or a body that is not UTF-8.
+    #[error("{0}")]
     BadFrame(String),
     /// Not JSON, or JSON that is not an envelope.
-    Json(serde_json::Error),
+    #[error("{0}")]
+    Json(#[source] serde_json::Error),
     /// An envelope of another protocol version.
+    #[error("protocol version {0} is not spoken here (this side speaks {PROTOCOL_VERSION})")]
     BadVersion(u32),
 }
 
@@ -49,34 +54,6 @@ impl FrameError {
     /// Whether this is a read that ran out of time (see `deadline`).
     pub fn is_timeout(&self) -> bool {
         matches!(self, FrameError::Io(e) if crate::deadline::is_timeout(e))
-    }
-}
-
-impl fmt::Display for FrameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FrameError::Closed => f.write_str("the connection closed before a frame"),
-            FrameError::Io(e) => write!(f, "the connection failed inside a frame: {e}"),
-            FrameError::TooLarge(n) => {
-                write!(f, "a frame of {n} bytes is over the limit of {MAX_FRAME}")
-            }
-            FrameError::BadFrame(why) => f.write_str(why),
-            FrameError::Json(e) => write!(f, "{e}"),
-            FrameError::BadVersion(v) => write!(
-                f,
-                "protocol version {v} is not spoken here (this side speaks {PROTOCOL_VERSION})"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FrameError::Io(e) => Some(e),
-            FrameError::Json(e) => Some(e),
-            _ => None,
-        }
     }
 }
 

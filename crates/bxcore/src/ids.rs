@@ -7,34 +7,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// Why a string is not a valid id.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
     /// A session id is 1 to 64 characters.
+    #[error("a session id is 1 to 64 characters, not {0}")]
     SessionLength(usize),
     /// A session id holds only `A-Z a-z 0-9 _ -`.
+    #[error("a session id holds only letters, digits, '_' and '-', not {0:?}")]
     SessionChar(char),
     /// An approval id is 16 lowercase hex digits.
+    #[error("an approval id is 16 lowercase hex digits, not {0:?}")]
     Approval(String),
 }
-
-impl fmt::Display for IdError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IdError::SessionLength(n) => {
-                write!(f, "a session id is 1 to 64 characters, not {n}")
-            }
-            IdError::SessionChar(c) => write!(
-                f,
-                "a session id holds only letters, digits, '_' and '-', not {c:?}"
-            ),
-            IdError::Approval(s) => {
-                write!(f, "an approval id is 16 lowercase hex digits, not {s:?}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for IdError {}
 
 /// A session's name: 1 to 64 of `A-Z a-z 0-9 _ -`. It names files on disk
 /// (`sessions/<id>.jsonl`), so a path, `..`, a space or an empty string can never be one.

@@ -250,59 +250,61 @@ fn a_repeated_entry_is_caught() {
     );
 }
 
-/// Where a hand-typed `docs/runbook.md#` may still stand in `crates/*/src`, and how many lines of
-/// it: the one place that writes a pointer (`bxcore::runbook`), and the files whose errors have
-/// not yet moved onto `Anchored` (their texts still end with the pointer; the logger then adds
-/// none). This list may only shrink: a new hand-typed pointer anywhere fails the test.
-const POINTERS_BY_HAND: &[(&str, usize)] = &[
-    ("crates/bxcore/src/runbook.rs", ONE_PLACE),
-    ("crates/brokerd/src/ledger/chain.rs", 4),
-    ("crates/brokerd/src/ledger/lock.rs", 2),
-    ("crates/bxharden/src/dirs.rs", 1),
-    ("crates/bxharden/src/sandbox.rs", 1),
-    ("crates/bxharden/src/socket.rs", 2),
-    ("crates/inferproxy/src/error.rs", 2),
-    ("crates/inferproxy/src/key.rs", 2),
-    ("crates/inferproxy/src/provider.rs", 1),
-    ("crates/inferproxy/src/script.rs", 1),
-    ("crates/loopd/src/baseline.rs", 2),
-    ("crates/loopd/src/broker_port.rs", 1),
-    ("crates/loopd/src/daemon.rs", 2),
-    ("crates/loopd/src/infer.rs", 1),
-    ("crates/loopd/src/session.rs", 2),
-];
+/// The one file of `crates/*/src` where `docs/runbook.md#` may stand: `bxcore::runbook`, which
+/// writes every pointer (`pointer`, `Pointed`). Everywhere else an error knows its anchor
+/// (`Anchored`) and the pointer is added where the line is written.
+const ONE_PLACE: &str = "crates/bxcore/src/runbook.rs";
 
-/// `bxcore::runbook`: the module doc and `pointer` itself.
-const ONE_PLACE: usize = 2;
-
-#[test]
-fn runbook_pointers_are_typed_only_where_the_list_allows() {
-    let root = repo_root();
-    let mut found: BTreeMap<String, usize> = BTreeMap::new();
-    for (name, text) in source_files(&root) {
-        if !name.starts_with("crates/") {
+/// The files of `tree` other than [`ONE_PLACE`] with a hand-typed pointer, and its lines.
+fn typed_by_hand(tree: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, text) in tree {
+        if !name.starts_with("crates/") || name == ONE_PLACE {
             continue;
         }
-        let n = text
-            .lines()
-            .filter(|l| l.contains("docs/runbook.md#"))
-            .count();
-        if n > 0 {
-            found.insert(name, n);
+        for (i, line) in text.lines().enumerate() {
+            if line.contains("docs/runbook.md#") {
+                out.push(format!(
+                    "{name}:{}: a hand-typed runbook pointer: give the error its anchor \
+                     (bxcore::runbook::Anchored) and write it with `pointed()` or \
+                     bxharden::log::fail, or use runbook!",
+                    i + 1
+                ));
+            }
         }
     }
-    let mut problems = Vec::new();
-    for (name, n) in &found {
-        match POINTERS_BY_HAND.iter().find(|(f, _)| f == name) {
-            None => problems.push(format!(
-                "{name}: {n} hand-typed runbook pointer(s): give the error its anchor \
-                 (bxcore::runbook::Anchored) and log it with bxharden::log::fail, or use runbook!"
-            )),
-            Some((_, allowed)) if n > allowed => problems.push(format!(
-                "{name}: {n} hand-typed runbook pointers, more than the {allowed} still allowed"
-            )),
-            Some(_) => {}
-        }
-    }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    out
+}
+
+#[test]
+fn runbook_pointers_are_written_in_one_place_only() {
+    let found = typed_by_hand(&source_files(&repo_root()));
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn a_pointer_typed_by_hand_is_caught_wherever_it_stands() {
+    let typed = format!("see docs/runbook.md#{}", "broker-unavailable");
+    let tree = vec![
+        (ONE_PLACE.to_string(), format!("/// `{typed}`\n")),
+        (
+            "crates/loopd/src/x.rs".to_string(),
+            format!("fn f() {{}}\n// {typed}\n"),
+        ),
+        (
+            "crates/brokerd/src/y.rs".to_string(),
+            format!("let s = \"{typed}\";\n"),
+        ),
+        ("nixos-module/z.nix".to_string(), typed.clone()),
+    ];
+    let found = typed_by_hand(&tree);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(
+        found[0].starts_with("crates/loopd/src/x.rs:2: "),
+        "{found:?}"
+    );
+    assert!(
+        found[1].starts_with("crates/brokerd/src/y.rs:1: "),
+        "{found:?}"
+    );
 }

@@ -131,16 +131,15 @@ pub enum StartError {
     Thread { socket: String, error: io::Error },
     /// A step of the daemon's own (its key, its lock, its audit chain), with its anchor.
     #[error("{text}")]
-    Own { anchor: &'static str, text: String },
+    Own { anchor: String, text: String },
 }
 
 impl Anchored for StartError {
     /// The runbook entry the line points at.
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
-            StartError::Config { anchor, .. }
-            | StartError::Peers { anchor, .. }
-            | StartError::Own { anchor, .. } => anchor,
+            StartError::Config { anchor, .. } | StartError::Peers { anchor, .. } => anchor,
+            StartError::Own { anchor, .. } => anchor,
             StartError::Lookup(_) | StartError::Sandbox(_) => SANDBOX_ANCHOR,
             StartError::Dir(_) => STATE_DIR_ANCHOR,
             StartError::Activation(_) | StartError::Listen(_) => LISTEN_ANCHOR,
@@ -150,10 +149,18 @@ impl Anchored for StartError {
 }
 
 impl StartError {
+    /// A step of the daemon's own that failed with an error that knows its runbook entry.
+    pub fn anchored(error: &dyn Anchored) -> StartError {
+        StartError::Own {
+            anchor: error.anchor().to_string(),
+            text: error.to_string(),
+        }
+    }
+
     /// A step of the daemon's own that failed with `error`, whose runbook entry is `anchor`.
     pub fn own(anchor: &'static str, error: impl std::fmt::Display) -> StartError {
         StartError::Own {
-            anchor,
+            anchor: anchor.to_string(),
             text: error.to_string(),
         }
     }

@@ -12,7 +12,7 @@
 //!   user is refused: it may be another daemon's;
 //! - a wider mode is tightened to 0700, with a line saying so.
 
-use std::fmt;
+use bxcore::runbook::Anchored;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -25,44 +25,34 @@ use crate::identity::Owner;
 /// The runbook entry for a directory a daemon refuses or cannot make.
 pub const STATE_DIR_ANCHOR: &str = "state-dir-refused";
 
-/// Why a directory is not the daemon's to use. Its `Display` names the directory and ends with
-/// the runbook pointer.
-#[derive(Debug)]
+/// Why a directory is not the daemon's to use. Its `Display` names the directory; its runbook
+/// entry is [`STATE_DIR_ANCHOR`].
+#[derive(Debug, thiserror::Error)]
 pub enum DirError {
     /// A file or a symbolic link is where the directory should be.
+    #[error("{}: not a directory (a file or a symbolic link is in its place)", .0.display())]
     NotADirectory(PathBuf),
     /// It belongs to `uid`, not to `want`.
+    #[error(
+        "{}: belongs to uid {uid}, not to uid {want} that the daemon runs as",
+        path.display()
+    )]
     Foreign { path: PathBuf, uid: u32, want: u32 },
     /// A system call failed.
+    #[error("{}: cannot {what}: {error}", path.display())]
     Io {
         path: PathBuf,
         what: &'static str,
+        #[source]
         error: io::Error,
     },
 }
 
-impl fmt::Display for DirError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DirError::NotADirectory(p) => write!(
-                f,
-                "{}: not a directory (a file or a symbolic link is in its place)",
-                p.display()
-            ),
-            DirError::Foreign { path, uid, want } => write!(
-                f,
-                "{}: belongs to uid {uid}, not to uid {want} that the daemon runs as",
-                path.display()
-            ),
-            DirError::Io { path, what, error } => {
-                write!(f, "{}: cannot {what}: {error}", path.display())
-            }
-        }?;
-        write!(f, "; see docs/runbook.md#{STATE_DIR_ANCHOR}")
+impl Anchored for DirError {
+    fn anchor(&self) -> &str {
+        STATE_DIR_ANCHOR
     }
 }
-
-impl std::error::Error for DirError {}
 
 /// Make `dir` a 0700 directory of the daemon's own (the rules above). `owner` is the identity
 /// root will drop to (`Identity::owner`), `None` when no drop is due.

@@ -1,34 +1,23 @@
 //! Users and groups by name or number, looked up once at start, before the sandbox closes
 //! (after it, `/etc/passwd` and NSS are out of reach).
 
-use std::fmt;
-
 use nix::unistd::{Gid, Group, Uid, User};
 
 use crate::config::SandboxConfig;
 
 /// What went wrong looking a user or a group up.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
     /// No such user in the user database.
+    #[error("there is no user {0:?}")]
     NoUser(String),
     /// No such group in the group database.
+    #[error("there is no group {0:?}")]
     NoGroup(String),
     /// The user database could not be read.
+    #[error("cannot look {0:?} up: {1}")]
     Database(String, String),
 }
-
-impl fmt::Display for LookupError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LookupError::NoUser(name) => write!(f, "there is no user {name:?}"),
-            LookupError::NoGroup(name) => write!(f, "there is no group {name:?}"),
-            LookupError::Database(name, e) => write!(f, "cannot look {name:?} up: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for LookupError {}
 
 /// A user name or a string of digits (a uid) to a uid. A uid needs no entry in the database.
 pub fn resolve_user(name: &str) -> Result<u32, LookupError> {

@@ -24,23 +24,14 @@ pub const LANDLOCK_ABI: ABI = ABI::V6;
 pub const LANDLOCK_ABI_NUMBER: i32 = 6;
 
 /// Why Landlock could not be applied.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LandlockError {
     /// A path of the profile could not be opened.
+    #[error("Landlock: cannot open {} for its rule: {}", .0.display(), .1)]
     Path(PathBuf, String),
     /// The kernel refused the ruleset.
+    #[error("Landlock: {0}")]
     Ruleset(String),
-}
-
-impl fmt::Display for LandlockError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LandlockError::Path(p, e) => {
-                write!(f, "Landlock: cannot open {} for its rule: {e}", p.display())
-            }
-            LandlockError::Ruleset(e) => write!(f, "Landlock: {e}"),
-        }
-    }
 }
 
 /// What the kernel enforced.

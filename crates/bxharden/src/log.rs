@@ -3,7 +3,7 @@
 //!
 //! Fail-closed lines keep their exact text (the runbook quotes them): `{daemon}: {what}; ` and
 //! the anchor's pointer (`bxcore::runbook::pointer`), written with [`runbook!`](crate::runbook),
-//! or by [`fail`] for an error that knows its anchor. In the journal they carry
+//! or by [`fail`] for an error that knows its anchor ([`Anchored`]). In the journal they carry
 //! `RUNBOOK=<anchor>` and `SYSLOG_IDENTIFIER=<daemon>`, so `journalctl RUNBOOK=<anchor>` finds
 //! every occurrence (the journald layer is built with `with_field_prefix(None)`: by default it
 //! would write `F_RUNBOOK`).
@@ -13,7 +13,7 @@ use std::io::Write as _;
 use std::os::unix::fs::MetadataExt;
 use std::sync::OnceLock;
 
-pub use bxcore::runbook::{Anchored, pointer};
+pub use bxcore::runbook::{Anchored, Pointed, pointer};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::filter::LevelFilter;
@@ -124,9 +124,8 @@ pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
     }
 }
 
-/// Log one fail-closed line exactly as given, with `RUNBOOK=<anchor>` in the journal. Prefer
-/// [`runbook!`](crate::runbook), which builds the line; use this for an error whose `Display`
-/// already ends in its pointer: `log::line(ANCHOR, &format!("{}: {e}", daemon().name))`.
+/// Log one fail-closed line exactly as given, with `RUNBOOK=<anchor>` in the journal: what
+/// [`runbook!`](crate::runbook) and [`fail`] write through. The line ends with its pointer.
 pub fn line(anchor: &str, text: &str) {
     debug_assert!(
         text.ends_with(&pointer(anchor)),
@@ -135,24 +134,22 @@ pub fn line(anchor: &str, text: &str) {
     tracing::warn!(RUNBOOK = anchor, "{}", text);
 }
 
-/// Log `{daemon}: {error}` for an error whose `Display` already ends in its pointer, with
-/// `RUNBOOK=<anchor>` in the journal. (New errors implement [`Anchored`] and use [`fail`].)
-pub fn error(anchor: &str, error: &dyn fmt::Display) {
-    line(anchor, &format!("{}: {error}", daemon().name));
+/// Log `{daemon}: {error}` and the error's runbook pointer, with `RUNBOOK=<anchor>` in the
+/// journal: the one place a logged error gets its pointer.
+pub fn fail(error: &dyn Anchored) {
+    line(
+        error.anchor(),
+        &format!("{}: {}", daemon().name, Pointed(error)),
+    );
 }
 
-/// Log `{daemon}: {error}` and the error's runbook pointer, with `RUNBOOK=<anchor>` in the
-/// journal: the one place an error that knows its anchor ([`Anchored`]) gets its pointer. (An
-/// error whose text ends with the pointer already is not given a second one.)
-pub fn fail(error: &dyn Anchored) {
-    let anchor = error.anchor();
-    let text = error.to_string();
-    let pointer = pointer(anchor);
-    if text.ends_with(&pointer) {
-        line(anchor, &format!("{}: {text}", daemon().name));
-    } else {
-        line(anchor, &format!("{}: {text}; {pointer}", daemon().name));
-    }
+/// [`fail`] with what the error happened to first: `{daemon}: {within}: {error}` and its pointer
+/// (`slot main`, `session s1`).
+pub fn fail_in(within: &dyn fmt::Display, error: &dyn Anchored) {
+    line(
+        error.anchor(),
+        &format!("{}: {within}: {}", daemon().name, Pointed(error)),
+    );
 }
 
 /// Log `{daemon}: {text}`: a notice (startup, what is served), no runbook pointer.

@@ -2,7 +2,6 @@
 //! list of its socket. The socket's mode is the first check; this is the second.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::io;
 use std::os::unix::net::UnixStream;
 
@@ -19,29 +18,20 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
 }
 
 /// Why `[peers]` could not be resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PeerError {
     /// `[peers]` names a socket this daemon does not serve (a typo would otherwise fall back to
     /// the default silently).
+    #[error(
+        "[peers] names the socket {:?}, which this daemon does not serve (it serves {})",
+        .0,
+        .1.join(", ")
+    )]
     UnknownSocket(String, Vec<String>),
     /// An entry names no user.
-    Lookup(String, LookupError),
+    #[error("[peers] {0:?}: {1}")]
+    Lookup(String, #[source] LookupError),
 }
-
-impl fmt::Display for PeerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PeerError::UnknownSocket(s, known) => write!(
-                f,
-                "[peers] names the socket {s:?}, which this daemon does not serve (it serves {})",
-                known.join(", ")
-            ),
-            PeerError::Lookup(s, e) => write!(f, "[peers] {s:?}: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for PeerError {}
 
 /// The uids one socket serves, resolved at start.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,21 +9,14 @@ use nix::unistd::{Gid, Uid, setgroups, setresgid, setresuid};
 use crate::identity::Identity;
 
 /// What failed during the drop; the daemon refuses to start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DropError {
     /// A step failed; the text names it.
+    #[error("cannot {0}: {1}")]
     Step(&'static str, String),
     /// A check after the drop found something left.
+    #[error("after the privilege drop {0}")]
     Left(String),
-}
-
-impl std::fmt::Display for DropError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DropError::Step(step, e) => write!(f, "cannot {step}: {e}"),
-            DropError::Left(what) => write!(f, "after the privilege drop {what}"),
-        }
-    }
 }
 
 const ALL_SETS: [(CapSet, &str); 5] = [

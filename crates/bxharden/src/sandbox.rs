@@ -2,6 +2,8 @@
 //! privilege drop, `PR_SET_NO_NEW_PRIVS`, Landlock, seccomp last.
 
 use std::fmt;
+
+use bxcore::runbook::Anchored;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Uid};
@@ -118,16 +120,27 @@ impl Profile {
     }
 }
 
-/// Why the sandbox could not be applied: the daemon refuses to start.
-#[derive(Debug)]
+/// Why the sandbox could not be applied: the daemon refuses to start. Its runbook entry is
+/// [`SANDBOX_ANCHOR`].
+#[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     /// `apply` ran beside other threads, or not on the first one.
+    #[error("cannot apply the sandbox: {0}")]
     Threads(String),
     /// `[sandbox] user` or `group` names nobody.
-    Lookup(LookupError),
+    #[error("cannot apply the sandbox: [sandbox]: {0}")]
+    Lookup(#[source] LookupError),
     /// Started as root with no `[sandbox] user` while the sandbox is required.
+    #[error(
+        "cannot apply the sandbox: started as root with no [sandbox] user (other than root) to \
+         drop to (require = true)"
+    )]
     RootWithoutUser,
     /// A `[sandbox] user` other than the running one, without root to switch.
+    #[error(
+        "cannot apply the sandbox: [sandbox] user is uid {wanted}, but this process runs as uid \
+         {running} without the privilege to switch"
+    )]
     NotRoot {
         /// The configured uid.
         wanted: u32,
@@ -135,6 +148,10 @@ pub enum SandboxError {
         running: u32,
     },
     /// A `[sandbox] group` other than the running one, without root to switch.
+    #[error(
+        "cannot apply the sandbox: [sandbox] group is gid {wanted}, but this process runs as gid \
+         {running} without the privilege to switch"
+    )]
     NotRootGroup {
         /// The configured gid.
         wanted: u32,
@@ -142,46 +159,24 @@ pub enum SandboxError {
         running: u32,
     },
     /// The privilege drop failed (always fatal: a half-dropped process must not run).
-    Drop(DropError),
+    #[error("cannot apply the sandbox: privilege drop: {0}")]
+    Drop(#[source] DropError),
     /// `PR_SET_NO_NEW_PRIVS` failed.
-    NoNewPrivs(std::io::Error),
+    #[error("cannot apply the sandbox: PR_SET_NO_NEW_PRIVS: {0}")]
+    NoNewPrivs(#[source] std::io::Error),
     /// Landlock failed, or enforced nothing, while required.
+    #[error("cannot apply the sandbox: {0}")]
     Landlock(String),
     /// seccomp failed while required.
-    Seccomp(SeccompError),
+    #[error("cannot apply the sandbox: {0}")]
+    Seccomp(#[source] SeccompError),
 }
 
-impl fmt::Display for SandboxError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("cannot apply the sandbox: ")?;
-        match self {
-            SandboxError::Threads(why) => write!(f, "{why}"),
-            SandboxError::Lookup(e) => write!(f, "[sandbox]: {e}"),
-            SandboxError::RootWithoutUser => write!(
-                f,
-                "started as root with no [sandbox] user (other than root) to drop to \
-                 (require = true)"
-            ),
-            SandboxError::NotRoot { wanted, running } => write!(
-                f,
-                "[sandbox] user is uid {wanted}, but this process runs as uid {running} without \
-                 the privilege to switch"
-            ),
-            SandboxError::NotRootGroup { wanted, running } => write!(
-                f,
-                "[sandbox] group is gid {wanted}, but this process runs as gid {running} without \
-                 the privilege to switch"
-            ),
-            SandboxError::Drop(e) => write!(f, "privilege drop: {e}"),
-            SandboxError::NoNewPrivs(e) => write!(f, "PR_SET_NO_NEW_PRIVS: {e}"),
-            SandboxError::Landlock(e) => write!(f, "{e}"),
-            SandboxError::Seccomp(e) => write!(f, "{e}"),
-        }?;
-        write!(f, "; see docs/runbook.md#{SANDBOX_ANCHOR}")
+impl Anchored for SandboxError {
+    fn anchor(&self) -> &str {
+        SANDBOX_ANCHOR
     }
 }
-
-impl std::error::Error for SandboxError {}
 
 /// What is in force after [`apply`], for the startup notice.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,8 +18,6 @@
 //! fail with `EACCES` (an errno, not a kill, so that glibc's resolver, which tries a datagram
 //! socket, fails a lookup instead of killing the daemon).
 
-use std::fmt;
-
 use seccompiler::{BpfProgram, TargetArch};
 
 use crate::profiles::{Arch, SeccompProfile};
@@ -55,39 +53,23 @@ pub enum Mismatch {
 }
 
 /// Why a filter could not be built or installed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
     /// This architecture has no lists.
+    #[error("seccomp: no system call lists for {}", std::env::consts::ARCH)]
     Arch,
     /// The list did not compile (an unknown system call name, for one).
+    #[error("seccomp: the list does not compile: {0}")]
     Compile(String),
     /// The kernel refused the filter.
-    Install(std::io::Error),
+    #[error("seccomp: the kernel refused the filter: {0}")]
+    Install(#[source] std::io::Error),
     /// `TSYNC` could not put the filter on thread `tid`.
+    #[error("seccomp: cannot put the filter on thread {0}")]
     Sync(i64),
     /// The compiled list did not hold the caller's pid where the pid calls need it.
+    #[error("seccomp: the list holds the caller's pid in {found} places, not {wanted}")]
     SelfPid { found: usize, wanted: usize },
-}
-
-impl fmt::Display for SeccompError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SeccompError::Arch => write!(
-                f,
-                "seccomp: no system call lists for {}",
-                std::env::consts::ARCH
-            ),
-            SeccompError::Compile(e) => write!(f, "seccomp: the list does not compile: {e}"),
-            SeccompError::Install(e) => write!(f, "seccomp: the kernel refused the filter: {e}"),
-            SeccompError::Sync(tid) => {
-                write!(f, "seccomp: cannot put the filter on thread {tid}")
-            }
-            SeccompError::SelfPid { found, wanted } => write!(
-                f,
-                "seccomp: the list holds the caller's pid in {found} places, not {wanted}"
-            ),
-        }
-    }
 }
 
 /// The two compiled filters of one profile.

@@ -1,7 +1,6 @@
 //! Listening sockets: the descriptors systemd hands over (socket activation), or, off the
 //! device, a socket bound here with the modes the design fixes (directory 0700, socket 0600).
 
-use std::fmt;
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -13,6 +12,8 @@ use nix::sys::socket::{SockType, getsockopt, sockopt};
 use nix::sys::stat::{Mode, umask};
 use nix::unistd::{Gid, Uid, chown};
 
+use bxcore::runbook::Anchored;
+
 use crate::dirs::DirError;
 use crate::identity::Owner;
 use crate::threads;
@@ -20,63 +21,49 @@ use crate::threads;
 /// The runbook anchor of every error here.
 pub const LISTEN_ANCHOR: &str = "socket-listen-failed";
 
-/// Why a socket could not be listened on. Nothing was removed or changed but what is said.
-#[derive(Debug)]
+/// Why a socket could not be listened on. Nothing was removed or changed but what is said. Its
+/// runbook entry is [`LISTEN_ANCHOR`].
+#[derive(Debug, thiserror::Error)]
 pub enum ListenError {
     /// The socket path has no parent directory or no file name.
+    #[error("{}: not a socket path in a directory", .0.display())]
     BadPath(PathBuf),
     /// Something that is not a socket is at the socket's path: never removed.
+    #[error(
+        "{}: {} is in the socket's place, and only a stale socket is ever removed",
+        .0.display(),
+        .1
+    )]
     NotASocket(PathBuf, &'static str),
     /// The directory is not a directory (a symlink, a file).
+    #[error(
+        "{}: the socket's directory is not a directory (a symlink or a file)",
+        .0.display()
+    )]
     NotADirectory(PathBuf),
     /// The directory belongs to another user, and this process cannot take it.
+    #[error(
+        "{}: the socket's directory belongs to uid {}, not to this daemon",
+        .0.display(),
+        .1
+    )]
     ForeignDirectory(PathBuf, u32),
     /// A live daemon answers on the socket already.
+    #[error("{}: another process is serving this socket", .0.display())]
     InUse(PathBuf),
     /// The bound socket did not come out 0600.
+    #[error("{}: the socket came out {:04o}, not 0600", .0.display(), .1)]
     Mode(PathBuf, u32),
     /// A system call failed.
-    Io(PathBuf, &'static str, io::Error),
+    #[error("{}: cannot {}: {}", .0.display(), .1, .2)]
+    Io(PathBuf, &'static str, #[source] io::Error),
 }
 
-impl fmt::Display for ListenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ListenError::BadPath(p) => {
-                write!(f, "{}: not a socket path in a directory", p.display())
-            }
-            ListenError::NotASocket(p, what) => write!(
-                f,
-                "{}: {what} is in the socket's place, and only a stale socket is ever removed",
-                p.display()
-            ),
-            ListenError::NotADirectory(p) => write!(
-                f,
-                "{}: the socket's directory is not a directory (a symlink or a file)",
-                p.display()
-            ),
-            ListenError::ForeignDirectory(p, uid) => write!(
-                f,
-                "{}: the socket's directory belongs to uid {uid}, not to this daemon",
-                p.display()
-            ),
-            ListenError::InUse(p) => {
-                write!(f, "{}: another process is serving this socket", p.display())
-            }
-            ListenError::Mode(p, mode) => {
-                write!(
-                    f,
-                    "{}: the socket came out {mode:04o}, not 0600",
-                    p.display()
-                )
-            }
-            ListenError::Io(p, what, e) => write!(f, "{}: cannot {what}: {e}", p.display()),
-        }?;
-        write!(f, "; see docs/runbook.md#{LISTEN_ANCHOR}")
+impl Anchored for ListenError {
+    fn anchor(&self) -> &str {
+        LISTEN_ANCHOR
     }
 }
-
-impl std::error::Error for ListenError {}
 
 fn io_err<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(io::Error) -> ListenError + 'a {
     move |e| ListenError::Io(path.to_owned(), what, e)
@@ -181,40 +168,28 @@ impl Activated {
     }
 }
 
-/// Why the handed-over descriptors could not be taken.
-#[derive(Debug)]
+/// Why the handed-over descriptors could not be taken. Its runbook entry is [`LISTEN_ANCHOR`].
+#[derive(Debug, thiserror::Error)]
 pub enum ActivationError {
     /// `LISTEN_FDS` or `LISTEN_PID` is not a number.
+    #[error("{0}={1:?} is not a number")]
     BadEnv(&'static str, String),
     /// `LISTEN_FDNAMES` names a different number of descriptors than `LISTEN_FDS`.
+    #[error("LISTEN_FDS says {0} descriptors but LISTEN_FDNAMES names {1}")]
     Names(usize, usize),
     /// A handed-over descriptor is not a listening Unix stream socket.
+    #[error("descriptor {0} handed over is not a listening Unix stream socket: {1}")]
     NotAListener(i32, String),
     /// Called while other threads exist: the environment cannot be cleared safely.
+    #[error("cannot take the handed-over sockets: {0}")]
     Threads(String),
 }
 
-impl fmt::Display for ActivationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ActivationError::BadEnv(var, v) => write!(f, "{var}={v:?} is not a number"),
-            ActivationError::Names(fds, names) => write!(
-                f,
-                "LISTEN_FDS says {fds} descriptors but LISTEN_FDNAMES names {names}"
-            ),
-            ActivationError::NotAListener(fd, why) => write!(
-                f,
-                "descriptor {fd} handed over is not a listening Unix stream socket: {why}"
-            ),
-            ActivationError::Threads(why) => {
-                write!(f, "cannot take the handed-over sockets: {why}")
-            }
-        }?;
-        write!(f, "; see docs/runbook.md#{LISTEN_ANCHOR}")
+impl Anchored for ActivationError {
+    fn anchor(&self) -> &str {
+        LISTEN_ANCHOR
     }
 }
-
-impl std::error::Error for ActivationError {}
 
 const SD_LISTEN_FDS_START: i32 = 3;
 

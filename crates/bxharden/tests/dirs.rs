@@ -4,6 +4,7 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, chown, symlink};
 
+use bxharden::log::Anchored;
 use bxharden::{DirError, Owner, own_dir};
 
 fn mode(p: &std::path::Path) -> u32 {
@@ -51,7 +52,8 @@ fn a_symbolic_link_is_refused_and_not_followed() {
     assert!(matches!(e, DirError::NotADirectory(_)), "{e}");
     assert_eq!(mode(&elsewhere), 0o755, "the link's target is left alone");
     assert!(
-        e.to_string()
+        e.pointed()
+            .to_string()
             .ends_with("not a directory (a file or a symbolic link is in its place); see docs/runbook.md#state-dir-refused"),
         "{e}"
     );

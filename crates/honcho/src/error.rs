@@ -72,7 +72,7 @@ impl Error {
 }
 
 impl bxcore::runbook::Anchored for Error {
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
             Error::BadUrl { .. } | Error::BadId(_) => CONFIG_ANCHOR,
             Error::Token(e) => e.anchor(),

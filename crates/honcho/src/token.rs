@@ -57,7 +57,7 @@ pub enum TokenError {
 }
 
 impl bxcore::runbook::Anchored for TokenError {
-    fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
             TokenError::Open(..) => TOKEN_OPEN_ANCHOR,
             _ => TOKEN_ANCHOR,

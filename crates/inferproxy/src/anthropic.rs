@@ -417,6 +417,7 @@ pub fn whole(body: &str, max_tokens: u32, deliver: &mut dyn FnMut(&str)) -> Resu
 mod tests {
     use super::*;
     use bxcore::Usage;
+    use bxcore::runbook::Anchored;
 
     fn run(events: &[(&str, &str)]) -> (Result<Draft, Failure>, String) {
         let mut s = Box::new(Stream::new(100));

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 
 use bxcore::layout;
 use bxcore::runbook::Anchored;
-use bxcore::{Envelope, ErrorCode, InferDelta, InferRequest, Message};
+use bxcore::{Envelope, InferDelta, InferRequest, Message};
 use bxharden::daemon::{self, Spec, Start, StartError};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
-use crate::provider::{Inference, Provider, SetupError};
+use crate::provider::{Inference, Provider};
 
 /// The socket's name in `[peers]` and in log lines.
 pub fn socket_name() -> String {
@@ -32,13 +32,7 @@ pub const SPEC: Spec = Spec {
 /// bundle, the script.
 fn inference(cfg: &Config) -> Result<Inference, StartError> {
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
-    Inference::from_config(cfg, creds.as_deref()).map_err(|e| {
-        let anchor = match &e {
-            SetupError::Key(k) => k.anchor(),
-            SetupError::Script(_) | SetupError::Ca(_) => CONFIG_ANCHOR,
-        };
-        StartError::own(anchor, e)
-    })
+    Inference::from_config(cfg, creds.as_deref()).map_err(|e| StartError::anchored(&e))
 }
 
 /// What the daemon serves, for `check` and the startup notice. Never the key.
@@ -96,7 +90,7 @@ pub fn check(config: &Path) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("inferproxy: {e}; {}", bxcore::runbook::pointer(e.anchor()));
+            eprintln!("inferproxy: {}", e.pointed());
             ExitCode::from(1)
         }
     }
@@ -207,14 +201,14 @@ fn answer(stream: &mut UnixStream, id: u64, req: &InferRequest, inference: &Infe
 fn log_failure(slot: &str, e: &crate::InferError) {
     // The slot is the client's text: escaped and bounded, it stays on its one line.
     let slot = crate::error::excerpt(slot);
-    bxharden::log::line(e.anchor(), &format!("inferproxy: slot {slot}: {e}"));
+    bxharden::log::fail_in(&format_args!("slot {slot}"), e);
 }
 
 fn fail(stream: &mut UnixStream, id: u64, slot: &str, e: &crate::InferError) {
     log_failure(slot, e);
     let _ = bxcore::write_frame(
         stream,
-        &Envelope::error(id, ErrorCode::Inference, e.to_string()),
+        &Envelope::error(id, e.code(), e.pointed().to_string()),
     );
 }
 

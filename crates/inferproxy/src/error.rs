@@ -1,7 +1,8 @@
 //! Why one inference failed: each failure names what a person can do about it and its runbook
 //! entry, and becomes one `error inference` frame (its `Display` is the frame's detail).
 
-use std::fmt;
+use bxcore::ErrorCode;
+use bxcore::runbook::Anchored;
 
 /// The provider could not be reached: DNS, connect, TLS, or the connection broke.
 pub const UNREACHABLE_ANCHOR: &str = "inference-unreachable";
@@ -24,44 +25,61 @@ pub const SLOT_ANCHOR: &str = "inference-slot";
 /// The `script` provider has no reply for this request.
 pub const SCRIPT_ANCHOR: &str = "inference-script-exhausted";
 
-/// One inference's failure. Its `Display` ends with the runbook pointer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One inference's failure. Its runbook entry is its [`Anchored::anchor`]; the frame's detail is
+/// its text with the pointer ([`Anchored::pointed`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InferError {
     /// The request names a slot that is not configured.
+    #[error("no slot named {0:?} is configured")]
     UnknownSlot(String),
     /// The request is larger than the slot's `context_tokens` (estimated as bytes / 4).
+    #[error(
+        "the request is about {estimate} tokens, over slot {slot:?}'s context_tokens of {budget}"
+    )]
     OverContext {
         slot: String,
         estimate: u64,
         budget: u64,
     },
     /// DNS, connect, TLS or the connection itself failed.
+    #[error("the provider cannot be reached: {0}")]
     Unreachable(String),
     /// 401 or 403, with the provider's message.
+    #[error("the provider refused the API key ({status}): {message}")]
     Auth { status: u16, message: String },
     /// Another 4xx, with the provider's message.
+    #[error("the provider refused the request ({status}): {message}")]
     Refused { status: u16, message: String },
     /// 429 or 5xx after every retry, or with a `Retry-After` past the deadline.
+    #[error(
+        "the provider answered {status} after {attempts} attempt{}: {message}",
+        if *attempts == 1 { "" } else { "s" }
+    )]
     Overloaded {
         status: u16,
         message: String,
         attempts: u32,
     },
     /// An error event inside the stream: its type and message.
+    #[error("the provider reported {kind} in the stream: {message}")]
     InStream { kind: String, message: String },
     /// The deadline passed (`timeout_ms` for the whole request, retries included).
+    #[error("no whole reply within the deadline of {timeout_ms} ms ({during})")]
     Timeout { timeout_ms: u64, during: String },
     /// The provider's output broke its wire format.
+    #[error("the provider's reply is malformed: {0}")]
     Malformed(String),
     /// The provider stopped the reply: a content filter, a refusal.
+    #[error("the provider stopped the reply: {0}")]
     Stopped(String),
     /// The script has no reply for this request.
+    #[error("the script has no reply: {0}")]
     ScriptExhausted(String),
 }
 
-impl InferError {
+impl Anchored for InferError {
     /// The runbook anchor of this failure.
-    pub fn anchor(&self) -> &'static str {
+    fn anchor(&self) -> &str {
         match self {
             InferError::UnknownSlot(_) | InferError::OverContext { .. } => SLOT_ANCHOR,
             InferError::Unreachable(_) => UNREACHABLE_ANCHOR,
@@ -76,6 +94,13 @@ impl InferError {
         }
     }
 
+    /// Every failure is answered `error inference`.
+    fn code(&self) -> ErrorCode {
+        ErrorCode::Inference
+    }
+}
+
+impl InferError {
     /// The same failure with the key redacted from every text in it (the provider's messages,
     /// the excerpts of its output), after JSON escapes in them are decoded.
     pub fn redacted(self, r: &crate::redact::Redactor<'_>) -> InferError {
@@ -128,52 +153,6 @@ impl InferError {
         InferError::Malformed(what.into())
     }
 }
-
-impl fmt::Display for InferError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            InferError::UnknownSlot(s) => write!(f, "no slot named {s:?} is configured"),
-            InferError::OverContext {
-                slot,
-                estimate,
-                budget,
-            } => write!(
-                f,
-                "the request is about {estimate} tokens, over slot {slot:?}'s \
-                 context_tokens of {budget}"
-            ),
-            InferError::Unreachable(why) => write!(f, "the provider cannot be reached: {why}"),
-            InferError::Auth { status, message } => {
-                write!(f, "the provider refused the API key ({status}): {message}")
-            }
-            InferError::Refused { status, message } => {
-                write!(f, "the provider refused the request ({status}): {message}")
-            }
-            InferError::Overloaded {
-                status,
-                message,
-                attempts,
-            } => write!(
-                f,
-                "the provider answered {status} after {attempts} attempt{}: {message}",
-                if *attempts == 1 { "" } else { "s" }
-            ),
-            InferError::InStream { kind, message } => {
-                write!(f, "the provider reported {kind} in the stream: {message}")
-            }
-            InferError::Timeout { timeout_ms, during } => write!(
-                f,
-                "no whole reply within the deadline of {timeout_ms} ms ({during})"
-            ),
-            InferError::Malformed(why) => write!(f, "the provider's reply is malformed: {why}"),
-            InferError::Stopped(why) => write!(f, "the provider stopped the reply: {why}"),
-            InferError::ScriptExhausted(why) => write!(f, "the script has no reply: {why}"),
-        }?;
-        write!(f, "; see docs/runbook.md#{}", self.anchor())
-    }
-}
-
-impl std::error::Error for InferError {}
 
 /// At most 200 characters of `text`, control characters replaced: what an error may quote of
 /// a provider's output.
@@ -237,11 +216,12 @@ mod tests {
             InferError::ScriptExhausted("done".into()),
         ];
         for e in all {
-            let s = e.to_string();
+            let s = e.pointed().to_string();
             assert!(
-                s.ends_with(&format!("; see docs/runbook.md#{}", e.anchor())),
+                s.ends_with(&format!("; {}", bxcore::runbook::pointer(e.anchor()))),
                 "{s}"
             );
+            assert!(!e.to_string().contains("docs/runbook"), "{e}");
         }
     }
 }

@@ -10,6 +10,8 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use bxcore::runbook::Anchored;
+
 use crate::redact::Redactor;
 
 /// The runbook anchor of a key that cannot be read, is empty or cannot be a header value.
@@ -31,63 +33,48 @@ impl fmt::Debug for ApiKey {
 }
 
 /// Why the key could not be had.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum KeyError {
     /// Neither `[provider] api_key_file` nor `$CREDENTIALS_DIRECTORY` is set.
+    #[error(
+        "no API key: set [provider] api_key_file, or pass the systemd credential `{CREDENTIAL}` \
+         (LoadCredential=)"
+    )]
     NotConfigured,
     /// The file could not be read.
-    Unreadable(PathBuf, io::Error),
+    #[error("cannot read the API key file {}: {}", .0.display(), .1)]
+    Unreadable(PathBuf, #[source] io::Error),
     /// The file holds nothing but whitespace.
+    #[error("the API key file {} is empty", .0.display())]
     Empty(PathBuf),
     /// Its group or others may read or change it (its mode): refused, as OpenSSH refuses an
     /// open private key, because the key may already have leaked to them.
+    #[error(
+        "the API key file {} has mode {:04o}: its group or others may read or change it, so the \
+         key is refused (allow its owner only: chmod 600, or pass it as the systemd credential \
+         `{CREDENTIAL}`)",
+        .0.display(),
+        .1
+    )]
     Open(PathBuf, u32),
     /// The key holds a byte an HTTP header value cannot carry (a control character, a line
     /// break inside it, non-ASCII).
+    #[error(
+        "the API key in {} holds a character an HTTP header cannot carry (only printable ASCII is \
+         allowed)",
+        .0.display()
+    )]
     NotAHeaderValue(PathBuf),
 }
 
-impl fmt::Display for KeyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KeyError::NotConfigured => write!(
-                f,
-                "no API key: set [provider] api_key_file, or pass the systemd credential \
-                 `{CREDENTIAL}` (LoadCredential=)"
-            ),
-            KeyError::Unreadable(p, e) => {
-                write!(f, "cannot read the API key file {}: {e}", p.display())
-            }
-            KeyError::Empty(p) => write!(f, "the API key file {} is empty", p.display()),
-            KeyError::Open(p, mode) => write!(
-                f,
-                "the API key file {} has mode {mode:04o}: its group or others may read or change \
-                 it, so the key is refused (allow its owner only: chmod 600, or pass it as the \
-                 systemd credential `{CREDENTIAL}`)",
-                p.display()
-            ),
-            KeyError::NotAHeaderValue(p) => write!(
-                f,
-                "the API key in {} holds a character an HTTP header cannot carry \
-                 (only printable ASCII is allowed)",
-                p.display()
-            ),
-        }?;
-        write!(f, "; {}", bxcore::runbook::pointer(self.anchor()))
-    }
-}
-
-impl KeyError {
-    /// Its runbook anchor.
-    pub fn anchor(&self) -> &'static str {
+impl Anchored for KeyError {
+    fn anchor(&self) -> &str {
         match self {
             KeyError::Open(..) => KEY_OPEN_ANCHOR,
             _ => KEY_ANCHOR,
         }
     }
 }
-
-impl std::error::Error for KeyError {}
 
 impl ApiKey {
     /// Where the key is read from: `api_key_file` when set, else
@@ -188,8 +175,11 @@ mod tests {
         let e = ApiKey::from_text(Path::new("/run/k"), " \n\t").unwrap_err();
         assert!(matches!(e, KeyError::Empty(_)));
         assert_eq!(
-            e.to_string(),
-            "the API key file /run/k is empty; see docs/runbook.md#inferproxy-key-missing"
+            e.pointed().to_string(),
+            format!(
+                "the API key file /run/k is empty; {}",
+                bxcore::runbook::pointer("inferproxy-key-missing")
+            )
         );
     }
 
@@ -220,9 +210,9 @@ mod tests {
     #[test]
     fn a_missing_file_is_refused_with_its_path() {
         let e = ApiKey::read(Path::new("/nonexistent/inferproxy/key")).unwrap_err();
-        let s = e.to_string();
+        let s = e.pointed().to_string();
         assert!(s.starts_with("cannot read the API key file /nonexistent/inferproxy/key"));
-        assert!(s.ends_with("see docs/runbook.md#inferproxy-key-missing"));
+        assert!(s.ends_with(&bxcore::runbook::pointer("inferproxy-key-missing")));
     }
 
     #[test]
@@ -238,7 +228,7 @@ mod tests {
                 matches!(e, KeyError::Open(_, m) if m == mode),
                 "{mode:o}: {e}"
             );
-            let s = e.to_string();
+            let s = e.pointed().to_string();
             assert!(s.contains(&format!("has mode {mode:04o}")), "{s}");
             assert!(
                 s.ends_with(&bxcore::runbook::pointer("inferproxy-key-open")),

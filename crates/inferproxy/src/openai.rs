@@ -386,6 +386,7 @@ pub fn whole(body: &str, max_tokens: u32, deliver: &mut dyn FnMut(&str)) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bxcore::runbook::Anchored;
 
     fn run(events: &[&str]) -> (Result<Draft, Failure>, Vec<String>) {
         let mut s = Box::new(Stream::new(100));

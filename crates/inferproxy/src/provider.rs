@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use bxcore::runbook::Anchored;
 use bxcore::{InferReply, InferRequest};
 use ureq::http::HeaderValue;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
@@ -68,29 +69,26 @@ impl std::fmt::Debug for Http {
 
 /// Why the provider could not be set up at start (the configuration loaded; a file it names
 /// did not).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SetupError {
+    #[error(transparent)]
     Key(crate::key::KeyError),
+    #[error(transparent)]
     Script(crate::script::ScriptError),
     /// The CA bundle: its path and what is wrong.
+    #[error("{0}")]
     Ca(String),
 }
 
-impl std::fmt::Display for SetupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Anchored for SetupError {
+    fn anchor(&self) -> &str {
         match self {
-            SetupError::Key(e) => write!(f, "{e}"),
-            SetupError::Script(e) => write!(f, "{e}"),
-            SetupError::Ca(why) => write!(
-                f,
-                "{why}; see docs/runbook.md#{}",
-                crate::config::CONFIG_ANCHOR
-            ),
+            SetupError::Key(e) => e.anchor(),
+            SetupError::Script(e) => e.anchor(),
+            SetupError::Ca(_) => crate::config::CONFIG_ANCHOR,
         }
     }
 }
-
-impl std::error::Error for SetupError {}
 
 /// Load the trusted CA certificates from `ca_file`, or the first system bundle that exists.
 pub fn load_roots(

@@ -106,6 +106,7 @@ pub fn parse_args(text: &str) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bxcore::runbook::Anchored;
     use serde_json::json;
 
     #[test]

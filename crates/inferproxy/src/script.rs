@@ -27,10 +27,10 @@
 //! last tool result's text. The text streams as `infer_delta` frames, a word at a time. The
 //! position in the steps is held in memory: a restart starts the script again.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use bxcore::runbook::Anchored;
 use bxcore::{ChatMessage, InferReply, InferRequest, Usage};
 use regex::Regex;
 use serde::Deserialize;
@@ -117,25 +117,19 @@ pub struct Script {
     next: Mutex<usize>,
 }
 
-/// Why a script does not load. Its `Display` ends with the runbook pointer.
-#[derive(Debug)]
+/// Why a script does not load. Its runbook entry is the configuration's.
+#[derive(Debug, thiserror::Error)]
+#[error("the script {}: {why}", path.display())]
 pub struct ScriptError {
     path: PathBuf,
     why: String,
 }
 
-impl fmt::Display for ScriptError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the script {}: {}; see docs/runbook.md#{CONFIG_ANCHOR}",
-            self.path.display(),
-            self.why
-        )
+impl Anchored for ScriptError {
+    fn anchor(&self) -> &str {
+        CONFIG_ANCHOR
     }
 }
-
-impl std::error::Error for ScriptError {}
 
 impl Script {
     /// Read and check the script at `path`.

@@ -3,6 +3,7 @@
 
 mod common;
 
+use bxcore::runbook::Anchored;
 use std::time::Duration;
 
 use common::*;
@@ -202,7 +203,7 @@ fn an_error_event_in_the_stream_is_an_inference_error() {
     let (r, pieces) = run(&inf, &hello_request());
     assert_eq!(pieces, ["Hel"]);
     assert_eq!(
-        r.unwrap_err().to_string(),
+        r.unwrap_err().pointed().to_string(),
         "the provider reported overloaded_error in the stream: Overloaded; see docs/runbook.md#inference-provider-error"
     );
     assert_eq!(p.seen().len(), 1, "text was forwarded: no retry");
@@ -248,7 +249,7 @@ fn a_stream_cut_before_message_stop_is_an_error() {
     assert_eq!(pieces.concat(), "Hello!");
     let e = r.unwrap_err();
     assert_eq!(e.anchor(), "inference-malformed");
-    assert!(e.to_string().contains("cut off"), "{e}");
+    assert!(e.pointed().to_string().contains("cut off"), "{e}");
     assert_eq!(p.seen().len(), 1);
 }
 
@@ -266,7 +267,9 @@ fn invalid_json_in_tool_input_is_an_error() {
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(e.anchor(), "inference-malformed");
     assert!(
-        e.to_string().contains("(\"run\") are not valid JSON"),
+        e.pointed()
+            .to_string()
+            .contains("(\"run\") are not valid JSON"),
         "{e}"
     );
 }
@@ -282,7 +285,10 @@ fn a_tool_use_with_no_name_is_an_error() {
     ];
     let (_h, _p, inf) = setup(vec![stream(&events)], "");
     let e = run(&inf, &hello_request()).0.unwrap_err();
-    assert!(e.to_string().contains("tool call 0 has no name"), "{e}");
+    assert!(
+        e.pointed().to_string().contains("tool call 0 has no name"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -294,7 +300,7 @@ fn an_unknown_event_is_an_error() {
     let (_h, _p, inf) = setup(vec![stream(&events)], "");
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(
-        e.to_string(),
+        e.pointed().to_string(),
         "the provider's reply is malformed: an unknown event \"content_block_teleport\"; see docs/runbook.md#inference-malformed"
     );
 }
@@ -310,7 +316,7 @@ fn a_wrong_key_is_an_auth_error_with_the_providers_message() {
     );
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(
-        e.to_string(),
+        e.pointed().to_string(),
         "the provider refused the API key (401): invalid x-api-key; see docs/runbook.md#inference-auth-refused"
     );
     assert_eq!(p.seen().len(), 1);

@@ -5,6 +5,7 @@ mod common;
 
 use std::time::Duration;
 
+use bxcore::runbook::Anchored;
 use common::*;
 use serde_json::{Value, json};
 
@@ -430,7 +431,7 @@ fn a_500_three_times_is_a_failure_after_three_attempts() {
     assert!(pieces.is_empty());
     assert_eq!(e.anchor(), "inference-overloaded");
     assert_eq!(
-        e.to_string(),
+        e.pointed().to_string(),
         "the provider answered 500 after 3 attempts: The server had an error while processing \
          your request.; see docs/runbook.md#inference-overloaded"
     );
@@ -471,7 +472,7 @@ fn a_stream_cut_in_the_middle_is_an_error_and_not_retried_after_text_was_forward
     assert_eq!(forwarded, ["Hel"]);
     let e = r.unwrap_err();
     assert_eq!(e.anchor(), "inference-malformed", "{e}");
-    assert!(e.to_string().contains("cut off"), "{e}");
+    assert!(e.pointed().to_string().contains("cut off"), "{e}");
     assert_eq!(p.seen().len(), 1, "never retried once text was forwarded");
 }
 
@@ -482,7 +483,10 @@ fn a_stream_that_ends_without_done_is_cut_off() {
     let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
     let (_h, _p, inf) = setup(vec![Answer::sse(&refs)], "retries = 0");
     let e = run(&inf, &hello_request()).0.unwrap_err();
-    assert!(e.to_string().contains("cut off before its end"), "{e}");
+    assert!(
+        e.pointed().to_string().contains("cut off before its end"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -514,7 +518,8 @@ fn invalid_json_in_arguments_is_an_error_not_a_tool_call() {
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(e.anchor(), "inference-malformed");
     assert!(
-        e.to_string()
+        e.pointed()
+            .to_string()
             .contains("the arguments of tool call 0 (\"run\") are not valid JSON"),
         "{e}"
     );
@@ -531,7 +536,10 @@ fn a_tool_call_with_no_name_is_an_error() {
     ];
     let (_h, _p, inf) = setup(vec![stream(&chunks)], "");
     let e = run(&inf, &hello_request()).0.unwrap_err();
-    assert!(e.to_string().contains("tool call 0 has no name"), "{e}");
+    assert!(
+        e.pointed().to_string().contains("tool call 0 has no name"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -539,7 +547,10 @@ fn a_chunk_that_is_not_json_is_an_error() {
     let (_h, _p, inf) = setup(vec![Answer::sse(&["data: {not json}\n\n"])], "retries = 0");
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(e.anchor(), "inference-malformed");
-    assert!(e.to_string().contains("a chunk is not JSON"), "{e}");
+    assert!(
+        e.pointed().to_string().contains("a chunk is not JSON"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -553,7 +564,10 @@ fn a_slow_loris_provider_cannot_hold_a_request_past_its_deadline() {
     let started = std::time::Instant::now();
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(e.anchor(), "inference-timeout", "{e}");
-    assert!(e.to_string().contains("deadline of 1500 ms"), "{e}");
+    assert!(
+        e.pointed().to_string().contains("deadline of 1500 ms"),
+        "{e}"
+    );
     // Generous: the point is that it ended, not how fast.
     assert!(started.elapsed() < Duration::from_secs(30));
 }
@@ -566,7 +580,7 @@ fn a_wrong_key_is_an_auth_error_with_the_providers_message_and_no_key() {
     let (_h, p, inf) = setup(vec![Answer::json(401, &body)], "");
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(e.anchor(), "inference-auth-refused");
-    let s = e.to_string();
+    let s = e.pointed().to_string();
     assert!(
         s.starts_with(
             "the provider refused the API key (401): Incorrect API key provided: [redacted]."
@@ -588,7 +602,7 @@ fn another_4xx_is_refused_with_the_providers_message() {
     );
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(
-        e.to_string(),
+        e.pointed().to_string(),
         "the provider refused the request (404): The model `test-model` does not exist; see docs/runbook.md#inference-request-refused"
     );
 }
@@ -618,7 +632,7 @@ fn an_unknown_slot_and_an_oversized_request_are_refused_before_sending() {
     let mut req = hello_request();
     req.slot = "huge".into();
     assert_eq!(
-        run(&inf, &req).0.unwrap_err().to_string(),
+        run(&inf, &req).0.unwrap_err().pointed().to_string(),
         "no slot named \"huge\" is configured; see docs/runbook.md#inference-slot"
     );
     let mut req = hello_request();
@@ -627,7 +641,8 @@ fn an_unknown_slot_and_an_oversized_request_are_refused_before_sending() {
     }];
     let e = run(&inf, &req).0.unwrap_err();
     assert!(
-        e.to_string()
+        e.pointed()
+            .to_string()
             .contains("over slot \"main\"'s context_tokens of 100000"),
         "{e}"
     );
@@ -647,7 +662,7 @@ fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
     assert_eq!(p.seen().len(), 1);
     assert!(other.seen().is_empty(), "the redirect was followed");
     assert_eq!(
-        e.to_string(),
+        e.pointed().to_string(),
         "the provider refused the request (307): (no message); see docs/runbook.md#inference-request-refused"
     );
 }
@@ -686,7 +701,9 @@ fn a_reply_over_the_frame_limit_is_refused() {
     let (_h, _p, inf) = setup(vec![stream(&chunks)], "");
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert!(
-        e.to_string().contains("the reply grew past 1048576 bytes"),
+        e.pointed()
+            .to_string()
+            .contains("the reply grew past 1048576 bytes"),
         "{e}"
     );
 }
@@ -699,7 +716,11 @@ fn a_key_echoed_where_the_message_is_cut_leaves_no_prefix_of_it() {
         "x".repeat(190)
     );
     let (_h, _p, inf) = setup(vec![Answer::json(401, &body)], "");
-    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    let e = run(&inf, &hello_request())
+        .0
+        .unwrap_err()
+        .pointed()
+        .to_string();
     assert!(!e.contains(&KEY[..6]), "{e}");
 }
 
@@ -711,7 +732,11 @@ fn a_key_echoed_inside_the_stream_is_redacted() {
             .to_string(),
     ];
     let (_h, _p, inf) = setup(vec![stream(&chunks)], "");
-    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    let e = run(&inf, &hello_request())
+        .0
+        .unwrap_err()
+        .pointed()
+        .to_string();
     assert!(e.contains("bad key [redacted]"), "{e}");
     assert!(!e.contains(KEY), "{e}");
     // And in a chunk that breaks the format, quoted in the error.
@@ -719,7 +744,11 @@ fn a_key_echoed_inside_the_stream_is_redacted() {
         vec![Answer::sse(&[&format!("data: {{{KEY}\n\n")])],
         "retries = 0",
     );
-    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    let e = run(&inf, &hello_request())
+        .0
+        .unwrap_err()
+        .pointed()
+        .to_string();
     assert!(!e.contains(KEY), "{e}");
 }
 
@@ -734,7 +763,11 @@ fn provider_text_in_an_error_cannot_forge_a_log_line() {
         chunk(json!({}), Some("tool_calls")),
     ];
     let (_h, _p, inf) = setup(vec![stream(&chunks)], "");
-    let e = run(&inf, &hello_request()).0.unwrap_err().to_string();
+    let e = run(&inf, &hello_request())
+        .0
+        .unwrap_err()
+        .pointed()
+        .to_string();
     assert!(!e.contains('\n'), "{e}");
     assert!(
         e.ends_with("see docs/runbook.md#inference-malformed"),

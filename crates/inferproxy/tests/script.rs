@@ -1,5 +1,6 @@
 //! The `script` provider: ordered steps, pattern rules, substitutions, and running out.
 
+use bxcore::runbook::Anchored;
 use std::path::Path;
 
 use bxcore::{CallId, ChatMessage, InferRequest};
@@ -35,7 +36,7 @@ fn ask(inf: &Inference, r: &InferRequest) -> (Result<serde_json::Value, String>,
     let out = inf
         .infer(r, &mut |t| pieces.push(t.to_string()))
         .map(|r| serde_json::to_value(r).unwrap())
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.pointed().to_string());
     (out, pieces)
 }
 
@@ -184,6 +185,7 @@ fn bad_scripts_are_refused_with_the_reason() {
     ] {
         let e = Script::parse(Path::new("s.toml"), text)
             .unwrap_err()
+            .pointed()
             .to_string();
         assert!(e.contains(want), "{text:?}: {e}");
         assert!(

@@ -6,9 +6,11 @@
 //! (a fresh box has no core memory yet); a file that exists but cannot be read refuses the
 //! session, because starting without the owner's core memory would quietly change who the box is.
 
-use std::fmt;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use bxcore::ErrorCode;
+use bxcore::runbook::Anchored;
 
 /// The largest `system.md` or `core.md`, in bytes: the whole baseline travels in every
 /// inference request, which is one frame of at most 1 MiB.
@@ -24,32 +26,33 @@ pub struct Baseline {
 }
 
 /// Why the baseline could not be assembled.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum BaselineError {
     /// `system.md` exists but could not be read.
-    Read(PathBuf, io::Error),
+    #[error("{}: {}", .0.display(), .1)]
+    Read(PathBuf, #[source] io::Error),
     /// `memory/core.md` exists but could not be read.
-    Core(PathBuf, io::Error),
+    #[error("{}: {}", .0.display(), .1)]
+    Core(PathBuf, #[source] io::Error),
 }
 
-impl fmt::Display for BaselineError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// The runbook entry of a `system.md` that exists and cannot be read.
+pub const SYSTEM_ANCHOR: &str = "system-prompt-unreadable";
+/// The runbook entry of a `memory/core.md` that exists and cannot be read.
+pub const CORE_ANCHOR: &str = "core-memory-unreadable";
+
+impl Anchored for BaselineError {
+    fn anchor(&self) -> &str {
         match self {
-            BaselineError::Read(path, err) => write!(
-                f,
-                "{}: {err}; see docs/runbook.md#system-prompt-unreadable",
-                path.display()
-            ),
-            BaselineError::Core(path, err) => write!(
-                f,
-                "{}: {err}; see docs/runbook.md#core-memory-unreadable",
-                path.display()
-            ),
+            BaselineError::Read(..) => SYSTEM_ANCHOR,
+            BaselineError::Core(..) => CORE_ANCHOR,
         }
     }
-}
 
-impl std::error::Error for BaselineError {}
+    fn code(&self) -> ErrorCode {
+        ErrorCode::Internal
+    }
+}
 
 impl Baseline {
     /// Read `<loop_dir>/system.md` and `<loop_dir>/memory/core.md`.

@@ -18,16 +18,25 @@ use crate::tools::{Pending, ToolPort};
 pub const UNAVAILABLE: &str = "the tool broker is unavailable";
 pub const NOT_CONFIGURED: &str = "no tool broker is configured";
 pub const TOO_LARGE: &str = "the request is too large for the tool broker";
-pub const POINTER: &str = "see docs/runbook.md#broker-unavailable";
+/// The runbook entry of every outage line here.
+pub const BROKER_ANCHOR: &str = "broker-unavailable";
 
-/// `loopd: {UNAVAILABLE}: {why}; {POINTER}`
-pub fn unavailable_line(why: &str) -> String {
-    format!("loopd: {UNAVAILABLE}: {why}; {POINTER}")
+/// The pointer of [`BROKER_ANCHOR`], the end of every outage line here.
+pub fn pointer() -> String {
+    bxcore::runbook::pointer(BROKER_ANCHOR)
 }
 
-/// `loopd: {NOT_CONFIGURED}: every tool call except the core ones will fail; {POINTER}`
+/// `loopd: {UNAVAILABLE}: {why}` and the pointer.
+pub fn unavailable_line(why: &str) -> String {
+    format!("loopd: {UNAVAILABLE}: {why}; {}", pointer())
+}
+
+/// `loopd: {NOT_CONFIGURED}: every tool call except the core ones will fail` and the pointer.
 pub fn not_configured_line() -> String {
-    format!("loopd: {NOT_CONFIGURED}: every tool call except the core ones will fail; {POINTER}")
+    format!(
+        "loopd: {NOT_CONFIGURED}: every tool call except the core ones will fail; {}",
+        pointer()
+    )
 }
 
 /// A logger for the port's outage lines.

@@ -230,8 +230,9 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         Ok(done) => Message::TurnDone(done),
         Err(e) => {
             // An outage or a damaged file is logged too, so the journal finds it by its anchor.
-            if let Some(anchor) = e.log_anchor() {
-                bxharden::log::line(&anchor, &format!("loopd: session {}: {e}", turn.session));
+            if let (true, Some(anchor)) = (e.logged(), e.anchor()) {
+                let line = format!("loopd: session {}: {}", turn.session, e.line());
+                bxharden::log::line(anchor, &line);
             }
             error_message(&e)
         }
@@ -244,7 +245,7 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
 fn error_message(e: &TurnError) -> Message {
     Message::Error(bxcore::WireError {
         code: e.code(),
-        detail: e.to_string(),
+        detail: e.line(),
     })
 }
 

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bxcore::runbook::Anchored;
 use bxcore::{Message, PROTOCOL_VERSION};
 use bxcore::{client, layout};
 use bxharden::daemon::{self, Spec, Start, StartError};
@@ -28,7 +29,7 @@ use crate::outbox::Outbox;
 use crate::tools::{Registry, ToolPort};
 
 /// The runbook entry of the broker port's lines.
-pub const BROKER_ANCHOR: &str = "broker-unavailable";
+pub use crate::broker_port::BROKER_ANCHOR;
 /// The runbook entry of a configuration loopd refuses.
 pub const CONFIG_ANCHOR: &str = "loopd-config-refused";
 /// The runbook entry of a failed `check` or `selftest`.
@@ -161,7 +162,7 @@ fn profile(cfg: &Config, config: &Path) -> Profile {
 }
 
 /// `loopd check` (`live: false`) and `loopd selftest` (`live: true`). Prints what it found;
-/// a failure prints `selftest: FAILED: {e}; see docs/runbook.md#loopd-selftest-failed`.
+/// a failure prints `selftest: FAILED: {e}` and the pointer of [`SELFTEST_ANCHOR`].
 pub fn run_selftest_check(config: &Path, live: bool) -> i32 {
     match selftest(config, live) {
         Ok(lines) => {
@@ -171,7 +172,10 @@ pub fn run_selftest_check(config: &Path, live: bool) -> i32 {
             0
         }
         Err(e) => {
-            println!("selftest: FAILED: {e}; see docs/runbook.md#loopd-selftest-failed");
+            println!(
+                "selftest: FAILED: {e}; {}",
+                bxcore::runbook::pointer(SELFTEST_ANCHOR)
+            );
             1
         }
     }
@@ -179,7 +183,7 @@ pub fn run_selftest_check(config: &Path, live: bool) -> i32 {
 
 fn selftest(config: &Path, live: bool) -> Result<Vec<String>, String> {
     let cfg = Config::load(config).map_err(|e| e.to_string())?;
-    let baseline = Baseline::assemble(&cfg.loop_dir()).map_err(|e| e.to_string())?;
+    let baseline = Baseline::assemble(&cfg.loop_dir()).map_err(|e| e.pointed().to_string())?;
     let mut out = vec![
         format!("loopd: {} is valid", config.display()),
         format!(

@@ -5,11 +5,12 @@
 //! `first_call` on, one apart, or the reply is refused, so a confused or hostile proxy can never
 //! make loopd reuse a call id.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bxcore::ErrorCode;
 use bxcore::client::{ClientError, Exchange};
+use bxcore::runbook::Anchored;
 use bxcore::{ChatMessage, InferReply, InferRequest, Message, ToolCall, Usage};
 
 /// A checked reply: the assistant's text, its tool calls numbered from `first_call`, the usage.
@@ -31,55 +32,52 @@ pub struct Client {
 }
 
 /// Why a model call gave no usable reply.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum InferError {
     /// infer.sock could not be reached or answered badly.
+    #[error("the model call failed: {}", client_text(.0))]
     Client(ClientError),
     /// The reply broke the protocol's rules for inference.
+    #[error("the model call failed: {0}")]
     Reply(String),
 }
 
-impl InferError {
+impl Anchored for InferError {
     /// The runbook entry that names the cause: inferproxy's own when its answer carries one
     /// (`inference-unreachable`, `inference-auth-refused`, ...), else `inference-unavailable`.
-    pub fn anchor(&self) -> String {
+    fn anchor(&self) -> &str {
         match self {
-            InferError::Client(ClientError::Remote(e)) => proxy_anchor(&e.detail)
-                .unwrap_or(INFERENCE_ANCHOR)
-                .to_string(),
-            _ => INFERENCE_ANCHOR.to_string(),
-        }
-    }
-}
-
-/// The anchor of the runbook pointer `detail` ends with, if it ends with one.
-fn proxy_anchor(detail: &str) -> Option<&str> {
-    let (_, anchor) = detail.rsplit_once(&bxcore::runbook::pointer(""))?;
-    (!anchor.is_empty() && anchor.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
-        .then_some(anchor)
-}
-
-impl fmt::Display for InferError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // inferproxy's answer names the cause where it happened, with its own runbook entry:
-        // shown once, as it is, with no second pointer.
-        if let InferError::Client(ClientError::Remote(e)) = self {
-            if proxy_anchor(&e.detail).is_some() {
-                return write!(f, "the model call failed: {}", e.detail);
+            InferError::Client(ClientError::Remote(e)) => {
+                proxy_pointed(&e.detail).map_or(INFERENCE_ANCHOR, |(_, anchor)| anchor)
             }
+            _ => INFERENCE_ANCHOR,
         }
-        let why = match self {
-            InferError::Client(e) => e.to_string(),
-            InferError::Reply(why) => why.clone(),
-        };
-        write!(
-            f,
-            "the model call failed: {why}; see docs/runbook.md#inference-unavailable"
-        )
+    }
+
+    fn code(&self) -> ErrorCode {
+        ErrorCode::Inference
     }
 }
 
-impl std::error::Error for InferError {}
+/// inferproxy's answer names the cause where it happened, with its own runbook entry: shown
+/// once, as it is, and its pointer is the error's (no second one).
+fn client_text(e: &ClientError) -> String {
+    match e {
+        ClientError::Remote(w) => match proxy_pointed(&w.detail) {
+            Some((text, _)) => text.to_string(),
+            None => e.to_string(),
+        },
+        _ => e.to_string(),
+    }
+}
+
+/// `detail` split into its text and the anchor of the runbook pointer it ends with, if it ends
+/// with one.
+fn proxy_pointed(detail: &str) -> Option<(&str, &str)> {
+    let (text, anchor) = detail.rsplit_once(&format!("; {}", bxcore::runbook::pointer("")))?;
+    (!anchor.is_empty() && anchor.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        .then_some((text, anchor))
+}
 
 impl Client {
     pub fn new(socket: PathBuf, timeout: Duration) -> Client {

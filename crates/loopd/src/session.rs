@@ -6,7 +6,6 @@
 //! said so). A damaged line anywhere else is refused, never skipped, because a session read back
 //! without some of its records would tell the model something that did not happen.
 
-use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -59,47 +58,42 @@ pub enum Record {
 }
 
 /// Why a session could not be created, opened or written.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     /// `resume: false` for a session whose log exists.
+    #[error("the session {0} exists already: resume it or pick another name")]
     Exists(SessionId),
     /// `resume: true` for a session with no log.
+    #[error("there is no session {0}: start it with resume false")]
     NotFound(SessionId),
     /// A line other than a torn last one does not parse (lines counted from 1).
+    #[error("{}:{line}: {why}", path.display())]
     Torn {
         path: PathBuf,
         line: usize,
         why: String,
     },
     /// Reading or writing the log failed.
-    Io(PathBuf, io::Error),
+    #[error("{}: {}", .0.display(), .1)]
+    Io(PathBuf, #[source] io::Error),
 }
 
-impl fmt::Display for SessionError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// The runbook entry of a session log that does not parse.
+pub const DAMAGED_ANCHOR: &str = "session-log-damaged";
+/// The runbook entry of a session log that cannot be read or written.
+pub const UNWRITABLE_ANCHOR: &str = "session-log-unwritable";
+
+impl SessionError {
+    /// The runbook entry of damage or an outage; none for the refusals a channel is told about
+    /// (exists, not found), which name what to do themselves.
+    pub fn anchor(&self) -> Option<&'static str> {
         match self {
-            SessionError::Exists(id) => write!(
-                f,
-                "the session {id} exists already: resume it or pick another name"
-            ),
-            SessionError::NotFound(id) => {
-                write!(f, "there is no session {id}: start it with resume false")
-            }
-            SessionError::Torn { path, line, why } => write!(
-                f,
-                "{}:{line}: {why}; see docs/runbook.md#session-log-damaged",
-                path.display()
-            ),
-            SessionError::Io(path, e) => write!(
-                f,
-                "{}: {e}; see docs/runbook.md#session-log-unwritable",
-                path.display()
-            ),
+            SessionError::Torn { .. } => Some(DAMAGED_ANCHOR),
+            SessionError::Io(..) => Some(UNWRITABLE_ANCHOR),
+            SessionError::Exists(_) | SessionError::NotFound(_) => None,
         }
     }
 }
-
-impl std::error::Error for SessionError {}
 
 /// An open session log, and the conversation it holds.
 #[derive(Debug)]

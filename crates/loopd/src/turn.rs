@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use bxcore::runbook::pointer;
+use bxcore::runbook::Anchored;
 use bxcore::{
     ChatMessage, ErrorCode, InferRequest, Outcome, Timestamp, ToolDef, ToolRequest, ToolResponse,
     TurnEvent, Usage,
@@ -49,51 +49,36 @@ pub struct Finished {
 }
 
 /// Why a turn ended without `turn_done`.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum TurnError {
     /// The session would exceed its context budget.
-    SessionFull {
-        estimated: u64,
-        budget: u64,
-    },
+    #[error(
+        "the session holds about {estimated} tokens, over its budget of {budget}: start a new \
+         session"
+    )]
+    SessionFull { estimated: u64, budget: u64 },
     /// The turn used all its rounds and the model still asked for tools.
+    #[error("the model still asked for tools after {0} rounds")]
     TurnLimit(u32),
+    #[error(transparent)]
     Infer(InferError),
+    #[error(transparent)]
     Session(SessionError),
     /// A new session's baseline could not be read.
+    #[error(transparent)]
     Baseline(BaselineError),
     /// The channel cancelled the turn; nothing more was started.
+    #[error("the turn was cancelled by its channel; no model or tool call was started after that")]
     Cancelled,
 }
 
 /// What the model is shown for a tool call its turn was cancelled before.
 pub const CANCELLED_CALL: &str = "the owner cancelled the turn before this call ran";
 
-impl fmt::Display for TurnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TurnError::SessionFull { estimated, budget } => write!(
-                f,
-                "the session holds about {estimated} tokens, over its budget of {budget}: \
-                 start a new session; {}",
-                pointer("session-full")
-            ),
-            TurnError::TurnLimit(n) => write!(
-                f,
-                "the model still asked for tools after {n} rounds; {}",
-                pointer("turn-limit")
-            ),
-            TurnError::Infer(e) => e.fmt(f),
-            TurnError::Session(e) => e.fmt(f),
-            TurnError::Baseline(e) => e.fmt(f),
-            TurnError::Cancelled => f.write_str(
-                "the turn was cancelled by its channel; no model or tool call was started after that",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for TurnError {}
+/// The runbook entry of a session over its context budget.
+pub const SESSION_FULL_ANCHOR: &str = "session-full";
+/// The runbook entry of a turn that used all its rounds.
+pub const TURN_LIMIT_ANCHOR: &str = "turn-limit";
 
 impl TurnError {
     /// The code an `error` frame carries for this error.
@@ -108,36 +93,37 @@ impl TurnError {
             TurnError::Cancelled => ErrorCode::Cancelled,
         }
     }
-}
 
-impl TurnError {
-    /// The runbook entry the logged line ends with: [`TurnError::anchor`], except that a model
-    /// call's failure points where inferproxy's answer points.
-    pub fn log_anchor(&self) -> Option<String> {
+    /// The runbook entry its line points at: a model call's failure where inferproxy's answer
+    /// pointed; none for the refusals that say what to do themselves (exists, not found,
+    /// cancelled).
+    pub fn anchor(&self) -> Option<&str> {
         match self {
+            TurnError::SessionFull { .. } => Some(SESSION_FULL_ANCHOR),
+            TurnError::TurnLimit(_) => Some(TURN_LIMIT_ANCHOR),
             TurnError::Infer(e) => Some(e.anchor()),
-            other => other.anchor().map(str::to_string),
+            TurnError::Session(e) => e.anchor(),
+            TurnError::Baseline(e) => Some(e.anchor()),
+            TurnError::Cancelled => None,
         }
     }
 
-    /// The runbook entry of an error loopd also logs: outages and damaged files, not the
-    /// refusals a channel is told about (busy, full, the turn limit, exists, not found).
-    pub fn anchor(&self) -> Option<&'static str> {
-        match self {
-            TurnError::Infer(_) => Some(crate::infer::INFERENCE_ANCHOR),
-            TurnError::Session(SessionError::Torn { .. }) => Some(DAMAGED_ANCHOR),
-            TurnError::Session(SessionError::Io(..)) => Some(UNWRITABLE_ANCHOR),
-            TurnError::Baseline(BaselineError::Read(..)) => Some(SYSTEM_ANCHOR),
-            TurnError::Baseline(BaselineError::Core(..)) => Some(CORE_ANCHOR),
-            _ => None,
-        }
+    /// Whether loopd logs it too: outages and damaged files, not the refusals a channel is told
+    /// about (busy, full, the turn limit, exists, not found, cancelled).
+    pub fn logged(&self) -> bool {
+        matches!(
+            self,
+            TurnError::Infer(_)
+                | TurnError::Baseline(_)
+                | TurnError::Session(SessionError::Torn { .. } | SessionError::Io(..))
+        )
+    }
+
+    /// The line the channel is told (an `error` frame's detail): the text and its pointer.
+    pub fn line(&self) -> String {
+        bxcore::runbook::with_pointer(self, self.anchor())
     }
 }
-
-const DAMAGED_ANCHOR: &str = "session-log-damaged";
-const UNWRITABLE_ANCHOR: &str = "session-log-unwritable";
-const SYSTEM_ANCHOR: &str = "system-prompt-unreadable";
-const CORE_ANCHOR: &str = "core-memory-unreadable";
 
 impl From<SessionError> for TurnError {
     fn from(e: SessionError) -> TurnError {

@@ -12,7 +12,7 @@ use bxcore::{
     WireError, write_frame,
 };
 use loopd::broker_port::{
-    BrokerPort, NOT_CONFIGURED, NoBroker, POINTER, TOO_LARGE, UNAVAILABLE, not_configured_line,
+    BrokerPort, NOT_CONFIGURED, NoBroker, TOO_LARGE, UNAVAILABLE, not_configured_line, pointer,
     unavailable_line,
 };
 use loopd::tools::{Pending, ToolPort};
@@ -103,7 +103,7 @@ fn the_lines_are_exactly_as_the_runbook_quotes_them() {
         not_configured_line(),
         "loopd: no tool broker is configured: every tool call except the core ones will fail; see docs/runbook.md#broker-unavailable"
     );
-    assert_eq!(POINTER, "see docs/runbook.md#broker-unavailable");
+    assert_eq!(pointer(), "see docs/runbook.md#broker-unavailable");
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn exit_2_a_socket_that_cannot_be_reached_is_unavailable() {
         path.display()
     );
     assert!(o.lines[0].starts_with(&prefix), "{}", o.lines[0]);
-    assert!(o.lines[0].ends_with(POINTER));
+    assert!(o.lines[0].ends_with(&pointer()));
 }
 
 #[test]
@@ -473,7 +473,7 @@ fn the_tool_list_comes_from_tools_list_and_an_outage_offers_none() {
     assert!(gone.list().is_empty());
     let lines = lines.lock().unwrap();
     assert_eq!(lines.len(), 1);
-    assert!(lines[0].ends_with(POINTER), "{}", lines[0]);
+    assert!(lines[0].ends_with(&pointer()), "{}", lines[0]);
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bxcore::{CallId, DataClass, Message, ToolRequest, ToolResponse};
-use loopd::broker_port::{BrokerPort, POINTER, UNAVAILABLE, unavailable_line};
+use loopd::broker_port::{BrokerPort, UNAVAILABLE, pointer, unavailable_line};
 use loopd::tools::ToolPort;
 use support::broker::{FakeBroker, send};
 use support::{frame_of, sid};
@@ -76,7 +76,7 @@ fn a_broker_that_answers_with_garbage_gets_one_line_per_call_and_a_plain_failure
             line.starts_with(&format!("loopd: {UNAVAILABLE}: bad frame: ")),
             "call {call}: {line}"
         );
-        assert!(line.ends_with(POINTER), "{line}");
+        assert!(line.ends_with(&pointer()), "{line}");
     }
 }
 

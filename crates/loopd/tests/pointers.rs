@@ -6,6 +6,7 @@ mod support;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use bxcore::runbook::Anchored;
 use loopd::baseline::{Baseline, BaselineError};
 use loopd::broker_port::{not_configured_line, unavailable_line};
 use loopd::session::{Session, SessionError};
@@ -74,13 +75,14 @@ fn session_errors_point_at_their_entries() {
         line: 3,
         why: "the record does not parse".to_string(),
     };
+    let torn = TurnError::Session(torn).line();
     assert_eq!(
-        torn.to_string(),
+        torn,
         "/h/loop/sessions/s.jsonl:3: the record does not parse; see docs/runbook.md#session-log-damaged"
     );
-    assert_points(&torn.to_string(), "session-log-damaged");
+    assert_points(&torn, "session-log-damaged");
     let io = SessionError::Io(PathBuf::from("/h/x"), io::Error::other("disk full"));
-    assert_points(&io.to_string(), "session-log-unwritable");
+    assert_points(&TurnError::Session(io).line(), "session-log-unwritable");
 }
 
 #[test]
@@ -90,12 +92,12 @@ fn baseline_errors_point_at_their_entries() {
         io::Error::from(io::ErrorKind::PermissionDenied),
     );
     assert!(core.to_string().starts_with("/h/loop/memory/core.md: "));
-    assert_points(&core.to_string(), "core-memory-unreadable");
+    assert_points(&core.pointed().to_string(), "core-memory-unreadable");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("system.md")).unwrap();
     let e = Baseline::assemble(dir.path()).unwrap_err();
     assert!(matches!(e, BaselineError::Read(..)));
-    assert_points(&e.to_string(), "system-prompt-unreadable");
+    assert_points(&e.pointed().to_string(), "system-prompt-unreadable");
 }
 
 #[test]
@@ -105,15 +107,12 @@ fn turn_errors_point_at_their_entries() {
             estimated: 10,
             budget: 5,
         }
-        .to_string(),
+        .line(),
         "session-full",
     );
-    assert_points(&TurnError::TurnLimit(8).to_string(), "turn-limit");
+    assert_points(&TurnError::TurnLimit(8).line(), "turn-limit");
     let infer = loopd::infer::InferError::Reply("x".to_string());
-    assert_points(
-        &TurnError::Infer(infer).to_string(),
-        "inference-unavailable",
-    );
+    assert_points(&TurnError::Infer(infer).line(), "inference-unavailable");
 }
 
 #[test]
@@ -169,7 +168,10 @@ fn a_model_failure_inferproxy_explains_is_shown_once_with_its_own_entry() {
             code: bxcore::ErrorCode::Inference,
             detail: detail.clone(),
         }));
-    assert_eq!(e.to_string(), format!("the model call failed: {detail}"));
+    assert_eq!(
+        e.pointed().to_string(),
+        format!("the model call failed: {detail}")
+    );
     assert_eq!(e.anchor(), "inference-unreachable");
-    assert_eq!(e.to_string().matches("see docs/").count(), 1);
+    assert_eq!(e.pointed().to_string().matches("see docs/").count(), 1);
 }

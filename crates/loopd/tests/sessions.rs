@@ -170,7 +170,7 @@ fn damage_in_the_middle_is_refused_with_its_path_and_line() {
     let text = lines.join("\n") + "\n";
     std::fs::write(&path, &text).unwrap();
     let e = Session::open(dir.path(), &sid("s1"), &quiet).unwrap_err();
-    let shown = e.to_string();
+    let shown = loopd::turn::TurnError::Session(e).line();
     assert!(
         shown.starts_with(&format!("{}:4: ", path.display())),
         "{shown}"

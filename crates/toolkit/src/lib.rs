@@ -48,34 +48,25 @@ impl Output {
 
 /// Why a tool could not run or failed. Every variant's text is for a person and is what the
 /// model is shown as the `failed` message; a failed tool returned nothing and raises nothing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolError {
     /// The arguments are not what the tool can act on (a relative path, a path outside every
     /// root, a symlink that leaves its root, ...).
+    #[error("{0}")]
     Refused(String),
     /// The tool ran and the system said no (a missing file, a full disk, ...).
+    #[error("{0}")]
     Failed(String),
     /// The owner's configuration does not let this call happen (a program off the `run`
     /// tool's allow-list): the policy's `denied`, not a failure.
+    #[error("{0}")]
     Denied(String),
     /// Planning the call ran against the files of a root and then refused it (a write that
     /// leads into a read-only root): what the refusal tells raises the session as a read of
     /// that place would.
+    #[error("{1}")]
     Touched(Labels, String),
 }
-
-impl fmt::Display for ToolError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ToolError::Refused(why)
-            | ToolError::Failed(why)
-            | ToolError::Denied(why)
-            | ToolError::Touched(_, why) => f.write_str(why),
-        }
-    }
-}
-
-impl std::error::Error for ToolError {}
 
 /// What the tools need from the daemon that runs them: the workspace roots, where gatewayd
 /// listens, if anywhere, and how the `run` tool starts programs, if it does.

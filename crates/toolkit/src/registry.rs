@@ -32,64 +32,45 @@ pub struct Tightening {
 }
 
 /// A `[tools.<name>]` entry that is not a tightening.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TighteningError {
     /// The name is not a tool this broker has.
+    #[error(
+        "[tools.{}]: there is no tool named {:?} (the tools are {})",
+        .0,
+        .0,
+        TOOL_NAMES.join(", ")
+    )]
     UnknownTool(String),
     /// `reads` below the class the tool declares.
+    #[error(
+        "[tools.{tool}] reads = {asked:?} is below the {declared} the tool declares; the policy \
+         file can only tighten a tool"
+    )]
     LowerReads {
         tool: String,
         asked: DataClass,
         declared: DataClass,
     },
     /// `untrusted_output = false` for a tool whose output is third-party content.
+    #[error(
+        "[tools.{0}] untrusted_output = false would trust third-party content; the policy file \
+         can only tighten a tool"
+    )]
     TrustsUntrusted(String),
     /// `approval` below what the tool declares.
+    #[error(
+        "[tools.{tool}] approval = {:?} is below the {:?} the tool declares; the policy file can \
+         only tighten a tool",
+        asked.as_str(),
+        declared.as_str()
+    )]
     LowerApproval {
         tool: String,
         asked: ApprovalRule,
         declared: ApprovalRule,
     },
 }
-
-impl fmt::Display for TighteningError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TighteningError::UnknownTool(name) => write!(
-                f,
-                "[tools.{name}]: there is no tool named {name:?} (the tools are {})",
-                TOOL_NAMES.join(", ")
-            ),
-            TighteningError::LowerReads {
-                tool,
-                asked,
-                declared,
-            } => write!(
-                f,
-                "[tools.{tool}] reads = {asked:?} is below the {declared} the tool declares; \
-                 the policy file can only tighten a tool"
-            ),
-            TighteningError::TrustsUntrusted(tool) => write!(
-                f,
-                "[tools.{tool}] untrusted_output = false would trust third-party content; \
-                 the policy file can only tighten a tool"
-            ),
-            TighteningError::LowerApproval {
-                tool,
-                asked,
-                declared,
-            } => write!(
-                f,
-                "[tools.{tool}] approval = {:?} is below the {:?} the tool declares; \
-                 the policy file can only tighten a tool",
-                asked.as_str(),
-                declared.as_str()
-            ),
-        }
-    }
-}
-
-impl std::error::Error for TighteningError {}
 
 /// Every tool this broker has, in the order they are offered.
 pub const TOOL_NAMES: [&str; 5] = [

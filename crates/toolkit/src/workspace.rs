@@ -13,7 +13,6 @@
 //! ([`Roots::labels`]).
 
 use std::ffi::OsStr;
-use std::fmt;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
@@ -42,32 +41,16 @@ pub struct Root {
 }
 
 /// A `[[workspace.roots]]` list that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RootsError {
+    #[error(
+        "[[workspace.roots]] path {} is not an absolute, normal path (no `..`, no `.`)",
+        .0.display()
+    )]
     NotAbsolute(PathBuf),
+    #[error("[[workspace.roots]] path {} is listed twice", .0.display())]
     Twice(PathBuf),
 }
-
-impl fmt::Display for RootsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RootsError::NotAbsolute(p) => write!(
-                f,
-                "[[workspace.roots]] path {} is not an absolute, normal path (no `..`, no `.`)",
-                p.display()
-            ),
-            RootsError::Twice(p) => {
-                write!(
-                    f,
-                    "[[workspace.roots]] path {} is listed twice",
-                    p.display()
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for RootsError {}
 
 /// The configured roots.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

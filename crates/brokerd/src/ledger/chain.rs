@@ -8,7 +8,6 @@
 //! the hash the chain resumes from, with an `accepted` record appended at the end.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -16,6 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
+use bxcore::runbook::Anchored;
 use bxcore::{ApprovalId, Timestamp, canonical};
 use serde_json::{Value, json};
 
@@ -309,45 +309,39 @@ fn follow(s: &mut Scan, open: &mut BTreeMap<String, OpenApproval>, rec: Record) 
 }
 
 /// Why the chain cannot be used.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ChainError {
     /// The file cannot be read, created, cut or written.
+    #[error("the audit chain {} cannot be used: {}", .0.display(), .1)]
     Io(PathBuf, String),
     /// A break no `accepted` record covers.
+    #[error("the audit chain is broken at {at}: {why}")]
     Broken { at: u64, why: String },
     /// `accept --at` names a place where the chain is not broken.
+    #[error("{}", not_there(*asked, *first))]
     NotThere { asked: u64, first: Option<u64> },
 }
 
-impl fmt::Display for ChainError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ChainError::Io(path, why) => write!(
-                f,
-                "the audit chain {} cannot be used: {why}; see docs/runbook.md#{WRITE_ANCHOR}",
-                path.display()
-            ),
-            ChainError::Broken { at, why } => write!(
-                f,
-                "the audit chain is broken at {at}: {why}; see docs/runbook.md#{BROKEN_ANCHOR}"
-            ),
-            ChainError::NotThere { asked, first } => match first {
-                Some(first) => write!(
-                    f,
-                    "the audit chain is not broken at {asked}; its first break is at {first}: \
-                     run `brokerd audit verify` and accept what it shows; see \
-                     docs/runbook.md#{BROKEN_ANCHOR}"
-                ),
-                None => write!(
-                    f,
-                    "the audit chain is not broken (at {asked} or anywhere): there is nothing to accept"
-                ),
-            },
-        }
+fn not_there(asked: u64, first: Option<u64>) -> String {
+    match first {
+        Some(first) => format!(
+            "the audit chain is not broken at {asked}; its first break is at {first}: run \
+             `brokerd audit verify` and accept what it shows"
+        ),
+        None => format!(
+            "the audit chain is not broken (at {asked} or anywhere): there is nothing to accept"
+        ),
     }
 }
 
-impl std::error::Error for ChainError {}
+impl Anchored for ChainError {
+    fn anchor(&self) -> &str {
+        match self {
+            ChainError::Io(..) => WRITE_ANCHOR,
+            ChainError::Broken { .. } | ChainError::NotThere { .. } => BROKEN_ANCHOR,
+        }
+    }
+}
 
 /// Read the whole chain file; a missing file is an empty chain.
 pub fn read_file(path: &Path) -> Result<Vec<u8>, ChainError> {
@@ -502,20 +496,15 @@ pub fn open(path: &Path, on_break: OnBreak) -> Result<(Audit, Opened), ChainErro
 
 /// A record could not be made durable. The chain refuses every later append: a record that may
 /// be half on disk must not be followed by more.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the audit chain cannot be written: {0}")]
 pub struct AuditError(pub String);
 
-impl fmt::Display for AuditError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the audit chain cannot be written: {}; see docs/runbook.md#{WRITE_ANCHOR}",
-            self.0
-        )
+impl Anchored for AuditError {
+    fn anchor(&self) -> &str {
+        WRITE_ANCHOR
     }
 }
-
-impl std::error::Error for AuditError {}
 
 #[derive(Debug)]
 struct Inner {
@@ -562,13 +551,10 @@ impl Audit {
         if let Some(why) = self.not_held(&g.file) {
             // Appending to a file nobody can see any more loses every record from here on.
             let (seq, head) = (g.next_seq.saturating_sub(1), g.head.clone());
-            bxharden::log::line(
+            bxharden::runbook!(
                 REPLACED_ANCHOR,
-                &format!(
-                    "brokerd: {why}; the records up to {seq}:{head} are in the file that was \
-                     held; brokerd stops rather than write into a file nobody sees; {}",
-                    bxcore::runbook::pointer(REPLACED_ANCHOR)
-                ),
+                "{why}; the records up to {seq}:{head} are in the file that was held; brokerd \
+                 stops rather than write into a file nobody sees"
             );
             std::process::exit(1);
         }

@@ -1,41 +1,34 @@
 //! The audit lock, `<home>/broker/audit/lock`: one brokerd per home. An exclusive `flock` held
 //! for the life of the process (the kernel drops it when the process dies, however it dies).
 
-use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use bxcore::runbook::Anchored;
+
 /// The runbook anchor of a second brokerd on one home.
 pub const RUNNING_ANCHOR: &str = "broker-already-running";
 
-/// Why the lock was not taken.
-#[derive(Debug)]
+/// Why the lock was not taken. Its runbook entry is [`RUNNING_ANCHOR`].
+#[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// Another process holds it.
+    #[error(
+        "another brokerd holds the audit lock {} (one brokerd per home)",
+        .0.display()
+    )]
     Held(PathBuf),
-    Io(PathBuf, std::io::Error),
+    #[error("the audit lock {} cannot be taken: {}", .0.display(), .1)]
+    Io(PathBuf, #[source] std::io::Error),
 }
 
-impl fmt::Display for LockError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LockError::Held(p) => write!(
-                f,
-                "another brokerd holds the audit lock {} (one brokerd per home); see docs/runbook.md#{RUNNING_ANCHOR}",
-                p.display()
-            ),
-            LockError::Io(p, e) => write!(
-                f,
-                "the audit lock {} cannot be taken: {e}; see docs/runbook.md#{RUNNING_ANCHOR}",
-                p.display()
-            ),
-        }
+impl Anchored for LockError {
+    fn anchor(&self) -> &str {
+        RUNNING_ANCHOR
     }
 }
-
-impl std::error::Error for LockError {}
 
 /// The held lock; dropping it releases it.
 #[derive(Debug)]

@@ -6,40 +6,31 @@ pub mod chain;
 pub mod lock;
 pub mod record;
 
-use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::policy::{Carried, SessionState};
 use crate::state::{StateError, StateStore};
+use bxcore::runbook::Anchored;
 use bxcore::{CallId, SessionId};
 use chain::{Audit, AuditError};
 use record::{Draft, Event};
 use serde_json::Value;
 
 /// Why the ledger could not do a step: the state store's error or the chain's.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
+    #[error(transparent)]
     State(StateError),
+    #[error(transparent)]
     Audit(AuditError),
 }
 
-impl fmt::Display for LedgerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Anchored for LedgerError {
+    /// The runbook entry of the store's error or the chain's.
+    fn anchor(&self) -> &str {
         match self {
-            LedgerError::State(e) => write!(f, "{e}"),
-            LedgerError::Audit(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for LedgerError {}
-
-impl LedgerError {
-    /// The runbook anchor its text ends with.
-    pub fn anchor(&self) -> &'static str {
-        match self {
-            LedgerError::State(_) => crate::state::STATE_ANCHOR,
-            LedgerError::Audit(_) => chain::WRITE_ANCHOR,
+            LedgerError::State(e) => e.anchor(),
+            LedgerError::Audit(e) => e.anchor(),
         }
     }
 }

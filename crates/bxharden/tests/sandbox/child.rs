@@ -9,6 +9,7 @@ use std::os::unix::net::{SocketAddr, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bxharden::log::Anchored;
 use bxharden::{Daemon, PeerPolicy, Profile, SandboxConfig, SeccompProfile};
 
 fn var(name: &str) -> String {
@@ -636,7 +637,7 @@ fn apply_refusal() -> i32 {
             1
         }
         Err(e) => {
-            println!("refused: {e}");
+            println!("refused: {}", e.pointed());
             0
         }
     }
@@ -654,7 +655,7 @@ fn listen() -> i32 {
     };
     match bxharden::listen(Path::new(&var("BXH_SOCKET")), owner) {
         Ok(_l) => println!("listened"),
-        Err(e) => println!("error: {e}"),
+        Err(e) => println!("error: {}", e.pointed()),
     }
     let now = nix::sys::stat::umask(nix::sys::stat::Mode::empty());
     println!("umask: {:03o}", now.bits());
@@ -668,7 +669,7 @@ fn activated() -> i32 {
     let mut act = match bxharden::activated() {
         Ok(a) => a,
         Err(e) => {
-            println!("error: {e}");
+            println!("error: {}", e.pointed());
             return 1;
         }
     };
@@ -1015,7 +1016,7 @@ fn activated_env() -> i32 {
     }
     match bxharden::activated() {
         Ok(a) => println!("names: [{}]", a.names().join(",")),
-        Err(e) => println!("error: {e}"),
+        Err(e) => println!("error: {}", e.pointed()),
     }
     for v in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
         println!(
