@@ -24,6 +24,9 @@ use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
 use crate::policy::{self, AskRule, Carried, Decision, SessionState};
 
+/// Why a pending approval closed without a decision: its requester cancelled or went away.
+const WITHDRAWN: &str = "the requester cancelled or went away before the decision";
+
 /// The socket's name in the lines brokerd logs and the errors it sends.
 pub const SOCKET: &str = "broker.sock";
 
@@ -305,11 +308,13 @@ impl Call<'_> {
             expires,
         });
         if !send(self.stream, self.id, false, interim) {
-            // The caller is gone: nobody would take the result. Close the approval.
+            // The caller is gone: nobody would take the result. Close the approval, recorded as
+            // any requester that goes away while its approval is pending (docs/policy.md):
+            // whether it went before or after this frame is only timing.
             broker.approvals.abandon(waiter);
             let closed = self.draft(
-                Event::Denied,
-                json!({"approval": aid, "reason": "the caller went away before the decision"}),
+                Event::Withdrawn,
+                json!({"approval": aid, "reason": WITHDRAWN}),
             );
             if let Err(e) = broker.ledger.record(vec![closed]) {
                 broker.fault(&e);
@@ -330,9 +335,10 @@ impl Call<'_> {
                 self.record_then(vec![expired], ToolResponse::Denied { reason });
             }
             Verdict::Withdrawn => {
-                let reason = "the requester cancelled or went away before the decision";
-                let withdrawn =
-                    self.draft(Event::Withdrawn, json!({"approval": aid, "reason": reason}));
+                let withdrawn = self.draft(
+                    Event::Withdrawn,
+                    json!({"approval": aid, "reason": WITHDRAWN}),
+                );
                 // Nobody takes an answer: the record is what is left of the call.
                 if let Err(e) = broker.ledger.record(vec![withdrawn]) {
                     broker.fault(&e);

@@ -232,3 +232,40 @@ fn a_restart_denies_what_was_pending_and_records_it() {
     b2.wait_log("recorded as expired at restart");
     assert!(!h.home.join("notes/a.txt").exists());
 }
+
+#[test]
+fn a_requester_gone_before_its_pending_frame_is_recorded_withdrawn_as_one_gone_after_it() {
+    // The requester closes at once: brokerd finds it gone when it sends the pending frame. That
+    // was recorded `denied` while a requester gone a moment later was `withdrawn`, so which one
+    // a channel hanging up got was timing (docs/policy.md: a requester that goes away while
+    // its approval is pending is `withdrawn`).
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    fs::write(
+        h.state_file("gone"),
+        r#"{"taint":"private","untrusted":true}"#,
+    )
+    .unwrap();
+    let mut s = UnixStream::connect(h.broker_sock()).unwrap();
+    let args = json!({
+        "path": h.home.join("notes/gone.txt").display().to_string(),
+        "content": "never written",
+    });
+    let call = Message::ToolRequest(ToolRequest {
+        session: SessionId::new("gone").unwrap(),
+        call: CallId(1),
+        tool: "workspace_write".into(),
+        args,
+    });
+    write_frame(&mut s, &Envelope::new(1, true, call)).unwrap();
+    drop(s);
+    wait_until("the approval to be closed", || {
+        events(&h, "gone", 1).len() >= 3
+    });
+    assert_eq!(
+        events(&h, "gone", 1),
+        vec!["requested", "pending", "withdrawn"]
+    );
+    assert!(pending(&h).is_empty());
+    assert!(!h.home.join("notes/gone.txt").exists());
+}

@@ -15,13 +15,16 @@ fn a_peer_that_trickles_bytes_cannot_hold_a_reader_past_its_deadline() {
     let (reader, mut writer) = UnixStream::pair().unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let stop = Arc::clone(&done);
-    // A valid frame's length, then one byte of its body every 20 ms for as long as anyone reads.
+    // A valid frame's length, then one byte of its body every 20 ms for as long as anyone reads,
+    // never the last one: the frame stays short of whole however slowly the reader runs.
     let trickler = thread::spawn(move || {
         writer.write_all(&100u32.to_be_bytes()).unwrap();
+        let mut sent = 0;
         while !stop.load(Ordering::SeqCst) {
-            if writer.write_all(b" ").is_err() {
+            if sent < 99 && writer.write_all(b" ").is_err() {
                 break;
             }
+            sent += 1;
             thread::sleep(Duration::from_millis(20));
         }
     });

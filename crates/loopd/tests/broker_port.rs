@@ -17,7 +17,7 @@ use loopd::broker_port::{
 };
 use loopd::tools::{Pending, ToolPort};
 use serde_json::json;
-use support::broker::{FakeBroker, send};
+use support::broker::{FakeBroker, hold, send};
 use support::sid;
 
 struct Outcome {
@@ -163,14 +163,17 @@ fn exit_4_a_request_the_broker_does_not_take_in_time_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("broker.sock");
     let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (gave_up, wait) = std::sync::mpsc::channel::<()>();
     let holder = std::thread::spawn(move || {
         let s = bxtest::accept(&listener, "loopd's broker port");
-        std::thread::sleep(Duration::from_secs(2));
+        // Held unread until the port has given up, however long it took to.
+        bxtest::gate(&wait);
         drop(s);
     });
     let mut req = request(1);
     req.args = json!({"text": "x".repeat(900_000)});
     let o = call_with(&path, SHORT, &req);
+    drop(gave_up);
     bxtest::join(holder, "the broker that never reads");
     assert_eq!(o.answer, failed_unavailable());
     assert_eq!(o.lines.len(), 1);
@@ -189,7 +192,7 @@ fn exit_5_a_close_before_the_final_answer_is_unavailable() {
 
 #[test]
 fn exit_5_a_silent_broker_is_no_answer_in_time() {
-    let o = call(SHORT, |_, _| std::thread::sleep(Duration::from_secs(2)));
+    let o = call(SHORT, |s, _| hold(s));
     assert_unavailable(&o, "no answer in time");
 }
 
@@ -413,7 +416,7 @@ fn the_timeout_is_a_deadline_for_the_frame_not_for_each_read() {
 fn an_expiry_in_the_past_leaves_the_timeout() {
     let o = call(SHORT, |s, env| {
         send(s, env.id, false, pending_msg(Timestamp(1)));
-        std::thread::sleep(Duration::from_secs(2));
+        hold(s);
     });
     assert_unavailable(&o, "no answer in time");
     assert_eq!(o.pending.len(), 1);

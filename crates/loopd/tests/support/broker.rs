@@ -1,6 +1,7 @@
 //! A fake broker socket: each connection's request frame is read and handed, with the stream, to
 //! the test's script, which answers however the test needs (right, wrong, slowly, not at all).
 
+use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -86,6 +87,12 @@ impl FakeBroker {
             })
             .collect()
     }
+}
+
+/// Answer nothing until loopd's end of the connection closes (its port gave up), at most the
+/// connection's deadline: a silent broker that does not depend on how fast the port is.
+pub fn hold(s: &mut UnixStream) {
+    let _ = s.read(&mut [0u8; 1]);
 }
 
 /// Write one frame; a failure is ignored (the port may have gone).
