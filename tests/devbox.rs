@@ -503,3 +503,41 @@ fn status_on_a_removed_live_home_says_the_home_is_gone_and_lists_no_daemon_of_an
     let st = other.bxctl(&["status"]);
     assert!(st.status.success(), "the other box: {}", said(&st));
 }
+
+#[test]
+fn a_daemon_that_never_says_ready_is_named_and_what_had_started_is_stopped() {
+    use std::os::unix::fs::PermissionsExt;
+    // bxctl and the real brokerd and inferproxy, beside a loopd that takes its sockets and
+    // never says READY=1.
+    let b = DevBox::new();
+    let bin = b.beside("bin");
+    fs::create_dir(&bin).unwrap();
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    for exe in ["bxctl", "brokerd", "inferproxy"] {
+        let from = boxmaker_e2e::bin_dir().join(exe);
+        if fs::hard_link(&from, bin.join(exe)).is_err() {
+            fs::copy(&from, bin.join(exe)).unwrap();
+        }
+    }
+    fs::write(bin.join("loopd"), "#!/bin/sh\nexec sleep 600\n").unwrap();
+    fs::set_permissions(bin.join("loopd"), fs::Permissions::from_mode(0o755)).unwrap();
+    let home = b.home_arg();
+    let mut cmd = std::process::Command::new(bin.join("bxctl"));
+    cmd.args(["dev", "up", "--home", &home])
+        .env_remove("BOXMAKER_HOME");
+    let out = bxtest::run(&mut cmd, "dev up with a silent loopd", bxtest::DEADLINE)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let (_, err) = text(&out);
+    assert!(err.contains("loopd did not say READY=1"), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("see docs/runbook.md#devbox-start-failed"),
+        "{err}"
+    );
+    for d in DAEMONS {
+        if let Some(pid) = b.pid(d) {
+            panic!("{d} (pid {pid}) was left with a pid file");
+        }
+    }
+}

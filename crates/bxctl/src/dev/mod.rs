@@ -85,6 +85,11 @@ pub enum DevError {
         daemon: String,
         error: bxharden::socket::ListenError,
     },
+    /// A daemon did not say `READY=1` in time.
+    NotReady {
+        daemon: String,
+        notify: PathBuf,
+    },
     /// A daemon's socket did not answer `ping` in time.
     NoAnswer {
         daemon: String,
@@ -141,6 +146,14 @@ impl fmt::Display for DevError {
             DevError::Listen { daemon, error } => {
                 write!(f, "cannot bind a socket for {daemon}: {error}")
             }
+            DevError::NotReady { daemon, notify } => write!(
+                f,
+                "{daemon} did not say READY=1 on {} within {} s (its log says what it was \
+                 doing); {}",
+                notify.display(),
+                START_DEADLINE.as_secs(),
+                pointer("devbox-start-failed")
+            ),
             DevError::NoAnswer {
                 daemon,
                 socket,
@@ -572,10 +585,9 @@ fn wait_ready(home: &DevHome, l: &Launched, until: Instant) -> Result<(), DevErr
             }
         }
         if Instant::now() >= until {
-            return Err(DevError::NoAnswer {
+            return Err(DevError::NotReady {
                 daemon: l.daemon.clone(),
-                socket: home.notify_socket(&l.daemon),
-                why: "it did not say READY=1".to_string(),
+                notify: home.notify_socket(&l.daemon),
             });
         }
     }
