@@ -185,6 +185,11 @@ pub enum TurnEvent {
         call: CallId,
         outcome: Outcome,
         text: String,
+        /// For the owner, never shown to the model: the outage behind a `failed` (the broker
+        /// could not be reached, or answered that its state is damaged), ending with its runbook
+        /// pointer. Absent when the tool itself answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outage: Option<String>,
     },
 }
 

@@ -26,6 +26,17 @@ pub fn with_pointer(text: &dyn fmt::Display, anchor: Option<&str>) -> String {
     }
 }
 
+/// `text` split into what it says and the anchor of the runbook pointer it ends with
+/// (`...; see docs/runbook.md#<anchor>`), when it ends with one: a peer's answer that already
+/// points at its entry is shown with that pointer, not a second one.
+pub fn split_pointer(text: &str) -> Option<(&str, &str)> {
+    let (said, anchor) = text.rsplit_once(&format!("; {}", pointer("")))?;
+    let kebab = anchor
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    (!anchor.is_empty() && kebab).then_some((said, anchor))
+}
+
 /// An error that knows its runbook entry. Its `Display` is what went wrong, without the pointer;
 /// [`pointed`](Anchored::pointed) is the whole line a person reads.
 pub trait Anchored: std::error::Error {

@@ -128,6 +128,7 @@ fn turn_event_tool_result() {
                     call: CallId(3),
                     outcome: Outcome::Failed,
                     text: "the tool broker is unavailable".into(),
+                    outage: None,
                 },
             },
         ),

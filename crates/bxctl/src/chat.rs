@@ -2,7 +2,6 @@
 //! as they come (assistant text as it streams, each tool call, its outcome, approvals with the
 //! command that answers them), or printed as JSON lines with `--json`.
 
-use std::fmt;
 use std::io::{self, IsTerminal, Read, Write};
 use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
@@ -14,7 +13,6 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{SigSet, Signal};
 
 use bxcore::client::{ClientError, Exchange};
-use bxcore::runbook::pointer;
 use bxcore::visible::{Mode, Shown};
 use bxcore::{ErrorCode, Message, Outcome, SessionId, Timestamp, Turn, TurnEvent, Usage};
 
@@ -25,21 +23,60 @@ pub const TURN_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The session `chat` uses when none is named.
 pub const DEFAULT_SESSION: &str = "main";
 
-#[derive(Debug)]
+/// Why `chat` did not end well. Its text never carries a pointer: [`ChatError::line`] adds the
+/// runbook entry of an outage.
+#[derive(Debug, thiserror::Error)]
 pub enum ChatError {
     /// The session id is not one.
+    #[error("--session: {0}")]
     BadSession(String),
     /// loopd could not be reached or broke off.
+    #[error("cannot talk to loopd on {socket}: {why}")]
     Unreachable { socket: String, why: ClientError },
-    /// loopd answered the turn with an error.
+    /// loopd answered the turn with an error. A turn that failed says so once, with loopd's
+    /// reason (which names the cause where it happened and its runbook entry); a refusal names
+    /// its code.
+    #[error("{}", refused(.0))]
     Refused(bxcore::WireError),
     /// Reading the message from standard input failed.
-    Input(io::Error),
+    #[error("cannot read the message: {0}")]
+    Input(#[source] io::Error),
     /// The owner cancelled the turn (Ctrl-C); loopd confirmed it.
+    #[error(
+        "the turn was cancelled: nothing more was started, a pending approval was withdrawn; the \
+         session takes the next message at once"
+    )]
     Cancelled,
     /// The model sent nothing for this long (`--model-timeout`): the turn was cancelled.
+    #[error(
+        "the model sent nothing for {} s (--model-timeout), so the turn was cancelled",
+        .0.as_secs()
+    )]
     ModelTimeout(Duration),
+    /// The turn ended, but the box could not run some of its tool calls (an outage, not the
+    /// tools' own failures): how many, and the first one's cause (with its runbook pointer).
+    #[error(
+        "the turn ended, but the box could not run {calls} of its tool calls: {}",
+        Shown(first, Mode::Line)
+    )]
+    Outage { calls: usize, first: String },
 }
+
+/// loopd's answer to a turn, escaped: what a failed turn says, or the code of a refusal.
+fn refused(e: &bxcore::WireError) -> String {
+    match e.code {
+        ErrorCode::Inference => format!("the turn failed: {}", Shown(&e.detail, Mode::Line)),
+        code => format!(
+            "loopd refused the turn ({code}): {}",
+            Shown(&e.detail, Mode::Line)
+        ),
+    }
+}
+
+/// The runbook entry of `bxctl chat` failing to reach loopd.
+pub const UNREACHABLE_ANCHOR: &str = "bxctl-unreachable";
+/// The runbook entry of a model that stayed silent past `--model-timeout`.
+pub const MODEL_TIMEOUT_ANCHOR: &str = "inference-timeout";
 
 impl ChatError {
     /// The exit code: 130 for a turn the owner cancelled, as a shell reports Ctrl-C; else 1.
@@ -49,44 +86,22 @@ impl ChatError {
             _ => 1,
         }
     }
-}
 
-impl fmt::Display for ChatError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// The runbook entry bxctl points at itself: loopd's answers and an outage's cause carry
+    /// their own.
+    pub fn anchor(&self) -> Option<&'static str> {
         match self {
-            ChatError::BadSession(why) => write!(f, "--session: {why}"),
-            ChatError::Unreachable { socket, why } => write!(
-                f,
-                "cannot talk to loopd on {socket}: {why}; {}",
-                pointer("bxctl-unreachable")
-            ),
-            // A turn that failed says so once, with loopd's reason (which names the cause where
-            // it happened and its runbook entry); a refusal names its code.
-            ChatError::Refused(e) if e.code == ErrorCode::Inference => {
-                write!(f, "the turn failed: {}", Shown(&e.detail, Mode::Line))
-            }
-            ChatError::Refused(e) => write!(
-                f,
-                "loopd refused the turn ({}): {}",
-                e.code,
-                Shown(&e.detail, Mode::Line)
-            ),
-            ChatError::Input(e) => write!(f, "cannot read the message: {e}"),
-            ChatError::Cancelled => f.write_str(
-                "the turn was cancelled: nothing more was started, a pending approval was \
-                 withdrawn; the session takes the next message at once",
-            ),
-            ChatError::ModelTimeout(after) => write!(
-                f,
-                "the model sent nothing for {} s (--model-timeout), so the turn was cancelled; {}",
-                after.as_secs(),
-                pointer("inference-timeout")
-            ),
+            ChatError::Unreachable { .. } => Some(UNREACHABLE_ANCHOR),
+            ChatError::ModelTimeout(_) => Some(MODEL_TIMEOUT_ANCHOR),
+            _ => None,
         }
     }
-}
 
-impl std::error::Error for ChatError {}
+    /// The line the owner reads: the text and, when bxctl points at an entry, its pointer.
+    pub fn line(&self) -> String {
+        bxcore::runbook::with_pointer(self, self.anchor())
+    }
+}
 
 /// How the events of a turn are shown.
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +117,34 @@ pub struct Style {
 pub struct TurnLog {
     pub events: Vec<TurnEvent>,
     pub usage: Usage,
+}
+
+impl TurnLog {
+    /// The outages behind its failed tool calls, in order.
+    pub fn outages(&self) -> Vec<&str> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                TurnEvent::ToolResult {
+                    outage: Some(why), ..
+                } => Some(why.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `Err(Outage)` when the box could not run a tool call of the turn: the turn failed the
+    /// owner even though the model went on.
+    pub fn checked(self) -> Result<TurnLog, ChatError> {
+        let outages = self.outages();
+        match outages.first() {
+            None => Ok(self),
+            Some(first) => Err(ChatError::Outage {
+                calls: outages.len(),
+                first: first.to_string(),
+            }),
+        }
+    }
 }
 
 /// How a turn waits: a spinner on a terminal, and how long the model may stay silent.
@@ -423,6 +466,7 @@ impl Painter {
                 call,
                 outcome,
                 text,
+                outage,
             } => {
                 self.end_text(out);
                 let (mark, color) = match outcome {
@@ -434,6 +478,11 @@ impl Painter {
                 let more = if text.lines().count() > 1 { " …" } else { "" };
                 let line = format!("{mark} [{call}]: {}{more}", Shown(first, Mode::Line));
                 let _ = writeln!(out, "{}", self.paint(color, &line));
+                // The cause the model is not shown, where the owner sees the failure.
+                if let Some(why) = outage {
+                    let line = format!("  because {}", Shown(why, Mode::Line));
+                    let _ = writeln!(out, "{}", self.paint(color, &line));
+                }
             }
         }
     }
@@ -544,7 +593,7 @@ pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
         if r.is_ok() || matches!(&r, Err(ChatError::Cancelled | ChatError::ModelTimeout(_))) {
             *resume = Some(true);
         }
-        r.map(drop)
+        r.and_then(TurnLog::checked).map(drop)
     };
     let mut out = stdout.lock();
     match (&opts.text, prompt.is_some()) {
@@ -585,7 +634,7 @@ pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
                             p.remember(&text);
                         }
                         if let Err(e) = send(&text, &mut resume, &mut prompt, &mut out) {
-                            let _ = writeln!(out, "{e}");
+                            let _ = writeln!(out, "{}", e.line());
                         }
                     }
                 }

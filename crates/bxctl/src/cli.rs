@@ -295,7 +295,7 @@ pub fn run(cli: Cli) -> ExitCode {
             match chat::run(&target.socket(&bxcore::layout::LOOP), &opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("bxctl: {e}");
+                    eprintln!("bxctl: {}", e.line());
                     ExitCode::from(e.exit_code())
                 }
             }
@@ -387,7 +387,7 @@ pub fn run(cli: Cli) -> ExitCode {
             };
             match selftest::run(&target, opts, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) => failed(e),
+                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
             }
         }
         Command::Check { manifest, json } => {

@@ -5,7 +5,6 @@
 //! denied, and the audit chain verified. Every step is checked from the frames and the broker's
 //! answers, and the demo fails on the first step that did not do what it says.
 
-use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,33 +25,22 @@ pub const DEMO_SCRIPT: &str = include_str!("../scripts/demo.toml");
 const ASK: Duration = Duration::from_secs(10);
 
 /// Why the demo failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum DemoError {
+    #[error("demo: {0}")]
     Setup(String),
-    Up(dev::DevError),
+    #[error("demo: the dev box did not come up: {0}")]
+    Up(#[source] dev::DevError),
     /// A step did not do what it says.
+    #[error("demo: step {n} ({title}) failed: {why}")]
     Step {
         n: usize,
         title: &'static str,
         why: String,
     },
-    Down(dev::DevError),
+    #[error("demo: the dev box did not go down: {0}")]
+    Down(#[source] dev::DevError),
 }
-
-impl fmt::Display for DemoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DemoError::Setup(why) => write!(f, "demo: {why}"),
-            DemoError::Up(e) => write!(f, "demo: the dev box did not come up: {e}"),
-            DemoError::Step { n, title, why } => {
-                write!(f, "demo: step {n} ({title}) failed: {why}")
-            }
-            DemoError::Down(e) => write!(f, "demo: the dev box did not go down: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for DemoError {}
 
 /// What one step of the conversation did.
 #[derive(Debug, Clone)]

@@ -26,33 +26,21 @@ pub struct Options {
 }
 
 /// Why the logs could not be shown.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum LogsError {
     /// Not a daemon of the box.
+    #[error("{} is not a daemon of the box (one of: {})", .0, dev::DAEMONS.join(", "))]
     UnknownDaemon(String),
+    #[error("{what}: {error}")]
     Io {
         what: String,
+        #[source]
         error: io::Error,
     },
     /// journalctl ended with a failure.
+    #[error("journalctl ended with {0}")]
     Journal(std::process::ExitStatus),
 }
-
-impl std::fmt::Display for LogsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LogsError::UnknownDaemon(d) => write!(
-                f,
-                "{d} is not a daemon of the box (one of: {})",
-                dev::DAEMONS.join(", ")
-            ),
-            LogsError::Io { what, error } => write!(f, "{what}: {error}"),
-            LogsError::Journal(status) => write!(f, "journalctl ended with {status}"),
-        }
-    }
-}
-
-impl std::error::Error for LogsError {}
 
 fn daemons(opts: &Options) -> Result<Vec<&'static str>, LogsError> {
     match &opts.daemon {

@@ -5,7 +5,6 @@
 //! check that could not run (a socket that is not the caller's to reach) is `skipped`, and a
 //! skipped check is never `ok`: the verdict is `ok` only when every check passed.
 
-use std::fmt;
 use std::io::{self, Write};
 use std::process::Command;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use std::time::Duration;
 use bxcore::Message;
 use bxcore::client::{self, ClientError};
 use bxcore::layout::{self, SOCKETS};
-use bxcore::runbook::pointer;
+use bxcore::runbook::Anchored;
 use bxcore::visible::{Mode, Shown};
 use serde::Serialize;
 
@@ -31,21 +30,18 @@ const PING: Duration = Duration::from_secs(5);
 pub const MODEL_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Why the selftest failed: every check that did not pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("selftest: FAILED: {0}")]
 pub struct Failed(pub String);
 
-impl fmt::Display for Failed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "selftest: FAILED: {}; {}",
-            self.0,
-            pointer("bxctl-selftest-failed")
-        )
+/// The runbook entry of a failed selftest.
+pub const FAILED_ANCHOR: &str = "bxctl-selftest-failed";
+
+impl Anchored for Failed {
+    fn anchor(&self) -> &str {
+        FAILED_ANCHOR
     }
 }
-
-impl std::error::Error for Failed {}
 
 /// How one check ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

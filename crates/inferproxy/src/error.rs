@@ -47,9 +47,15 @@ pub enum InferError {
     /// 401 or 403, with the provider's message.
     #[error("the provider refused the API key ({status}): {message}")]
     Auth { status: u16, message: String },
-    /// Another 4xx, with the provider's message.
-    #[error("the provider refused the request ({status}): {message}")]
-    Refused { status: u16, message: String },
+    /// Another 4xx (a 404 most often: a model or a path it does not know), with the URL the
+    /// request went to (the base URL and the path, never the key: it travels in a header) and
+    /// the provider's message.
+    #[error("the provider refused the request ({status} from {url}): {message}")]
+    Refused {
+        status: u16,
+        url: String,
+        message: String,
+    },
     /// 429 or 5xx after every retry, or with a `Retry-After` past the deadline.
     #[error(
         "the provider answered {status} after {attempts} attempt{}: {message}",
@@ -121,8 +127,13 @@ impl InferError {
                 status,
                 message: t(message),
             },
-            InferError::Refused { status, message } => InferError::Refused {
+            InferError::Refused {
                 status,
+                url,
+                message,
+            } => InferError::Refused {
+                status,
+                url: t(url),
                 message: t(message),
             },
             InferError::Overloaded {
@@ -196,6 +207,7 @@ mod tests {
             },
             InferError::Refused {
                 status: 400,
+                url: "http://127.0.0.1:9/v1/chat/completions".into(),
                 message: "m".into(),
             },
             InferError::Overloaded {

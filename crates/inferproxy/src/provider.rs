@@ -292,14 +292,22 @@ impl Http {
             header("retry-after").as_deref(),
             SystemTime::now(),
         );
-        let json = header("content-type").is_some_and(|c| {
-            c.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("application/json")
-        });
+        let content_type = header("content-type")
+            .map(|c| c.trim_start().to_ascii_lowercase())
+            .unwrap_or_default();
+        let json = content_type.starts_with("application/json");
         let body = resp.into_body();
         if !(200..300).contains(&status) {
             return Err(self.refusal(body, status, retry_after));
+        }
+        // A web page where the API should answer (a base URL that names a site, or a web
+        // server in front of the API): said as such, not as a stream that was cut off.
+        if content_type.starts_with("text/html") || content_type.starts_with("application/xhtml") {
+            return Err(Failure::fatal(InferError::malformed(format!(
+                "{} answered {status} with an HTML page, not the API's JSON or event stream: is \
+                 the base URL the API's (OpenAI-compatible ones end in /v1)?",
+                self.endpoint.url
+            ))));
         }
         // No byte limit on the body: a stream is read an event at a time (each bounded), what
         // it gathers is bounded by MAX_REPLY, and its duration by the deadline. A long reply's
@@ -371,7 +379,7 @@ impl Http {
             .read_to_string(&mut text);
         // Redacted before anything is cut out of it, so no prefix of the key survives.
         let message = crate::stream::error_message(&self.key.redact(&text));
-        status_failure(status, message, retry_after)
+        status_failure(status, &self.endpoint.url, message, retry_after)
     }
 
     /// A reply sent as one JSON document.
@@ -516,7 +524,12 @@ fn io_is_timeout(e: &std::io::Error) -> bool {
 }
 
 /// What an HTTP status that is not success means.
-fn status_failure(status: u16, message: String, retry_after: Option<Duration>) -> Failure {
+fn status_failure(
+    status: u16,
+    url: &str,
+    message: String,
+    retry_after: Option<Duration>,
+) -> Failure {
     match status {
         401 | 403 => Failure::fatal(InferError::Auth { status, message }),
         408 | 409 | 429 | 500..=599 => Failure {
@@ -528,7 +541,11 @@ fn status_failure(status: u16, message: String, retry_after: Option<Duration>) -
             retryable: true,
             retry_after,
         },
-        _ => Failure::fatal(InferError::Refused { status, message }),
+        _ => Failure::fatal(InferError::Refused {
+            status,
+            url: url.to_string(),
+            message,
+        }),
     }
 }
 

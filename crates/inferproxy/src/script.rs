@@ -32,7 +32,7 @@ use std::sync::Mutex;
 
 use bxcore::runbook::Anchored;
 use bxcore::{ChatMessage, InferReply, InferRequest, Usage};
-use regex::Regex;
+use regex_lite::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 

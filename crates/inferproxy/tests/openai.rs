@@ -593,7 +593,7 @@ fn a_wrong_key_is_an_auth_error_with_the_providers_message_and_no_key() {
 
 #[test]
 fn another_4xx_is_refused_with_the_providers_message() {
-    let (_h, _p, inf) = setup(
+    let (_h, p, inf) = setup(
         vec![Answer::json(
             404,
             r#"{"error":{"message":"The model `test-model` does not exist","type":"invalid_request_error","code":"model_not_found"}}"#,
@@ -603,7 +603,11 @@ fn another_4xx_is_refused_with_the_providers_message() {
     let e = run(&inf, &hello_request()).0.unwrap_err();
     assert_eq!(
         e.pointed().to_string(),
-        "the provider refused the request (404): The model `test-model` does not exist; see docs/runbook.md#inference-request-refused"
+        format!(
+            "the provider refused the request (404 from {}): The model `test-model` does not \
+             exist; see docs/runbook.md#inference-request-refused",
+            p.base_url("/v1/chat/completions")
+        )
     );
 }
 
@@ -663,7 +667,11 @@ fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
     assert!(other.seen().is_empty(), "the redirect was followed");
     assert_eq!(
         e.pointed().to_string(),
-        "the provider refused the request (307): (no message); see docs/runbook.md#inference-request-refused"
+        format!(
+            "the provider refused the request (307 from {}): (no message); see \
+             docs/runbook.md#inference-request-refused",
+            p.base_url("/v1/chat/completions")
+        )
     );
 }
 
@@ -790,4 +798,52 @@ fn max_completion_tokens_replaces_max_tokens_when_configured() {
     let body = p.seen()[0].json();
     assert_eq!(body["max_completion_tokens"], 512);
     assert!(body.get("max_tokens").is_none(), "{body}");
+}
+
+#[test]
+fn a_404_shows_the_url_the_request_went_to_and_never_the_key() {
+    // A doubled /v1 in base_url, say: a web server's own 404, with no API error body.
+    let not_found = Answer::Whole {
+        status: 404,
+        headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
+        body: "404 page not found".into(),
+    };
+    let (_h, p, inf) = setup(vec![not_found], "");
+    let e = run(&inf, &hello_request())
+        .0
+        .unwrap_err()
+        .pointed()
+        .to_string();
+    let url = p.base_url("/v1/chat/completions");
+    assert!(e.contains(&format!("(404 from {url})")), "{e}");
+    assert!(e.contains("404 page not found"), "{e}");
+    assert!(!e.contains(KEY), "{e}");
+    assert!(
+        e.ends_with("see docs/runbook.md#inference-request-refused"),
+        "{e}"
+    );
+    assert_eq!(p.seen().len(), 1, "a 404 is not retried");
+}
+
+#[test]
+fn an_html_page_with_200_is_named_as_such_with_the_url_not_as_a_cut_stream() {
+    let page = Answer::Whole {
+        status: 200,
+        headers: vec![("content-type".into(), "text/html; charset=utf-8".into())],
+        body: "<!doctype html><html><body>Welcome to nginx!</body></html>".into(),
+    };
+    let (_h, p, inf) = setup(vec![page], "");
+    let e = run(&inf, &hello_request())
+        .0
+        .unwrap_err()
+        .pointed()
+        .to_string();
+    assert!(e.contains("answered 200 with an HTML page"), "{e}");
+    assert!(e.contains(&p.base_url("/v1/chat/completions")), "{e}");
+    assert!(!e.contains("cut off"), "{e}");
+    assert!(
+        e.ends_with("see docs/runbook.md#inference-malformed"),
+        "{e}"
+    );
+    assert_eq!(p.seen().len(), 1, "a web page is not retried");
 }

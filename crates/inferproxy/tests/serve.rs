@@ -210,9 +210,12 @@ fn a_provider_failure_is_error_inference_with_its_runbook_line() {
     let d = Daemon::start_with(&openai_config(&p, ""), &[("key", KEY)]).unwrap();
     let frames = d.ask(9, infer("go", 1));
     assert_eq!(frames.len(), 1);
-    let detail = "the provider refused the request (400): This model's maximum context length is \
-                  8192 tokens.; see docs/runbook.md#inference-request-refused";
-    assert_eq!(frames[0], Envelope::error(9, ErrorCode::Inference, detail));
+    let detail = format!(
+        "the provider refused the request (400 from {}): This model's maximum context length is \
+         8192 tokens.; see docs/runbook.md#inference-request-refused",
+        p.base_url("/v1/chat/completions")
+    );
+    assert_eq!(frames[0], Envelope::error(9, ErrorCode::Inference, &detail));
     let line = format!("inferproxy: slot main: {detail}");
     assert!(d.wait_log(&line).contains(&line), "{}", d.log_text());
 }

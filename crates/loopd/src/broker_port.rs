@@ -39,6 +39,16 @@ pub fn not_configured_line() -> String {
     )
 }
 
+/// The outage behind an `UNAVAILABLE` answer, for the owner (the model is shown `UNAVAILABLE`
+/// alone): why, and a runbook pointer, brokerd's own when its answer carried one (a damaged
+/// state file points at its entry), else [`BROKER_ANCHOR`]'s.
+pub fn outage(why: &str) -> String {
+    match bxcore::runbook::split_pointer(why) {
+        Some(_) => why.to_string(),
+        None => format!("{why}; {}", pointer()),
+    }
+}
+
 /// A logger for the port's outage lines.
 pub type Log = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -72,19 +82,22 @@ impl BrokerPort {
         }
     }
 
-    /// Every U exit: log the line once, answer `Failed { UNAVAILABLE }`. The caller drops the
+    /// Every U exit: log the line once, answer `Failed { UNAVAILABLE }`, and say the outage
+    /// for the owner (`None` for a turn that was cancelled: not an outage). The caller drops the
     /// stream by returning.
-    fn unavailable(&self, why: &str) -> ToolResponse {
+    fn unavailable(&self, why: &str) -> (ToolResponse, Option<String>) {
         // The turn's cancel shut the connection down: not an outage, nothing to log.
         if crate::cancel::cancelled() {
-            return ToolResponse::Failed {
+            let failed = ToolResponse::Failed {
                 message: crate::turn::CANCELLED_CALL.to_string(),
             };
+            return (failed, None);
         }
         (self.log)(&unavailable_line(why));
-        ToolResponse::Failed {
+        let failed = ToolResponse::Failed {
             message: UNAVAILABLE.to_string(),
-        }
+        };
+        (failed, Some(outage(why)))
     }
 
     /// The deadline after a pending frame: `expires` (from a peer: every sum checked), then the
@@ -103,8 +116,13 @@ impl BrokerPort {
     }
 }
 
-impl ToolPort for BrokerPort {
-    fn call(&self, request: &ToolRequest, on_pending: &mut dyn FnMut(&Pending)) -> ToolResponse {
+impl BrokerPort {
+    /// The exchange of one call, every U exit as `Err(why)`.
+    fn exchange(
+        &self,
+        request: &ToolRequest,
+        on_pending: &mut dyn FnMut(&Pending),
+    ) -> Result<ToolResponse, String> {
         let want = request.call.0;
         // 1. to 4., through the one client: the first deadline taken before connecting (1: "the
         // timeout is too large"), the connection (2), the write timeout (3), the request (4).
@@ -113,11 +131,11 @@ impl ToolPort for BrokerPort {
         {
             Ok(ex) => ex,
             Err(ClientError::Send(FrameError::TooLarge(_))) => {
-                return ToolResponse::Failed {
+                return Ok(ToolResponse::Failed {
                     message: TOO_LARGE.to_string(),
-                };
+                });
             }
-            Err(e) => return self.unavailable(&e.to_string()),
+            Err(e) => return Err(e.to_string()),
         };
         // A cancelled turn shuts this connection down: brokerd withdraws a pending approval.
         let _cancel = crate::cancel::guard(exchange.stream());
@@ -127,43 +145,59 @@ impl ToolPort for BrokerPort {
             // "no answer in time", or "bad frame: ...".
             let env = match exchange.next_envelope() {
                 Ok(env) => env,
-                Err(e) => return self.unavailable(&e.to_string()),
+                Err(e) => return Err(e.to_string()),
             };
             // 6.
             if env.id != want {
-                return self.unavailable(&format!("an answer for request {}, not {want}", env.id));
+                return Err(format!("an answer for request {}, not {want}", env.id));
             }
             // 7.
             let response = match env.msg {
                 Message::ToolResponse(r) => r,
                 Message::Error(e) => {
-                    return self
-                        .unavailable(&format!("the broker reported an error: {}", e.detail));
+                    return Err(format!("the broker reported an error: {}", e.detail));
                 }
-                _ => return self.unavailable("an unexpected message"),
+                _ => return Err("an unexpected message".to_string()),
             };
             match (response, env.last) {
                 // 8.
                 (ToolResponse::PendingApproval { .. }, true) => {
-                    return self.unavailable("a pending frame marked final");
+                    return Err("a pending frame marked final".to_string());
                 }
                 // 10.
                 (ToolResponse::PendingApproval { approval, expires }, false) => {
                     if pending_seen {
-                        return self.unavailable("a second pending frame");
+                        return Err("a second pending frame".to_string());
                     }
                     pending_seen = true;
                     match self.after_pending(expires) {
                         Some(next) => exchange.extend(next),
-                        None => return self.unavailable("an expiry too far away"),
+                        None => return Err("an expiry too far away".to_string()),
                     }
                     on_pending(&Pending { approval, expires });
                 }
                 // 9.
-                (_, false) => return self.unavailable("an answer not marked final"),
+                (_, false) => return Err("an answer not marked final".to_string()),
                 // 11.
-                (answer, true) => return answer,
+                (answer, true) => return Ok(answer),
             }
+        }
+    }
+}
+
+impl ToolPort for BrokerPort {
+    fn call(&self, request: &ToolRequest, on_pending: &mut dyn FnMut(&Pending)) -> ToolResponse {
+        self.call_explained(request, on_pending).0
+    }
+
+    fn call_explained(
+        &self,
+        request: &ToolRequest,
+        on_pending: &mut dyn FnMut(&Pending),
+    ) -> (ToolResponse, Option<String>) {
+        match self.exchange(request, on_pending) {
+            Ok(answer) => (answer, None),
+            Err(why) => self.unavailable(&why),
         }
     }
 

@@ -176,10 +176,16 @@ fn shrink(event: TurnEvent, n: usize) -> TurnEvent {
             tool,
             args: serde_json::json!({ "too_large": note }),
         },
-        TurnEvent::ToolResult { call, outcome, .. } => TurnEvent::ToolResult {
+        TurnEvent::ToolResult {
+            call,
+            outcome,
+            outage,
+            ..
+        } => TurnEvent::ToolResult {
             call,
             outcome,
             text: note,
+            outage,
         },
         pending @ TurnEvent::ToolPending { .. } => pending,
     }

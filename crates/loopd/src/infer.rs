@@ -47,9 +47,8 @@ impl Anchored for InferError {
     /// (`inference-unreachable`, `inference-auth-refused`, ...), else `inference-unavailable`.
     fn anchor(&self) -> &str {
         match self {
-            InferError::Client(ClientError::Remote(e)) => {
-                proxy_pointed(&e.detail).map_or(INFERENCE_ANCHOR, |(_, anchor)| anchor)
-            }
+            InferError::Client(ClientError::Remote(e)) => bxcore::runbook::split_pointer(&e.detail)
+                .map_or(INFERENCE_ANCHOR, |(_, anchor)| anchor),
             _ => INFERENCE_ANCHOR,
         }
     }
@@ -63,20 +62,12 @@ impl Anchored for InferError {
 /// once, as it is, and its pointer is the error's (no second one).
 fn client_text(e: &ClientError) -> String {
     match e {
-        ClientError::Remote(w) => match proxy_pointed(&w.detail) {
+        ClientError::Remote(w) => match bxcore::runbook::split_pointer(&w.detail) {
             Some((text, _)) => text.to_string(),
             None => e.to_string(),
         },
         _ => e.to_string(),
     }
-}
-
-/// `detail` split into its text and the anchor of the runbook pointer it ends with, if it ends
-/// with one.
-fn proxy_pointed(detail: &str) -> Option<(&str, &str)> {
-    let (text, anchor) = detail.rsplit_once(&format!("; {}", bxcore::runbook::pointer("")))?;
-    (!anchor.is_empty() && anchor.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
-        .then_some((text, anchor))
 }
 
 impl Client {

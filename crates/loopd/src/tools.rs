@@ -21,6 +21,17 @@ pub trait ToolPort: Send + Sync {
     /// The answer is `Result`, `Failed` or `Denied`, never `PendingApproval`.
     fn call(&self, request: &ToolRequest, on_pending: &mut dyn FnMut(&Pending)) -> ToolResponse;
 
+    /// [`call`](Self::call), and for a `Failed` answer that is an outage (what runs the tool
+    /// could not be reached or answered, not the tool's own failure) what it was, for the owner:
+    /// the model is shown the answer alone. By default there is none.
+    fn call_explained(
+        &self,
+        request: &ToolRequest,
+        on_pending: &mut dyn FnMut(&Pending),
+    ) -> (ToolResponse, Option<String>) {
+        (self.call(request, on_pending), None)
+    }
+
     /// The tools the model may be offered besides the core ones. A port that cannot say offers
     /// none (and logs why).
     fn list(&self) -> Vec<ToolDef>;

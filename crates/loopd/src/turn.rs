@@ -225,10 +225,11 @@ fn rounds(
             });
             // A safe point: a call the turn was cancelled before is not started, but recorded
             // as failed, so every call of the assistant message has its result.
-            let response = if cancel::cancelled() {
-                ToolResponse::Failed {
+            let (response, outage) = if cancel::cancelled() {
+                let failed = ToolResponse::Failed {
                     message: CANCELLED_CALL.to_string(),
-                }
+                };
+                (failed, None)
             } else {
                 answer(rt, session, turn, &tools, &call)
             };
@@ -243,6 +244,7 @@ fn rounds(
                 call: call.call,
                 outcome,
                 text,
+                outage,
             });
         }
     }
@@ -253,14 +255,14 @@ fn rounds(
 }
 
 /// One tool call's answer: a core tool runs here, an offered tool goes to the port, anything
-/// else fails without leaving loopd.
+/// else fails without leaving loopd. With it, the outage behind a failure, for the owner.
 fn answer(
     rt: &mut Runtime<'_>,
     session: &Session,
     turn: u64,
     offered: &[ToolDef],
     call: &bxcore::ToolCall,
-) -> ToolResponse {
+) -> (ToolResponse, Option<String>) {
     let info = SessionInfo {
         session: session.id().clone(),
         slot: session.slot().to_string(),
@@ -270,12 +272,13 @@ fn answer(
         context_tokens: rt.limits.context_tokens,
     };
     if let Some(r) = rt.registry.run_core(&call.tool, &call.args, &info) {
-        return r;
+        return (r, None);
     }
     if !offered.iter().any(|t| t.name == call.tool) {
-        return ToolResponse::Failed {
+        let failed = ToolResponse::Failed {
             message: format!("no tool named {:?} is offered", call.tool),
         };
+        return (failed, None);
     }
     let request = ToolRequest {
         session: session.id().clone(),
@@ -284,20 +287,21 @@ fn answer(
         args: call.args.clone(),
     };
     let emit = &mut *rt.emit;
-    let response = rt.port.call(&request, &mut |p| {
+    let (response, outage) = rt.port.call_explained(&request, &mut |p| {
         emit(TurnEvent::ToolPending {
             call: call.call,
             approval: p.approval.clone(),
             expires: p.expires,
         });
     });
-    match response {
+    let response = match response {
         // A port must never return a pending frame as an answer; if one does, the call failed.
         ToolResponse::PendingApproval { .. } => ToolResponse::Failed {
             message: "the tool call got no final answer".to_string(),
         },
         other => other,
-    }
+    };
+    (response, outage)
 }
 
 /// The outcome and the text the model is shown.

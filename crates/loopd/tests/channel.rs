@@ -130,7 +130,7 @@ fn a_turn_streams_its_events_as_they_happen_then_turn_done() {
         matches!(&ev[0], TurnEvent::ToolCall { call: CallId(1), tool, .. } if tool == "time_now")
     );
     assert!(
-        matches!(&ev[1], TurnEvent::ToolResult { call: CallId(1), outcome: Outcome::Result, text } if text.contains("unix_ms"))
+        matches!(&ev[1], TurnEvent::ToolResult { call: CallId(1), outcome: Outcome::Result, text, outage: None } if text.contains("unix_ms"))
     );
     assert!(
         matches!(&ev[2], TurnEvent::ToolCall { call: CallId(2), tool, args } if tool == "workspace_read" && args == &json!({"path": "/srv/a.txt"}))
@@ -143,7 +143,8 @@ fn a_turn_streams_its_events_as_they_happen_then_turn_done() {
         TurnEvent::ToolResult {
             call: CallId(2),
             outcome: Outcome::Result,
-            text: "the notes".to_string()
+            text: "the notes".to_string(),
+            outage: None,
         }
     );
     let text: Vec<&str> = ev[5..]

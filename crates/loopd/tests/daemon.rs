@@ -68,7 +68,8 @@ fn a_turn_goes_through_the_broker_and_the_model_on_their_sockets() {
         TurnEvent::ToolResult {
             call: CallId(1),
             outcome: Outcome::Result,
-            text: "ok workspace_read".to_string()
+            text: "ok workspace_read".to_string(),
+            outage: None,
         }
     );
     let reqs = broker.tool_requests();

@@ -196,7 +196,7 @@ fn a_tool_call_decided_and_run_by_the_real_brokerd() {
     assert!(
         events.iter().any(|e| matches!(
             e,
-            TurnEvent::ToolResult { call: CallId(1), outcome: Outcome::Result, text } if text.contains("buy milk")
+            TurnEvent::ToolResult { call: CallId(1), outcome: Outcome::Result, text, outage: None } if text.contains("buy milk")
         )),
         "{events:?}\n{}",
         logs()

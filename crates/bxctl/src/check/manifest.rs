@@ -2,7 +2,6 @@
 //! rendered by `nixos-module/units.nix` (`deviceManifest`) from the same facts as the units and
 //! the tmpfiles rules, so the check never keeps a second copy of the layout.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Group, Uid, User};
@@ -84,34 +83,20 @@ impl Directory {
 }
 
 /// Why the manifest could not be read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
+    #[error(
+        "cannot read {}: {error} (the NixOS module installs it; is services.boxmaker enabled?)",
+        path.display()
+    )]
     Read {
         path: PathBuf,
+        #[source]
         error: std::io::Error,
     },
-    Parse {
-        path: PathBuf,
-        error: String,
-    },
+    #[error("{} is not a device manifest: {error}", path.display())]
+    Parse { path: PathBuf, error: String },
 }
-
-impl fmt::Display for ManifestError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ManifestError::Read { path, error } => write!(
-                f,
-                "cannot read {}: {error} (the NixOS module installs it; is services.boxmaker enabled?)",
-                path.display()
-            ),
-            ManifestError::Parse { path, error } => {
-                write!(f, "{} is not a device manifest: {error}", path.display())
-            }
-        }
-    }
-}
-
-impl std::error::Error for ManifestError {}
 
 impl Manifest {
     pub fn load(path: &Path) -> Result<Manifest, ManifestError> {
