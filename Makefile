@@ -27,7 +27,7 @@ test: clippy
 # and prints the lines to paste before `make gate` (docs/testing.md).
 HONCHO_AUTH_STATE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/honcho-peer-auth
 honcho:
-	@url=$$(.ci/honcho-up) && echo "export HONCHO_URL=$$url"
+	@url=$$(.ci/honcho-up) && echo "export HONCHO_URL=$$url HONCHO_DB=postgresql://postgres@127.0.0.1:$${HONCHO_PG_PORT:-55432}/honcho"
 	@url=$$(HONCHO_AUTH_STATE=$(HONCHO_AUTH_STATE) .ci/honcho-up --auth) && \
 		echo "export HONCHO_AUTH_URL=$$url HONCHO_AUTH_TOKEN_FILE=$(HONCHO_AUTH_STATE)/admin.jwt"
 

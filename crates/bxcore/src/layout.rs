@@ -104,7 +104,7 @@ pub const MEMORY: SocketSpec = SocketSpec {
     dir: "loop-memory",
     server: "memoryd",
     client: "loopd",
-    accepts: &["turn_record"],
+    accepts: &["turn_record", "memory_recall"],
     wrong_kind: WrongKind::Forbidden,
     max_connections: 16,
 };
@@ -116,6 +116,21 @@ pub const STATE: SocketSpec = SocketSpec {
     accepts: &["session_state"],
     wrong_kind: WrongKind::Forbidden,
     max_connections: 16,
+};
+/// The owner's view of memoryd: what was filed where, a search, and forgetting a session.
+pub const MEMORIES: SocketSpec = SocketSpec {
+    name: "memories",
+    dir: "owner-memory",
+    server: "memoryd",
+    client: OWNER,
+    accepts: &[
+        "memory_recent",
+        "memory_search",
+        "memory_forget",
+        "memory_status",
+    ],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 8,
 };
 pub const ADMIN: SocketSpec = SocketSpec {
     name: "admin",
@@ -143,7 +158,7 @@ pub const GATEWAY: SocketSpec = SocketSpec {
 };
 
 /// Every socket of the box.
-pub const SOCKETS: [SocketSpec; 7] = [LOOP, BROKER, INFER, MEMORY, STATE, ADMIN, GATEWAY];
+pub const SOCKETS: [SocketSpec; 8] = [LOOP, BROKER, INFER, MEMORY, STATE, ADMIN, MEMORIES, GATEWAY];
 
 /// A daemon's state directory under `home` and its user on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -91,6 +91,16 @@ pub enum Message {
     /// memory.sock: one finished turn.
     TurnRecord(TurnRecord),
     TurnFiled(TurnFiled),
+    /// memory.sock: what the owner's main memory holds about a query, at the start of a turn.
+    MemoryRecall(MemoryRecall),
+    /// memories.sock: the owner's view of memory.
+    MemoryRecent(MemoryRecent),
+    MemorySearch(MemorySearch),
+    Memories(Memories),
+    MemoryForget(MemoryForget),
+    MemoryForgotten(MemoryForgotten),
+    MemoryStatus {},
+    MemoryReport(MemoryReport),
     /// gateway.sock: one request to the web.
     FetchRequest(FetchRequest),
     FetchReply(FetchReply),
@@ -127,6 +137,14 @@ impl Message {
             Message::InferReply(_) => "infer_reply",
             Message::TurnRecord(_) => "turn_record",
             Message::TurnFiled(_) => "turn_filed",
+            Message::MemoryRecall(_) => "memory_recall",
+            Message::MemoryRecent(_) => "memory_recent",
+            Message::MemorySearch(_) => "memory_search",
+            Message::Memories(_) => "memories",
+            Message::MemoryForget(_) => "memory_forget",
+            Message::MemoryForgotten(_) => "memory_forgotten",
+            Message::MemoryStatus {} => "memory_status",
+            Message::MemoryReport(_) => "memory_report",
             Message::FetchRequest(_) => "fetch_request",
             Message::FetchReply(_) => "fetch_reply",
             Message::Error(_) => "error",
@@ -490,6 +508,123 @@ pub struct TurnRecord {
 pub struct TurnFiled {
     pub session: SessionId,
     pub turn: u64,
+}
+
+/// Where memoryd files a turn (its `[[routes]]`): the owner's main memory (read back into
+/// context by recall), quarantine (kept, never read back), or the device's local store only
+/// (never sent to a remote store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryRoute {
+    Main,
+    Quarantine,
+    Local,
+}
+
+impl MemoryRoute {
+    /// Every route, in this order.
+    pub const ALL: [MemoryRoute; 3] = [
+        MemoryRoute::Main,
+        MemoryRoute::Quarantine,
+        MemoryRoute::Local,
+    ];
+
+    /// Its name on the wire and in configuration: `main`, `quarantine`, `local`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryRoute::Main => "main",
+            MemoryRoute::Quarantine => "quarantine",
+            MemoryRoute::Local => "local",
+        }
+    }
+
+    /// The route called `name`.
+    pub fn from_name(name: &str) -> Option<MemoryRoute> {
+        MemoryRoute::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+impl std::fmt::Display for MemoryRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `memory_recall {session, query, max_tokens}`: loopd's question at the start of a turn. The
+/// answer (`memories`) comes from the owner's main memory only, at most `max_tokens` (bytes / 4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryRecall {
+    pub session: SessionId,
+    pub query: String,
+    pub max_tokens: u32,
+}
+
+/// `memory_recent {route, limit}`: the latest filed turns, newest first, of one route or all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryRecent {
+    #[serde(default)]
+    pub route: Option<MemoryRoute>,
+    pub limit: u32,
+}
+
+/// `memory_search {query, limit}`: the owner's search over every route, best match first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySearch {
+    pub query: String,
+    pub limit: u32,
+}
+
+/// One filed turn: the text of its user and assistant messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    pub session: SessionId,
+    pub turn: u64,
+    pub route: MemoryRoute,
+    /// The session's class when the turn was filed.
+    pub class: DataClass,
+    pub untrusted: bool,
+    pub filed: Timestamp,
+    pub text: String,
+}
+
+/// `memories {memories}`: the answer to `memory_recall`, `memory_recent` and `memory_search`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memories {
+    pub memories: Vec<Memory>,
+}
+
+/// `memory_forget {session}`: the owner deletes every filed turn of one session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryForget {
+    pub session: SessionId,
+}
+
+/// `memory_forgotten {session, turns, queued}`: `turns` were deleted (or hidden at once);
+/// `queued` when a remote store deletes them later (the turns are hidden from every answer now).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryForgotten {
+    pub session: SessionId,
+    pub turns: u64,
+    pub queued: bool,
+}
+
+/// `memory_report {store, outbox, undecided}`: for `bxctl status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryReport {
+    /// What files the turns: the stores and where they are.
+    pub store: String,
+    /// Records durable in memoryd's outbox, not yet filed.
+    pub outbox: u64,
+    /// Why the oldest waits, when it waits for something (the broker's answer, a store).
+    pub waiting: Option<String>,
 }
 
 /// One HTTP header, in order; a name may repeat.

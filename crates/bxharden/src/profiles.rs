@@ -141,6 +141,9 @@ impl SeccompProfile {
         if matches!(self, SeccompProfile::Brokerd { .. }) {
             s.extend(BROKERD);
         }
+        if matches!(self, SeccompProfile::Memoryd { .. }) {
+            s.extend(MEMORYD);
+        }
         // Filters stack: a program the run tool starts passes brokerd's list as well as its
         // own, so brokerd's list with the run tool holds the child's whole list.
         if matches!(
@@ -305,6 +308,11 @@ const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
 /// brokerd, measured over its whole test suite under `KillProcess`: the workspace tools open
 /// every path with `openat2(RESOLVE_BENEATH)`.
 const BROKERD: &[&str] = &["openat2"];
+
+/// memoryd's embedded store: SQLite gives a new journal its database's owner with `fchown` when
+/// it runs as root (tests, a dev box run as root without a user). Unprivileged, as on the
+/// device, the call never comes, and could change nothing but a file's group to one of its own.
+const MEMORYD: &[&str] = &["fchown"];
 
 /// brokerd with the `run` tool: start the child, which installs its own Landlock and seccomp
 /// before `execve`, then wait for it. brokerd signals only itself ([`PID_SERVER`]): a child is

@@ -23,7 +23,7 @@ mod types;
 
 pub use base_url::BaseUrl;
 pub use client::{Client, Options};
-pub use error::Error;
+pub use error::{AUTH_ANCHOR, CONFIG_ANCHOR, Error, REFUSED_ANCHOR, UNREACHABLE_ANCHOR};
 pub use id::{Id, IdError};
 pub use token::{CREDENTIAL, Token, TokenError};
 pub use types::{

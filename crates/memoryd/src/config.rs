@@ -1,0 +1,304 @@
+//! `memoryd.toml`: where memoryd keeps its outbox and store, the sockets it serves and asks,
+//! its bounds, and `[[routes]]`. Unknown keys are refused everywhere, and the routes are checked
+//! whole when the file loads: a table that leaves a session's state without a route, or that
+//! would send a secret turn off the device or an untrusted one into main memory, is a refusal to
+//! start, never a surprise when a turn is filed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bxcore::layout;
+use bxharden::{Peers, SandboxConfig, ServeConfig};
+use serde::Deserialize;
+
+use crate::routes::Routes;
+
+/// The runbook anchor of a configuration that does not load.
+pub const CONFIG_ANCHOR: &str = "memoryd-config-invalid";
+
+/// The largest `max_recall_tokens`: a recall answer fits in a frame with room to spare.
+pub const MAX_RECALL_TOKENS: u32 = 32_768;
+/// The most records the outbox holds before `turn_record` is answered `unavailable`.
+pub const MAX_OUTBOX: usize = 100_000;
+/// The longest wait accepted for any one timeout: an hour.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub paths: Paths,
+    #[serde(default)]
+    pub sockets: Sockets,
+    #[serde(default)]
+    pub limits: Limits,
+    /// `[[routes]]`, first match wins; absent: the defaults ([`Routes::defaults`]).
+    #[serde(default)]
+    pub routes: Option<Routes>,
+    /// `[honcho]`: file main memory and quarantine into a Honcho server; absent: the embedded
+    /// store holds every route.
+    #[serde(default)]
+    pub honcho: Option<Honcho>,
+    #[serde(default)]
+    pub peers: Peers,
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    #[serde(default)]
+    pub serve: ServeConfig,
+}
+
+/// `[paths]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paths {
+    /// The box's home; memoryd's own directory is `<home>/memory`.
+    pub home: PathBuf,
+}
+
+/// `[sockets]`: an empty or absent path means the default under home (`bxcore::layout`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Sockets {
+    /// Served: loopd's turns and recall questions.
+    pub memory: PathBuf,
+    /// Served: the owner's view (`bxctl memory`, `bxctl status`).
+    pub memories: PathBuf,
+    /// Asked: brokerd's `state.sock`.
+    pub state: PathBuf,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// How long one question to brokerd's state.sock may take.
+    pub state_timeout_ms: u64,
+    /// The first wait after a failed filing; it doubles up to `max_backoff_ms`.
+    pub backoff_ms: u64,
+    pub max_backoff_ms: u64,
+    /// The largest recall answer a `memory_recall` may ask for (tokens, bytes / 4).
+    pub max_recall_tokens: u32,
+    /// The most records waiting in the outbox; past it `turn_record` is `unavailable`.
+    pub max_outbox: usize,
+    /// How long a client has to send its whole request frame.
+    pub first_frame_ms: u64,
+    /// How long a client has to take each frame written to it.
+    pub write_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            state_timeout_ms: 5_000,
+            backoff_ms: 200,
+            max_backoff_ms: 30_000,
+            max_recall_tokens: 4_096,
+            max_outbox: 10_000,
+            first_frame_ms: 10_000,
+            write_ms: 30_000,
+        }
+    }
+}
+
+/// `[honcho]`: the remote store (`docs/honcho.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Honcho {
+    /// The server's base, `http://host:port`; memoryd adds `/v3`.
+    pub url: String,
+    /// The workspace of the owner's main memory.
+    #[serde(default = "default_workspace")]
+    pub workspace: String,
+    /// The workspace of quarantine; absent: `<workspace>-quarantine`. Never main memory's.
+    #[serde(default)]
+    pub quarantine_workspace: Option<String>,
+    /// The bearer token's file (mode 0600); absent: the systemd credential `honcho_key` if
+    /// systemd passed it, else no token (Honcho's auth off).
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// One request's deadline, connect to last byte.
+    #[serde(default = "default_honcho_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_workspace() -> String {
+    "boxmaker".to_string()
+}
+
+fn default_honcho_timeout() -> u64 {
+    10_000
+}
+
+impl Honcho {
+    /// The base URL, checked.
+    pub fn base(&self) -> Result<honcho::BaseUrl, honcho::Error> {
+        honcho::BaseUrl::parse(&self.url)
+    }
+
+    /// Main memory's workspace and quarantine's.
+    pub fn workspaces(&self) -> Result<(honcho::Id, honcho::Id), String> {
+        let main = honcho::Id::new(self.workspace.clone())
+            .map_err(|e| format!("[honcho] workspace = {:?}: {e}", self.workspace))?;
+        let q = self
+            .quarantine_workspace
+            .clone()
+            .unwrap_or_else(|| format!("{}-quarantine", self.workspace));
+        let quarantine = honcho::Id::new(q.clone())
+            .map_err(|e| format!("[honcho] quarantine_workspace = {q:?}: {e}"))?;
+        if quarantine == main {
+            return Err(format!(
+                "[honcho] quarantine_workspace = {q:?} is main memory's workspace: quarantined \
+                 turns would be recalled as the owner's own; name another"
+            ));
+        }
+        Ok((main, quarantine))
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.base().map_err(|e| format!("[honcho] url: {e}"))?;
+        self.workspaces()?;
+        if self.timeout_ms == 0 || self.timeout_ms > MAX_TIMEOUT_MS {
+            return Err(format!(
+                "[honcho] timeout_ms = {} is not between 1 and {MAX_TIMEOUT_MS} (an hour)",
+                self.timeout_ms
+            ));
+        }
+        if let Some(k) = &self.key_file {
+            if !k.is_absolute() {
+                return Err(format!("[honcho] key_file = {k:?} is not an absolute path"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl bxharden::daemon::DaemonConfig for Config {
+    /// The home absolute, every bound in range, the routes whole and safe, `[peers]` and
+    /// `[serve]` naming memoryd's sockets; then the default socket paths.
+    fn check(&mut self) -> Result<(), String> {
+        if !self.paths.home.is_absolute() {
+            return Err(format!(
+                "[paths] home = {:?} is not an absolute path",
+                self.paths.home
+            ));
+        }
+        let l = &self.limits;
+        for (key, v) in [
+            ("state_timeout_ms", l.state_timeout_ms),
+            ("backoff_ms", l.backoff_ms),
+            ("max_backoff_ms", l.max_backoff_ms),
+            ("first_frame_ms", l.first_frame_ms),
+            ("write_ms", l.write_ms),
+        ] {
+            if v == 0 || v > MAX_TIMEOUT_MS {
+                return Err(format!(
+                    "[limits] {key} = {v} is not between 1 and {MAX_TIMEOUT_MS} (an hour)"
+                ));
+            }
+        }
+        if l.backoff_ms > l.max_backoff_ms {
+            return Err(format!(
+                "[limits] backoff_ms = {} is more than max_backoff_ms = {}",
+                l.backoff_ms, l.max_backoff_ms
+            ));
+        }
+        if l.max_recall_tokens == 0 || l.max_recall_tokens > MAX_RECALL_TOKENS {
+            return Err(format!(
+                "[limits] max_recall_tokens = {} is not between 1 and {MAX_RECALL_TOKENS}",
+                l.max_recall_tokens
+            ));
+        }
+        if l.max_outbox == 0 || l.max_outbox > MAX_OUTBOX {
+            return Err(format!(
+                "[limits] max_outbox = {} is not between 1 and {MAX_OUTBOX}",
+                l.max_outbox
+            ));
+        }
+        if let Some(routes) = &self.routes {
+            routes.check()?;
+        }
+        if let Some(h) = &self.honcho {
+            h.check()?;
+        }
+        let served = [layout::MEMORY, layout::MEMORIES];
+        let names: Vec<String> = served.iter().map(|s| s.file()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        self.peers
+            .check_sockets(&names)
+            .map_err(|e| e.to_string())?;
+        self.serve.check(&served)?;
+        let home = self.paths.home.clone();
+        for (path, spec) in [
+            (&mut self.sockets.memory, layout::MEMORY),
+            (&mut self.sockets.memories, layout::MEMORIES),
+            (&mut self.sockets.state, layout::STATE),
+        ] {
+            if path.as_os_str().is_empty() {
+                *path = spec.path(&home);
+            } else if !path.is_absolute() {
+                return Err(format!(
+                    "[sockets] {} = {path:?} is not an absolute path",
+                    spec.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn sandbox(&self) -> &SandboxConfig {
+        &self.sandbox
+    }
+
+    fn peers(&self) -> &Peers {
+        &self.peers
+    }
+
+    fn serve(&self) -> &ServeConfig {
+        &self.serve
+    }
+}
+
+impl Config {
+    /// Read, parse and check `path` (`bxharden::daemon::load`).
+    pub fn load(path: &Path) -> Result<Config, bxharden::daemon::ConfigError> {
+        bxharden::daemon::load(path)
+    }
+
+    /// Parse and check `text` (named `path` in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<Config, bxharden::daemon::ConfigError> {
+        bxharden::daemon::parse(path, text)
+    }
+
+    /// `<home>/memory`: memoryd's own directory, 0700.
+    pub fn own_dir(&self) -> PathBuf {
+        layout::daemon("memoryd")
+            .map(|d| d.state_path(&self.paths.home))
+            .unwrap_or_else(|| self.paths.home.join("memory"))
+    }
+
+    /// `<home>/memory/outbox`: turns acknowledged and not yet filed.
+    pub fn outbox_dir(&self) -> PathBuf {
+        self.own_dir().join("outbox")
+    }
+
+    /// `<home>/memory/local`: the embedded store.
+    pub fn local_dir(&self) -> PathBuf {
+        self.own_dir().join("local")
+    }
+
+    /// The routes in force: the file's, else the defaults.
+    pub fn routes(&self) -> Routes {
+        self.routes.clone().unwrap_or_else(Routes::defaults)
+    }
+
+    pub fn state_timeout(&self) -> Duration {
+        Duration::from_millis(self.limits.state_timeout_ms)
+    }
+
+    pub fn backoff(&self) -> (Duration, Duration) {
+        (
+            Duration::from_millis(self.limits.backoff_ms),
+            Duration::from_millis(self.limits.max_backoff_ms),
+        )
+    }
+}

@@ -1,0 +1,193 @@
+//! The filer: memoryd's one background thread. It takes the outbox's records oldest first,
+//! asks brokerd's state.sock for each session's `(class, untrusted)`, routes the turn by
+//! `[[routes]]` and files it into its store; only then is the record removed.
+//!
+//! No turn is filed by a guess: a question brokerd does not answer (down, slow, an error frame,
+//! a damaged state file) leaves the turn undecided in the outbox, logged once per outage with
+//! the `broker-state-unavailable` pointer and retried with backoff; a store that fails likewise
+//! (`memory-store-failed`). Records of one round are filed in order, and the first failure ends
+//! the round, so a session's turns are filed in the order they were taken.
+//!
+//! The state asked is the session's state when the turn is filed, which is at least as strict as
+//! its state when the turn ended (a session's taint and its untrusted mark only ever rise): a
+//! delayed filing can only route a turn more carefully, never less.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bxcore::client::{self, ClientError};
+use bxcore::runbook::Anchored;
+use bxcore::{Message, SessionId, SessionState, SessionStateReply};
+
+use crate::outbox::{Entry, Outbox};
+use crate::routes::Routes;
+use crate::store::{Filing, StoreError, Stores};
+
+/// The runbook entry of a state question brokerd did not answer.
+pub const STATE_ANCHOR: &str = "broker-state-unavailable";
+
+/// Why brokerd gave no state.
+#[derive(Debug, thiserror::Error)]
+#[error("brokerd did not answer the state of session {session} on {}: {error}", socket.display())]
+pub struct StateError {
+    pub session: SessionId,
+    pub socket: PathBuf,
+    pub error: ClientError,
+}
+
+impl Anchored for StateError {
+    fn anchor(&self) -> &str {
+        STATE_ANCHOR
+    }
+    fn code(&self) -> bxcore::ErrorCode {
+        bxcore::ErrorCode::Unavailable
+    }
+}
+
+/// Ask brokerd on `socket` for `session`'s state, within `timeout`.
+pub fn ask_state(
+    socket: &Path,
+    timeout: Duration,
+    session: &SessionId,
+) -> Result<SessionStateReply, StateError> {
+    let fail = |error| StateError {
+        session: session.clone(),
+        socket: socket.to_path_buf(),
+        error,
+    };
+    let question = Message::SessionState(SessionState {
+        session: session.clone(),
+    });
+    match client::call(socket, timeout, 1, question, |_| {}).map_err(fail)? {
+        Message::SessionStateReply(reply) => Ok(reply),
+        other => Err(fail(ClientError::Unexpected(other.kind()))),
+    }
+}
+
+/// Why one record was not filed.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read or update the outbox {}: {error}", dir.display())]
+    Outbox { dir: PathBuf, error: std::io::Error },
+}
+
+impl Anchored for FileError {
+    fn anchor(&self) -> &str {
+        match self {
+            FileError::State(e) => e.anchor(),
+            FileError::Store(e) => e.anchor(),
+            FileError::Outbox { .. } => crate::outbox::UNWRITABLE_ANCHOR,
+        }
+    }
+}
+
+impl FileError {
+    /// Which outage it is, so one line is logged per outage and not per attempt.
+    fn outage(&self) -> &'static str {
+        match self {
+            FileError::State(_) => STATE_ANCHOR,
+            FileError::Store(_) => crate::store::STORE_ANCHOR,
+            FileError::Outbox { .. } => crate::outbox::UNWRITABLE_ANCHOR,
+        }
+    }
+}
+
+/// Everything the filer and the sockets share.
+#[derive(Debug)]
+pub struct Filer {
+    pub outbox: Outbox,
+    pub stores: Stores,
+    pub routes: Routes,
+    pub state_socket: PathBuf,
+    pub state_timeout: Duration,
+    /// Held while one record is filed and removed, and while a session is forgotten, so a
+    /// forgotten session's turn cannot be filed again behind the owner's back.
+    pub filing: Mutex<()>,
+    /// Why the oldest record waits, while it waits (for `bxctl status`).
+    pub waiting: Mutex<Option<String>>,
+}
+
+impl Filer {
+    /// File one record: ask, route, file, remove.
+    pub fn file_one(&self, entry: &Entry) -> Result<(), FileError> {
+        let record = &entry.held.record;
+        let state = ask_state(&self.state_socket, self.state_timeout, &record.session)?;
+        let route = self.routes.route(state);
+        let _g = self.filing.lock().unwrap_or_else(|p| p.into_inner());
+        if !entry.path.exists() {
+            // Forgotten by the owner while brokerd was asked.
+            return Ok(());
+        }
+        self.stores.file(&Filing {
+            record,
+            route,
+            state,
+            received: entry.held.received,
+        })?;
+        self.outbox.done(entry).map_err(|error| FileError::Outbox {
+            dir: self.outbox.dir().to_path_buf(),
+            error,
+        })
+    }
+
+    /// One round: every waiting record in order, until the first failure.
+    pub fn round(&self) -> Result<usize, FileError> {
+        let entries = self.outbox.pending().map_err(|error| FileError::Outbox {
+            dir: self.outbox.dir().to_path_buf(),
+            error,
+        })?;
+        for e in &entries {
+            self.file_one(e)?;
+        }
+        Ok(entries.len())
+    }
+
+    /// The filer thread: forever, file what waits; on a failure wait with backoff (or until a
+    /// new record comes) and try again. One line per outage, one when it ends.
+    pub fn run(self: Arc<Self>, first: Duration, max: Duration) -> ! {
+        let mut backoff = first;
+        let mut outage: Option<&'static str> = None;
+        loop {
+            match self.round() {
+                Ok(_) => {
+                    if outage.take().is_some() {
+                        bxharden::log::notice("files turns again");
+                    }
+                    *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    backoff = first;
+                    self.outbox.wait(Duration::from_secs(60));
+                }
+                Err(e) => {
+                    if outage != Some(e.outage()) {
+                        bxharden::log::fail(&e);
+                        outage = Some(e.outage());
+                    }
+                    *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(e.pointed().to_string());
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(max);
+                }
+            }
+        }
+    }
+
+    /// Forget `session`: its waiting records and every turn the stores hold.
+    pub fn forget(&self, session: &SessionId) -> Result<crate::store::Forgotten, FileError> {
+        let _g = self.filing.lock().unwrap_or_else(|p| p.into_inner());
+        let waiting = self
+            .outbox
+            .forget(session)
+            .map_err(|error| FileError::Outbox {
+                dir: self.outbox.dir().to_path_buf(),
+                error,
+            })?;
+        let mut done = self.stores.forget(session)?;
+        done.turns += waiting;
+        Ok(done)
+    }
+}

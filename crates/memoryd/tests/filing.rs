@@ -1,0 +1,203 @@
+//! Filing through the real daemons: memoryd takes turns on its socket and asks the real brokerd
+//! for each session's state (brokerd's own state files, as its ledger writes them), then files
+//! the turn by the default routes into the embedded store.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bxcore::{DataClass, MemoryRoute, Message};
+use support::*;
+
+#[test]
+fn turns_from_private_untrusted_and_secret_sessions_land_in_main_quarantine_and_local() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let _m = memoryd(&h, "");
+    h.set_state("priv", "private", false);
+    h.set_state("untr", "private", true);
+    h.set_state("sec", "secret", false);
+    h.set_state("both", "secret", true);
+    // "fresh" has no state file: brokerd answers private and trusted.
+    for s in ["priv", "untr", "sec", "both", "fresh"] {
+        hand_over(&h, &record(s, 1, &format!("hello from {s}"), "noted"));
+    }
+    wait_drained(&h);
+    let routed = |route| -> BTreeSet<String> {
+        recent(&h, Some(route))
+            .into_iter()
+            .map(|m| m.session.to_string())
+            .collect()
+    };
+    let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(routed(MemoryRoute::Main), set(&["priv", "fresh"]));
+    assert_eq!(routed(MemoryRoute::Quarantine), set(&["untr"]));
+    assert_eq!(routed(MemoryRoute::Local), set(&["sec", "both"]));
+    let all = recent(&h, None);
+    let both = all.iter().find(|m| m.session.as_str() == "both").unwrap();
+    assert_eq!((both.class, both.untrusted), (DataClass::Secret, true));
+    assert_eq!(both.text, "user: hello from both\nassistant: noted");
+}
+
+#[test]
+fn an_unanswered_state_question_leaves_the_turn_undecided_until_brokerd_answers() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let m = memoryd(&h, "[limits]\nbackoff_ms = 50\nmax_backoff_ms = 200\n");
+    h.set_state("s1", "private", true);
+    hand_over(&h, &record("s1", 1, "read that page", "done"));
+    wait_until("memoryd to log that brokerd did not answer", || {
+        m.log_text()
+            .contains("see docs/runbook.md#broker-state-unavailable")
+    });
+    assert_eq!(h.outbox_depth(), 1, "the turn waits, undecided");
+    assert!(recent(&h, None).is_empty(), "nothing was filed by a guess");
+    let _b = brokerd(&h, &bin);
+    wait_drained(&h);
+    let filed = recent(&h, None);
+    assert_eq!(filed.len(), 1);
+    assert_eq!(filed[0].route, MemoryRoute::Quarantine);
+    wait_until("memoryd to say it files again", || {
+        m.log_text().contains("memoryd: files turns again")
+    });
+    let outage_lines = m.log_text().matches("broker-state-unavailable").count();
+    assert_eq!(outage_lines, 1, "one line per outage: {}", m.log_text());
+}
+
+#[test]
+fn a_damaged_state_file_files_nothing_and_the_turn_waits() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let m = memoryd(&h, "[limits]\nbackoff_ms = 50\nmax_backoff_ms = 200\n");
+    let dir = h.home.join("broker/sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("s1.json"), "{not json").unwrap();
+    hand_over(&h, &record("s1", 1, "hello", "hi"));
+    wait_until("memoryd to log the unanswered question", || {
+        m.log_text()
+            .contains("see docs/runbook.md#broker-state-unavailable")
+    });
+    assert_eq!(h.outbox_depth(), 1);
+    assert!(recent(&h, None).is_empty());
+    h.set_state("s1", "secret", false);
+    wait_drained(&h);
+    assert_eq!(recent(&h, None)[0].route, MemoryRoute::Local);
+}
+
+#[test]
+fn a_turn_handed_over_twice_is_filed_once() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let _m = memoryd(&h, "");
+    let r = record("s1", 1, "hello", "hi");
+    hand_over(&h, &r);
+    wait_drained(&h);
+    hand_over(&h, &r);
+    wait_drained(&h);
+    assert_eq!(recent(&h, None).len(), 1);
+}
+
+/// loopd's side of the hand-off, as its outbox does it: send until `turn_filed`.
+fn deliver(h: &Home, r: &bxcore::TurnRecord) {
+    wait_until("a turn_filed for the turn", || {
+        matches!(
+            call(&h.memory_sock(), Message::TurnRecord(r.clone())),
+            Ok(Message::TurnFiled(_))
+        )
+    });
+}
+
+#[test]
+fn killing_memoryd_mid_batch_loses_no_turn_and_duplicates_none() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    h.set_state("a", "private", false);
+    h.set_state("b", "private", true);
+    let mut m = memoryd(&h, "[limits]\nbackoff_ms = 20\nmax_backoff_ms = 100\n");
+    const TURNS: u64 = 40;
+    let sent = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let sent = Arc::clone(&sent);
+        let home = h.home.clone();
+        std::thread::spawn(move || {
+            let h = Home {
+                dir: tempfile::TempDir::new().unwrap(),
+                home,
+            };
+            for n in 1..=TURNS {
+                for s in ["a", "b"] {
+                    deliver(&h, &record(s, n, &format!("turn {n} of {s}"), "ok"));
+                }
+            }
+            sent.store(true, Ordering::SeqCst);
+        })
+    };
+    // Kill memoryd twice while turns arrive and the filer files them, and start it again.
+    for _ in 0..2 {
+        wait_until("some turns to be filed", || {
+            !recent(&h, None).is_empty() && h.outbox_depth() > 0 || sent.load(Ordering::SeqCst)
+        });
+        m.kill();
+        m = memoryd(&h, "[limits]\nbackoff_ms = 20\nmax_backoff_ms = 100\n");
+    }
+    bxtest::join(sender, "the thread handing over turns");
+    wait_drained(&h);
+    let filed = recent(&h, None);
+    let keys: BTreeSet<(String, u64)> = filed
+        .iter()
+        .map(|m| (m.session.to_string(), m.turn))
+        .collect();
+    assert_eq!(keys.len(), filed.len(), "no turn filed twice");
+    assert_eq!(filed.len() as u64, 2 * TURNS, "no turn lost");
+    for m in &filed {
+        let want = if m.session.as_str() == "a" {
+            MemoryRoute::Main
+        } else {
+            MemoryRoute::Quarantine
+        };
+        assert_eq!(m.route, want, "{m:?}");
+    }
+}
+
+#[test]
+fn forget_deletes_the_sessions_turns_and_those_still_waiting() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let mut b = brokerd(&h, &bin);
+    let _m = memoryd(&h, "[limits]\nbackoff_ms = 50\nmax_backoff_ms = 200\n");
+    hand_over(&h, &record("s1", 1, "first", "ok"));
+    hand_over(&h, &record("s2", 1, "other", "ok"));
+    wait_drained(&h);
+    b.kill();
+    hand_over(&h, &record("s1", 2, "second, still waiting", "ok"));
+    assert_eq!(h.outbox_depth(), 1);
+    let got = call(
+        &h.memories_sock(),
+        Message::MemoryForget(bxcore::MemoryForget {
+            session: session("s1"),
+        }),
+    );
+    match got {
+        Ok(Message::MemoryForgotten(f)) => {
+            assert_eq!((f.turns, f.queued), (2, false));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.outbox_depth(), 0);
+    let left: Vec<String> = recent(&h, None)
+        .into_iter()
+        .map(|m| m.session.to_string())
+        .collect();
+    assert_eq!(left, vec!["s2".to_string()]);
+    let db = std::fs::read(h.store_file()).unwrap();
+    assert!(
+        !db.windows(5).any(|w| w == b"first"),
+        "the forgotten text is overwritten in the file, not just unlinked"
+    );
+}
