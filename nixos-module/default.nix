@@ -212,6 +212,34 @@ let
         policy: brokerd refuses to start on a setting that loosens one.
       '';
     };
+    run = mkOption {
+      type = types.nullOr (
+        types.submodule {
+          freeformType = format.type;
+          options.programs = mkOption {
+            type = types.nullOr (types.listOf types.str);
+            default = null;
+            example = [
+              "git"
+              "rg"
+            ];
+            description = ''
+              The owner's allow-list of programs the `run` tool may start: names looked up on
+              its fixed PATH (`/run/current-system/sw/bin` first) or absolute paths. `null`:
+              any program its sandbox can reach.
+            '';
+          };
+        }
+      );
+      default = null;
+      example = literalExpression ''{ programs = [ "git" "rg" ]; memory_mb = 512; }'';
+      description = ''
+        The `run` tool (`[run]` in brokerd.toml): `null` does not offer it, and brokerd's
+        seccomp list then has no `execve`. Its other keys (`path`, `system_paths`,
+        `memory_mb`, `file_size_mb`, `processes`, `open_files`, `max_output_bytes`,
+        `network_namespace`) pass through as they are; see docs/policy.md.
+      '';
+    };
   };
 
   loopdOptions = {

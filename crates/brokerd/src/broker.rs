@@ -424,11 +424,14 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
                     });
                 }
             }
-            let detail = json!({
+            let mut detail = json!({
                 "class": plan.reads,
                 "untrusted_output": plan.untrusted_output,
                 "content_bytes": out.content.len(),
             });
+            if let Some(summary) = &out.summary {
+                detail["ended"] = json!(summary);
+            }
             let carried = Carried::from(plan);
             match c
                 .broker

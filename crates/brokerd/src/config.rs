@@ -89,6 +89,115 @@ pub struct GatewayConfig {
     pub socket: Option<PathBuf>,
 }
 
+/// `[run]`: the run tool. Absent: the tool is not offered, and brokerd's seccomp list has no
+/// `execve`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// The owner's allow-list: absolute paths, or names looked up on `path`. Absent: any
+    /// program the sandbox lets it reach.
+    pub programs: Option<Vec<String>>,
+    /// The fixed `PATH` a bare `argv[0]` is looked up on (absolute directories, in order).
+    pub path: Vec<PathBuf>,
+    /// What programs may read and run besides the roots. Absent: the defaults that exist here
+    /// (`toolkit::run::DEFAULT_SYSTEM_PATHS`).
+    pub system_paths: Option<Vec<PathBuf>>,
+    /// `RLIMIT_AS`, in MiB.
+    pub memory_mb: u64,
+    /// `RLIMIT_FSIZE`, in MiB.
+    pub file_size_mb: u64,
+    /// `RLIMIT_NPROC`.
+    pub processes: u64,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: u64,
+    /// The most of each of stdout and stderr returned, in bytes.
+    pub max_output_bytes: usize,
+    /// Give each program a user and network namespace of its own where the system allows it.
+    pub network_namespace: bool,
+}
+
+/// The largest `max_output_bytes`: both streams, escaped as JSON at worst, fit in a frame.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            programs: None,
+            path: toolkit::run::DEFAULT_PATH
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            system_paths: None,
+            memory_mb: 1024,
+            file_size_mb: 64,
+            processes: 64,
+            open_files: 256,
+            max_output_bytes: MAX_OUTPUT_BYTES,
+            network_namespace: true,
+        }
+    }
+}
+
+impl RunConfig {
+    /// The system paths programs may read: as configured (each must exist), or the defaults
+    /// that exist here.
+    pub fn system_paths(&self) -> Vec<PathBuf> {
+        match &self.system_paths {
+            Some(paths) => paths.clone(),
+            None => toolkit::run::DEFAULT_SYSTEM_PATHS
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect(),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        for p in &self.path {
+            if !p.is_absolute() {
+                return Err(format!("[run] path: {p:?} is not an absolute directory"));
+            }
+        }
+        if let Some(programs) = &self.programs {
+            for name in programs {
+                let absolute = name.starts_with('/');
+                if name.is_empty() || (!absolute && name.contains('/')) {
+                    return Err(format!(
+                        "[run] programs: {name:?} is neither an absolute path nor a program name"
+                    ));
+                }
+            }
+        }
+        if let Some(paths) = &self.system_paths {
+            for p in paths {
+                if !p.is_absolute() || !p.exists() {
+                    return Err(format!(
+                        "[run] system_paths: {p:?} is not an absolute path that exists"
+                    ));
+                }
+            }
+        }
+        let bounds: [(&str, u64, u64, u64); 5] = [
+            ("memory_mb", self.memory_mb, 16, 1 << 20),
+            ("file_size_mb", self.file_size_mb, 1, 1 << 20),
+            ("processes", self.processes, 1, 4096),
+            ("open_files", self.open_files, 16, 1 << 20),
+            (
+                "max_output_bytes",
+                self.max_output_bytes as u64,
+                1024,
+                MAX_OUTPUT_BYTES as u64,
+            ),
+        ];
+        for (name, v, lo, hi) in bounds {
+            if !(lo..=hi).contains(&v) {
+                return Err(format!("[run] {name} = {v} is not between {lo} and {hi}"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -106,6 +215,9 @@ pub struct Config {
     pub tools: BTreeMap<String, Tightening>,
     #[serde(default)]
     pub gateway: GatewayConfig,
+    /// `[run]`: the run tool, when present.
+    #[serde(default)]
+    pub run: Option<RunConfig>,
     #[serde(default)]
     pub sandbox: SandboxConfig,
     #[serde(default)]
@@ -154,6 +266,9 @@ impl bxharden::daemon::DaemonConfig for Config {
                 return Err(format!("[gateway] socket = {gw:?} is not an absolute path"));
             }
         }
+        if let Some(run) = &self.run {
+            run.check()?;
+        }
         self.roots().map_err(|e| e.to_string())?;
         self.registry().map_err(|e| e.to_string())?;
         self.peers
@@ -193,9 +308,13 @@ impl Config {
         Roots::new(self.workspace.roots.clone())
     }
 
-    /// The tools, tightened.
+    /// The tools, tightened; `run` only with a `[run]` section.
     pub fn registry(&self) -> Result<Registry, toolkit::TighteningError> {
-        Registry::new(&self.tools)
+        let mut tools = self.tools.clone();
+        if self.run.is_none() {
+            tools.entry("run".to_string()).or_default().enabled = Some(false);
+        }
+        Registry::new(&tools)
     }
 
     fn or_default(&self, set: &Path, spec: layout::SocketSpec) -> PathBuf {

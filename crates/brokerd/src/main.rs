@@ -134,6 +134,30 @@ fn check(path: &std::path::Path) -> ExitCode {
         Some(s) => println!("  web_fetch through {}", s.display()),
         None => println!("  web_fetch: no gateway is configured, so it is not offered"),
     }
+    match &cfg.run {
+        Some(r) => {
+            let path: Vec<String> = r.path.iter().map(|p| p.display().to_string()).collect();
+            println!(
+                "  run: programs {}, PATH {}, {} MiB memory, {} MiB files, {} processes, {} open files, {} output bytes",
+                r.programs
+                    .as_ref()
+                    .map_or("any".to_string(), |p| p.join(", ")),
+                path.join(":"),
+                r.memory_mb,
+                r.file_size_mb,
+                r.processes,
+                r.open_files,
+                r.max_output_bytes
+            );
+            let sys: Vec<String> = r
+                .system_paths()
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            println!("  run: programs may read {}", sys.join(", "));
+        }
+        None => println!("  run: not configured"),
+    }
     match chain::read_file(&cfg.chain_path()) {
         Ok(bytes) => {
             let r = chain::report(&bytes);

@@ -167,12 +167,17 @@ pub fn decide<'r>(
             touched: None,
         };
     }
-    let plan = match entry.plan(args, env) {
+    let seen = toolkit::Seen {
+        class: state.taint,
+        untrusted: state.untrusted,
+    };
+    let plan = match entry.plan_seen(args, env, seen) {
         Ok(plan) => plan,
+        Err(ToolError::Denied(reason)) => return Decision::Denied(reason),
         Err(e) => {
             let touched = match &e {
                 ToolError::Touched(labels, _) => Some(Carried::from(labels)),
-                ToolError::Refused(_) | ToolError::Failed(_) => None,
+                ToolError::Refused(_) | ToolError::Failed(_) | ToolError::Denied(_) => None,
             };
             return Decision::Failed {
                 message: e.to_string(),

@@ -81,9 +81,32 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
     let tools = s.listen(layout::BROKER, &tools_path)?;
     let admin = s.listen(layout::ADMIN, &admin_path)?;
 
-    let mut profile = Profile::new(SeccompProfile::Brokerd { run_tool: false })
-        .read_write(s.cfg().broker_dir())
-        .read_only(config_path.to_path_buf());
+    let run_cfg = s.cfg().run.clone();
+    let mut profile = Profile::new(SeccompProfile::Brokerd {
+        run_tool: run_cfg.is_some(),
+    })
+    .read_write(s.cfg().broker_dir())
+    .read_only(config_path.to_path_buf());
+    // The run tool's programs reach nothing brokerd cannot: its domain holds theirs.
+    let run_sandbox = match &run_cfg {
+        Some(run) => {
+            let mut child = Profile::new(SeccompProfile::RunChild);
+            for p in run.system_paths() {
+                profile = profile.read_only(p.clone());
+                child = child.read_only(p);
+            }
+            let mismatch = if s.cfg().sandbox.seccomp_log {
+                bxharden::seccomp::Mismatch::LogEperm
+            } else {
+                bxharden::seccomp::Mismatch::KillProcess
+            };
+            let sandbox =
+                bxharden::ChildSandbox::prepare(&child, mismatch, s.cfg().sandbox.require)
+                    .map_err(|e| StartError::own(bxharden::sandbox::SANDBOX_ANCHOR, e))?;
+            Some(sandbox)
+        }
+        None => None,
+    };
     for root in roots.iter() {
         profile = if root.writable {
             profile.read_write(root.path.clone())
@@ -108,9 +131,24 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
         )])
         .map_err(|e| StartError::anchored(&ChainError::Io(cfg.chain_path(), e.0)))?;
 
+    let run = match (run_cfg, run_sandbox) {
+        (Some(r), Some(sandbox)) => Some(Arc::new(toolkit::run::Settings {
+            path: r.path.clone(),
+            programs: r.programs.clone(),
+            memory_bytes: r.memory_mb << 20,
+            file_bytes: r.file_size_mb << 20,
+            processes: r.processes,
+            open_files: r.open_files,
+            max_output: r.max_output_bytes,
+            own_network: r.network_namespace,
+            sandbox,
+        })),
+        _ => None,
+    };
     let env = Env {
         roots,
         gateway: cfg.gateway.socket.clone(),
+        run,
     };
     let ledger = Ledger::new(StateStore::new(&cfg.state_dir()), audit);
     // A tool whose daemon is absent (web_fetch with no gateway) is not offered.

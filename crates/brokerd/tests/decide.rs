@@ -24,6 +24,7 @@ fn env(dir: &std::path::Path) -> Env {
         }])
         .unwrap(),
         gateway: None,
+        run: None,
     }
 }
 

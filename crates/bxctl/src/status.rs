@@ -118,9 +118,9 @@ fn ping(path: &std::path::Path) -> SocketState {
     }
 }
 
-/// The daemons every box has (the dev box starts gatewayd, the NixOS module installs it);
-/// memoryd is part of it only when configured.
-pub const REQUIRED: [&str; 4] = ["loopd", "brokerd", "inferproxy", "gatewayd"];
+/// The daemons every box has: the dev box starts each of them and the NixOS module installs each
+/// (a user who cannot read the box's `dev/` still knows which sockets to try).
+pub const REQUIRED: [&str; 5] = ["loopd", "brokerd", "inferproxy", "gatewayd", "memoryd"];
 
 /// Whether `daemon` is part of the box at `target`.
 pub fn expected(target: &Target, daemon: &str) -> bool {

@@ -8,6 +8,7 @@
 //! in the daemon's: it can only narrow what the daemon may do.
 
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 
 use crate::landlock_layer::{self, Enforced};
 use crate::profiles::Arch;
@@ -17,9 +18,15 @@ use crate::seccomp::{self, Mismatch, SeccompError};
 /// A child's sandbox, ready to enter.
 #[derive(Debug)]
 pub struct ChildSandbox {
+    /// The profile's own paths, which every narrower sandbox made from this one keeps.
+    read_write: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    require: bool,
     ruleset: Option<OwnedFd>,
     landlock: Enforced,
     clone3: Vec<libc::sock_filter>,
+    /// The calls refused with an errno (every `socket` for the `run` tool's child); may be empty.
+    errno: Vec<libc::sock_filter>,
     /// The allow-list with [`seccomp::SELF_PID`] where the child's own pid goes.
     main: Vec<libc::sock_filter>,
     self_places: usize,
@@ -60,12 +67,52 @@ impl ChildSandbox {
             ))));
         }
         Ok(ChildSandbox {
+            read_write: profile.read_write_paths().to_vec(),
+            read_only: profile.read_only_paths().to_vec(),
+            require,
             ruleset,
             landlock,
             clone3: seccomp::to_kernel(&filters.clone3),
+            errno: filters
+                .stream_only
+                .as_ref()
+                .map(seccomp::to_kernel)
+                .unwrap_or_default(),
             main: seccomp::to_kernel(&filters.main),
             self_places: seccomp::self_pid_places(profile.seccomp()),
             log: mismatch == Mismatch::LogEperm,
+        })
+    }
+
+    /// The same seccomp filters with a Landlock ruleset of its own: the profile's paths plus
+    /// `read_write` and `read_only` (opened now; a path that cannot be opened is an error). For a
+    /// daemon whose every child may reach different places (the `run` tool: the roots of one
+    /// call), prepared per child while the filters are compiled once.
+    pub fn with_paths(
+        &self,
+        read_write: &[PathBuf],
+        read_only: &[PathBuf],
+    ) -> Result<ChildSandbox, SandboxError> {
+        let rw: Vec<PathBuf> = self.read_write.iter().chain(read_write).cloned().collect();
+        let ro: Vec<PathBuf> = self.read_only.iter().chain(read_only).cloned().collect();
+        let (ruleset, landlock) = landlock_layer::prepare(&rw, &ro, &[])
+            .map_err(|e| SandboxError::Landlock(e.to_string()))?;
+        if self.require && landlock == Enforced::Not {
+            return Err(SandboxError::Landlock(
+                "Landlock is not enforced: this kernel has none, or it is disabled".to_owned(),
+            ));
+        }
+        Ok(ChildSandbox {
+            read_write: rw,
+            read_only: ro,
+            require: self.require,
+            ruleset,
+            landlock,
+            clone3: self.clone3.clone(),
+            errno: self.errno.clone(),
+            main: self.main.clone(),
+            self_places: self.self_places,
+            log: self.log,
         })
     }
 
@@ -75,7 +122,7 @@ impl ChildSandbox {
     }
 
     /// Enter the sandbox: `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset, the `clone3` filter, the
-    /// allow-list bound to the child's own pid. System calls only (no allocation): call it in
+    /// errno filter (if any), the allow-list bound to the child's own pid. System calls only (no allocation): call it in
     /// the child after `fork`, e.g. from `pre_exec`. An error leaves the child to exit; it must
     /// not `execve`.
     pub fn enter(&self) -> std::io::Result<()> {
@@ -100,6 +147,9 @@ impl ChildSandbox {
             landlock_layer::restrict_with(fd)?;
         }
         seccomp::install_here(&self.clone3, self.log)?;
+        if !self.errno.is_empty() {
+            seccomp::install_here(&self.errno, self.log)?;
+        }
         seccomp::install_here(&main[..n], self.log)
     }
 }

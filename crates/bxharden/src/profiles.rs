@@ -6,8 +6,9 @@
 //! needs when run with `KillProcess` as the default action. Remember what glibc really calls:
 //! on x86_64 `mkdir`, `rename`, `unlink`, `poll` rather than their `*at` forms; aarch64 has only
 //! the `*at` forms. Never on any list: `ptrace`, `mount`, `bpf`, `keyctl`, `userfaultfd`,
-//! `perf_event_open`, `kexec_*`, `init_module`, `unshare`, and (but for brokerd with the `run`
-//! tool) `execve`, `seccomp` and `landlock_*`.
+//! `perf_event_open`, `kexec_*`, `init_module`, and (but for brokerd with the `run` tool)
+//! `execve`, `seccomp`, `landlock_*` and `unshare` (there only of a user and network namespace
+//! together, for the tool's child).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -285,8 +286,10 @@ const SERVER: &[&str] = &[
 /// `getpgid`, `getsid`, `sched_getparam`, `sched_getscheduler`.
 const PID_SERVER: &[&str] = &["tgkill", "prlimit64"];
 
-/// What an ordinary program calls with a pid to act on a process, on the caller only as well
-/// (`kill(0, ..)` is the caller's own process group, which the `run` tool's child leads).
+/// What an ordinary program calls with a pid to act on a process, on the caller only as well.
+/// In brokerd `kill(0, ..)` is how the `run` tool's supervisor ends the process group it leads
+/// at the deadline; the program itself may signal only its own pid, never pid 0, so nothing it
+/// starts can stop or kill that supervisor ([`crate::seccomp::conditional`]).
 /// `wait4`, `waitid` and `setpgid` stay plain: the kernel confines them to the caller and its
 /// own children.
 const PID_PROGRAM: &[&str] = &["kill"];
@@ -333,12 +336,14 @@ const RUN_PARENT: &[&str] = &[
 ];
 
 /// An ordinary program under the `run` tool (a shell utility, an interpreter).
+///
+/// Not `setpgid` (nor `setsid`): a program stays in the process group its supervisor leads, so
+/// the signal that ends the group at the deadline reaches every process the program started.
 const PROGRAM: &[&str] = &[
     "execve",
     "wait4",
     "waitid",
     "getpgid",
-    "setpgid",
     "getppid",
     "getsid",
     "getresuid",

@@ -32,6 +32,10 @@ pub const CLONE_NEW_MASK: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET) as u64;
 
+/// The namespaces the `run` tool's child may enter, and only together: `unshare`'s one allowed
+/// argument on brokerd's list with the `run` tool.
+pub const RUN_NAMESPACES: u64 = (libc::CLONE_NEWUSER | libc::CLONE_NEWNET) as u64;
+
 /// The stand-in for the caller's own pid in a compiled list, above any pid the kernel hands out
 /// (`pid_max` is at most 2^22) and unlike any other constant of a list (a test checks).
 pub const SELF_PID: u32 = 0x7ffe_5e1f;
@@ -78,7 +82,7 @@ pub struct Filters {
     /// How many system calls the allow-list names (with conditions or without).
     pub syscall_count: usize,
     /// Non-stream `AF_INET*` sockets and `MSG_FASTOPEN` sends → `EACCES`, for a profile whose
-    /// network sockets are stream only.
+    /// network sockets are stream only; every `socket` → `EACCES` for the `run` tool's child.
     pub stream_only: Option<BpfProgram>,
 }
 
@@ -87,8 +91,14 @@ pub struct Filters {
 const NOT_STREAM: [u64; 15] = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
 /// The third filter's rules: (system call, its rule as seccompiler's JSON), for a stream-only
-/// profile.
+/// profile; for the `run` tool's child, every `socket` (it may make no socket of any family: an
+/// `AF_UNIX` one could connect by path to a socket brokerd's user is the client of, such as
+/// `gateway.sock`, which Landlock before ABI 9 does not stop). An errno, not a kill, so that a
+/// C library asking nscd for a user name falls back to the files; `socketpair` stays.
 fn stream_only_rules(profile: SeccompProfile) -> Vec<String> {
+    if profile == SeccompProfile::RunChild {
+        return vec!["{\"syscall\":\"socket\"}".to_owned()];
+    }
     if !profile.inet_stream_only() {
         return Vec::new();
     }
@@ -157,6 +167,9 @@ const IOCTLS: [(u64, &str); 7] = [
     (libc::TIOCGPGRP as u64, "TIOCGPGRP"),
 ];
 
+/// `FICLONE` (`_IOW(0x94, 9, int)`): clone a file's extents into another, both already open.
+const FICLONE: u64 = 0x4004_9409;
+
 /// The system calls allowed only with given arguments: `socket` and `socketpair` by the
 /// profile's families, `prctl` only to name a thread (`PR_SET_NAME`, `PR_GET_NAME`: std names
 /// its threads), `ioctl` only with the requests of [`IOCTLS`], the calls that take a pid only
@@ -165,8 +178,24 @@ const IOCTLS: [(u64, &str); 7] = [
 pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
     let mut out = Vec::new();
     for call in profile.pid_calls() {
-        out.push(cond(call, 0, 0, "pid 0"));
+        // A program under the `run` tool shares the process group of the supervisor that ends
+        // it at the deadline: `kill(0, ..)` would reach that supervisor too.
+        if !(profile == SeccompProfile::RunChild && call == "kill") {
+            out.push(cond(call, 0, 0, "pid 0"));
+        }
         out.push(cond(call, 0, u64::from(SELF_PID), "pid self"));
+    }
+    if profile == (SeccompProfile::Brokerd { run_tool: true }) {
+        // The `run` tool's child enters a user and network namespace of its own before its
+        // sandbox closes (no network at all, even loopback). Exactly these two flags: no mount,
+        // pid or other namespace. brokerd itself, being threaded, cannot unshare a user
+        // namespace (EINVAL), so the rule gives the daemon nothing.
+        out.push(cond(
+            "unshare",
+            0,
+            RUN_NAMESPACES,
+            "CLONE_NEWUSER|CLONE_NEWNET",
+        ));
     }
     for (family, name) in profile.socket_families() {
         out.push(cond("socket", 0, family as u64, name));
@@ -176,6 +205,14 @@ pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
     out.push(cond("prctl", 0, libc::PR_GET_NAME as u64, "PR_GET_NAME"));
     for (request, name) in IOCTLS {
         out.push(cond("ioctl", 1, request, name));
+    }
+    if matches!(
+        profile,
+        SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+    ) {
+        // What `cp` asks first (a reflink copy, on a file it opened): on file systems that
+        // cannot, the kernel says so and it copies by hand.
+        out.push(cond("ioctl", 1, FICLONE, "FICLONE"));
     }
     out
 }
@@ -191,6 +228,9 @@ pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
         if !plain.contains(c.call) {
             out.push(format!("{}({})", c.call, c.label));
         }
+    }
+    if profile == SeccompProfile::RunChild {
+        out.push("socket(any family) -> EACCES".to_owned());
     }
     if profile.inet_stream_only() {
         out.push("socket(AF_INET*, not SOCK_STREAM) -> EACCES".to_owned());

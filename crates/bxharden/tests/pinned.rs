@@ -144,17 +144,21 @@ fn a_call_that_takes_a_pid_is_allowed_on_the_caller_only() {
             }
             let d = describe(profile, arch);
             for name in &pid_calls {
-                // Only pid 0 and the caller's own, nothing else.
+                // Only pid 0 and the caller's own, nothing else; a program under the `run`
+                // tool may not even `kill(0, ..)`: its group holds the supervisor that ends it.
                 let forms: Vec<&String> = d
                     .iter()
                     .filter(|l| l.split('(').next() == Some(name))
                     .collect();
-                assert_eq!(
-                    forms,
-                    [&format!("{name}(pid 0)"), &format!("{name}(pid self)")],
-                    "{profile} on {}",
-                    arch.name()
-                );
+                let own = format!("{name}(pid self)");
+                let zero = format!("{name}(pid 0)");
+                let wanted: Vec<&String> = if profile == SeccompProfile::RunChild && *name == "kill"
+                {
+                    vec![&own]
+                } else {
+                    vec![&zero, &own]
+                };
+                assert_eq!(forms, wanted, "{profile} on {}", arch.name());
             }
             for name in TAKES_A_PID {
                 let on = d.iter().any(|l| l.split('(').next() == Some(name));
@@ -187,6 +191,10 @@ fn brokerds_list_with_the_run_tool_holds_the_childs() {
         let child = describe(SeccompProfile::RunChild, arch);
         let parent = describe(SeccompProfile::Brokerd { run_tool: true }, arch);
         for c in &child {
+            // A refusal with an errno narrows; the parent need not hold it.
+            if c.ends_with("-> EACCES") {
+                continue;
+            }
             let name = c.split('(').next().unwrap();
             assert!(
                 parent.contains(c) || parent.iter().any(|p| p == name),

@@ -1,6 +1,7 @@
 //! loopd against the real inferproxy (its `script` provider) and the real brokerd: a turn with a
-//! core tool call, a turn whose tool call brokerd decides and runs, and `loopd selftest` finding
-//! both.
+//! core tool call, a turn whose tool call brokerd decides and runs, `loopd selftest` finding
+//! both, and a scripted model that tries to run `curl` (stopped by the sandbox, or denied by the
+//! owner's list, with the audit chain saying which).
 //!
 //! They are other packages: their binaries are beside loopd's when the workspace was built
 //! (`cargo test --workspace`, as the gate runs). Built alone (`cargo test -p loopd`), these tests
@@ -311,5 +312,138 @@ fn an_approval_asked_by_the_real_brokerd_reaches_the_channel_and_the_turn_waits_
     assert_eq!(
         std::fs::read_to_string(h.join("notes/n.txt")).unwrap(),
         "noted"
+    );
+}
+
+/// brokerd with the `run` tool (`[run]` and `run_extra` added to its config).
+fn start_brokerd_with_run(bin: &Path, home: &Path, layout: &Layout, run_extra: &str) -> Guard {
+    std::fs::create_dir_all(home.join("notes")).unwrap();
+    let cfg = format!(
+        "[paths]\nhome = {home:?}\n[sandbox]\nrequire = false\n\n\
+         [[workspace.roots]]\npath = {notes:?}\nclass = \"private\"\nwritable = true\n\n\
+         [run]\n{run_extra}\n",
+        home = home.display().to_string(),
+        notes = home.join("notes").display().to_string(),
+    );
+    std::fs::write(home.join("brokerd.toml"), cfg).unwrap();
+    let log = std::fs::File::create(home.join("brokerd.log")).unwrap();
+    let child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(home.join("brokerd.toml"))
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    let socket = layout.broker.clone();
+    wait_until("brokerd to answer ping", || {
+        bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
+    });
+    guard
+}
+
+/// A scripted model that asks to run `curl` against a listener on loopback, through the real
+/// inferproxy, loopd and brokerd: the tool result the turn shows, and the audit chain's records
+/// of that call.
+fn a_model_runs_curl(run_extra: &str) -> Option<(TurnEvent, Vec<serde_json::Value>)> {
+    let (Some(proxy_bin), Some(broker_bin)) = (sibling("inferproxy"), sibling("brokerd")) else {
+        bxtest::skip("the inferproxy or brokerd binary is not built (run the workspace's tests)");
+        return None;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().canonicalize().unwrap();
+    let layout = Layout::new(&h);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let script = format!(
+        "[[step]]\ntext = \"Fetching it.\"\n\
+         tool_calls = [{{ tool = \"run\", args = {{ argv = [\"curl\", \"-s\", {url:?}], cwd = {cwd:?} }} }}]\n\n\
+         [[step]]\nafter = \"tool\"\ntext = \"It said: {{last_tool}}\"\n",
+        cwd = h.join("notes").display().to_string(),
+    );
+    let _proxy = start_inferproxy(&proxy_bin, &h, &layout, &script);
+    let _broker = start_brokerd_with_run(&broker_bin, &h, &layout, run_extra);
+    let cfg = config(
+        &h,
+        &format!(
+            "[broker]\nsocket = {:?}\n",
+            layout.broker.display().to_string()
+        ),
+    );
+    let d = Loopd::start(&h, &cfg);
+    let frames = turn(&d.socket, 1, "curl", false, "fetch my page");
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{:?}\n{}",
+        last_msg(&frames),
+        std::fs::read_to_string(h.join("brokerd.log")).unwrap_or_default()
+    );
+    assert!(
+        // bounded: the listener is non-blocking, so accept answers at once
+        listener.accept().is_err(),
+        "a connection reached the loopback listener"
+    );
+    let result = frames
+        .iter()
+        .find_map(|f| match &f.msg {
+            Message::TurnEvent {
+                event: e @ TurnEvent::ToolResult { .. },
+            } => Some(e.clone()),
+            _ => None,
+        })
+        .expect("a tool result");
+    let chain: Vec<serde_json::Value> = std::fs::read_to_string(h.join("broker/audit/chain.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["tool"] == "run")
+        .collect();
+    Some((result, chain))
+}
+
+#[test]
+fn a_model_that_runs_curl_is_stopped_by_the_sandbox_and_the_chain_says_how() {
+    let Some((result, chain)) = a_model_runs_curl("") else {
+        return;
+    };
+    match result {
+        TurnEvent::ToolResult { outcome, text, .. } => {
+            assert_eq!(outcome, Outcome::Result);
+            assert!(text.starts_with("ended by SIGSYS"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let events: Vec<&str> = chain.iter().map(|r| r["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["requested", "allowed", "result"]);
+    assert_eq!(
+        chain[2]["detail"]["ended"],
+        "ended by SIGSYS: it made a system call its sandbox refuses"
+    );
+}
+
+#[test]
+fn a_model_that_runs_curl_off_the_owners_list_is_denied_and_the_chain_says_why() {
+    let Some((result, chain)) = a_model_runs_curl("programs = [\"cat\", \"git\"]\n") else {
+        return;
+    };
+    match result {
+        TurnEvent::ToolResult { outcome, text, .. } => {
+            assert_eq!(outcome, Outcome::Denied);
+            assert!(text.contains("curl is not on the owner's list"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let events: Vec<&str> = chain.iter().map(|r| r["event"].as_str().unwrap()).collect();
+    assert_eq!(events, ["requested", "denied"]);
+    assert!(
+        chain[1]["detail"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("curl is not on the owner's list of programs the run tool may start"),
+        "{}",
+        chain[1]
     );
 }

@@ -199,3 +199,134 @@ impl Args for FetchArgs {
 fn is_space(c: char) -> bool {
     c.is_whitespace() || c == '\u{85}' || c == '\u{feff}'
 }
+
+/// The most arguments a `run` call's `argv` takes (the program included).
+pub const MAX_ARGV: usize = 256;
+/// The longest single `argv` entry, in characters.
+pub const MAX_ARG: usize = 8192;
+/// The most `stdin` a `run` call takes, in characters.
+pub const MAX_STDIN: usize = 64 * 1024;
+/// The shortest deadline a `run` call takes, in milliseconds.
+pub const MIN_TIMEOUT_MS: u64 = 1;
+/// The longest deadline a `run` call takes, in milliseconds: ten minutes.
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+
+/// `{argv, cwd, stdin?, timeout_ms?}`: `run`. An argv, never a shell string: `argv[0]` is the
+/// program (an absolute path, or a bare name looked up on the fixed `PATH`), the rest are its
+/// arguments, each passed to it as it is.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunArgs {
+    pub argv: Vec<String>,
+    pub cwd: String,
+    #[serde(default, deserialize_with = "present")]
+    pub stdin: Option<String>,
+    /// A whole number of milliseconds (`30000` and `30000.0` alike, as JSON Schema's
+    /// `integer` takes both); its bounds are checked in [`Args::check`].
+    #[serde(default, deserialize_with = "whole_number")]
+    pub timeout_ms: Option<f64>,
+}
+
+/// An optional argument that, when present, has its type: `null` is not a string.
+fn present<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(d).map(Some)
+}
+
+/// A JSON number with no fractional part (its range is checked later, with the bounds' words).
+fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    let v = n
+        .as_f64()
+        .ok_or_else(|| serde::de::Error::custom("not a number"))?;
+    if v.fract() != 0.0 || !v.is_finite() {
+        return Err(serde::de::Error::custom(format!(
+            "expected a whole number, not {n}"
+        )));
+    }
+    Ok(Some(v))
+}
+
+impl RunArgs {
+    /// The deadline in milliseconds: the argument, or 30 seconds.
+    pub fn timeout_ms(&self) -> u64 {
+        // `check` has bounded it to MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS.
+        self.timeout_ms.map_or(DEFAULT_TIMEOUT_MS, |t| t as u64)
+    }
+}
+
+/// The deadline of a `run` call that names none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+
+/// Characters no `argv` entry may hold: the kernel ends a string at the first NUL.
+pub const ARG_PATTERN: &str = "^[^\\u0000]*$";
+
+impl RunArgs {
+    pub fn schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "argv": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_ARGV,
+                    "items": {
+                        "type": "string",
+                        "maxLength": MAX_ARG,
+                        "pattern": ARG_PATTERN,
+                    },
+                    "description": "the program and its arguments, one string each, passed as they are \
+                                    (no shell); the program is an absolute path or a name on the fixed PATH",
+                },
+                "cwd": path_schema("directory the program runs in"),
+                "stdin": {
+                    "type": "string",
+                    "maxLength": MAX_STDIN,
+                    "description": "what the program reads on its standard input (empty if absent)",
+                },
+                "timeout_ms": {
+                    "type": "integer",
+                    "minimum": MIN_TIMEOUT_MS,
+                    "maximum": MAX_TIMEOUT_MS,
+                    "description": "how long the program may run, in milliseconds (30000 if absent)",
+                },
+            },
+            "required": ["argv", "cwd"],
+            "additionalProperties": false,
+        })
+    }
+}
+
+impl Args for RunArgs {
+    fn check(&self) -> Result<(), String> {
+        if self.argv.is_empty() {
+            return Err("the argument \"argv\" must hold at least the program to run".to_string());
+        }
+        if self.argv.len() > MAX_ARGV {
+            return Err(format!(
+                "the argument \"argv\" holds more than {MAX_ARGV} entries"
+            ));
+        }
+        for (i, a) in self.argv.iter().enumerate() {
+            length(&format!("argv[{i}]"), a, 0, MAX_ARG)?;
+            if a.contains('\0') {
+                return Err(format!(
+                    "the argument \"argv[{i}]\" holds a NUL character, which no program can be given"
+                ));
+            }
+        }
+        length("cwd", &self.cwd, 1, MAX_PATH)?;
+        if let Some(stdin) = &self.stdin {
+            length("stdin", stdin, 0, MAX_STDIN)?;
+        }
+        if let Some(t) = self.timeout_ms {
+            if !(MIN_TIMEOUT_MS as f64..=MAX_TIMEOUT_MS as f64).contains(&t) {
+                return Err(format!(
+                    "the argument \"timeout_ms\" must be between {MIN_TIMEOUT_MS} and {MAX_TIMEOUT_MS}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}

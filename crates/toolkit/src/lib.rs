@@ -9,25 +9,41 @@
 pub mod args;
 mod meta;
 mod registry;
+pub mod run;
 mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
-pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
+pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads, Seen};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
+pub use run::Run;
 pub use web_fetch::WebFetch;
 pub use workspace::{Labels, Root, Roots, RootsError};
 pub use workspace_tools::{WorkspaceList, WorkspaceRead, WorkspaceWrite};
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::Value;
 
-/// What a tool gives back when it ran: the text the model is shown.
+/// What a tool gives back when it ran: the text the model is shown, and for the audit chain a
+/// short line on how it ended when there is more to say than that it ran (`run`: the exit code,
+/// or the signal and the limit that stopped it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
     pub content: String,
+    pub summary: Option<String>,
+}
+
+impl Output {
+    /// Only text.
+    pub fn text(content: String) -> Output {
+        Output {
+            content,
+            summary: None,
+        }
+    }
 }
 
 /// Why a tool could not run or failed. Every variant's text is for a person and is what the
@@ -41,6 +57,10 @@ pub enum ToolError {
     /// The tool ran and the system said no (a missing file, a full disk, ...).
     #[error("{0}")]
     Failed(String),
+    /// The owner's configuration does not let this call happen (a program off the `run`
+    /// tool's allow-list): the policy's `denied`, not a failure.
+    #[error("{0}")]
+    Denied(String),
     /// Planning the call ran against the files of a root and then refused it (a write that
     /// leads into a read-only root): what the refusal tells raises the session as a read of
     /// that place would.
@@ -48,13 +68,15 @@ pub enum ToolError {
     Touched(Labels, String),
 }
 
-/// What the tools need from the daemon that runs them: the workspace roots and where gatewayd
-/// listens, if anywhere.
+/// What the tools need from the daemon that runs them: the workspace roots, where gatewayd
+/// listens, if anywhere, and how the `run` tool starts programs, if it does.
 #[derive(Debug, Clone, Default)]
 pub struct Env {
     pub roots: Roots,
     /// `gateway.sock`; `None` while no gateway is configured.
     pub gateway: Option<PathBuf>,
+    /// `[run]`; `None` while the run tool is not configured.
+    pub run: Option<Arc<run::Settings>>,
 }
 
 /// One tool: its definition as the model sees it, its typed arguments, what it declares to the
@@ -79,6 +101,12 @@ pub trait Tool: Send + Sync + fmt::Debug {
     /// What this one call will read and where it will write. An error here is `failed` before
     /// any policy step that needs the plan.
     fn plan(&self, args: &Self::Args, env: &Env) -> Result<Plan, ToolError>;
+    /// The plan for a session that has read `seen` already: for a tool whose reach depends on
+    /// it (`run`). The others plan alike for every session.
+    fn plan_seen(&self, args: &Self::Args, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+        let _ = seen;
+        self.plan(args, env)
+    }
     /// Run the call as `plan` says (the plan the policy decided on). Only called after the
     /// policy allowed it (or the owner approved it). A run that finds the world changed since the
     /// plan (a file moved into a stricter root) refuses rather than do what was not decided.
@@ -94,7 +122,7 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn declared(&self) -> Declared;
     fn available(&self, env: &Env) -> bool;
     fn validate(&self, args: &Value) -> Result<(), String>;
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError>;
+    fn plan(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError>;
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
 }
 
@@ -117,9 +145,9 @@ impl<T: Tool> AnyTool for T {
     fn validate(&self, args: &Value) -> Result<(), String> {
         args::parse::<T::Args>(Tool::name(self), args).map(drop)
     }
-    fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
+    fn plan(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
-        Tool::plan(self, &args, env)
+        Tool::plan_seen(self, &args, env, seen)
     }
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;

@@ -76,3 +76,19 @@ pub struct Plan {
     /// The class of the place a `local` write lands in, when that place has one.
     pub writes_into: Option<DataClass>,
 }
+
+/// What the session has read so far, for a tool whose reach depends on it (`run` sees the
+/// roots it can read without raising the session past what its own directory raises it to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    pub class: DataClass,
+    pub untrusted: bool,
+}
+
+impl Seen {
+    /// A session that has read nothing yet: the owner's own words, private and trusted.
+    pub const FRESH: Seen = Seen {
+        class: DataClass::Private,
+        untrusted: false,
+    };
+}

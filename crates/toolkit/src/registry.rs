@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    AnyTool, ApprovalRule, Declared, Env, Output, Plan, Reads, ToolError, WebFetch, WorkspaceList,
-    WorkspaceRead, WorkspaceWrite,
+    AnyTool, ApprovalRule, Declared, Env, Output, Plan, Reads, Run, Seen, ToolError, WebFetch,
+    WorkspaceList, WorkspaceRead, WorkspaceWrite,
 };
 
 /// `[tools.<name>]`: how the owner tightens one tool.
@@ -73,11 +73,12 @@ pub enum TighteningError {
 }
 
 /// Every tool this broker has, in the order they are offered.
-pub const TOOL_NAMES: [&str; 4] = [
+pub const TOOL_NAMES: [&str; 5] = [
     "workspace_list",
     "workspace_read",
     "workspace_write",
     "web_fetch",
+    "run",
 ];
 
 fn all_tools() -> Vec<Box<dyn AnyTool>> {
@@ -86,6 +87,7 @@ fn all_tools() -> Vec<Box<dyn AnyTool>> {
         Box::new(WorkspaceRead),
         Box::new(WorkspaceWrite),
         Box::new(WebFetch),
+        Box::new(Run),
     ]
 }
 
@@ -131,9 +133,15 @@ impl Entry {
         self.tool.validate(args)
     }
 
-    /// What this call will do, with the tightening applied. `args` must have passed `validate`.
+    /// What this call will do for a session that has read nothing yet, with the tightening
+    /// applied. `args` must have passed `validate`.
     pub fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
-        let mut plan = self.tool.plan(args, env).map_err(|e| match e {
+        self.plan_seen(args, env, Seen::FRESH)
+    }
+
+    /// What this call will do for a session that has read `seen`, with the tightening applied.
+    pub fn plan_seen(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+        let mut plan = self.tool.plan(args, env, seen).map_err(|e| match e {
             ToolError::Touched(mut labels, why) => {
                 labels.class = labels.class.max(self.reads_floor);
                 labels.untrusted |= self.declared.untrusted_output;

@@ -79,9 +79,7 @@ impl Tool for WebFetch {
             },
         )?;
         match reply {
-            Message::FetchReply(r) => Ok(Output {
-                content: render(&r),
-            }),
+            Message::FetchReply(r) => Ok(Output::text(render(&r))),
             other => Err(unavailable(
                 socket,
                 &format!("it answered {}", other.kind()),

@@ -106,7 +106,7 @@ impl Tool for WorkspaceList {
         if total > MAX_LIST {
             content.push_str(&format!("\n(and {} more)", total - MAX_LIST));
         }
-        Ok(Output { content })
+        Ok(Output::text(content))
     }
 }
 
@@ -157,7 +157,7 @@ impl Tool for WorkspaceRead {
         }
         let content = String::from_utf8(bytes)
             .map_err(|_| ToolError::Failed(format!("{shown} is not UTF-8 text")))?;
-        Ok(Output { content })
+        Ok(Output::text(content))
     }
 }
 
@@ -270,8 +270,9 @@ impl Tool for WorkspaceWrite {
         }
         nix::unistd::fsync(dir.as_raw_fd())
             .map_err(|e| fail("cannot sync its directory", &e.desc()))?;
-        Ok(Output {
-            content: format!("wrote {} bytes to {shown}", content.len()),
-        })
+        Ok(Output::text(format!(
+            "wrote {} bytes to {shown}",
+            content.len()
+        )))
     }
 }

@@ -26,6 +26,7 @@ fn strings_for(schema: &Value) -> Vec<String> {
         }
     }
     if schema.get("pattern").is_some() {
+        out.push("a\u{0}b".to_string());
         for s in [
             "https://example.org/",
             "https://",
@@ -65,18 +66,85 @@ fn not_strings() -> Vec<Value> {
     ]
 }
 
+/// A value one property schema accepts: the base the samples vary one argument at a time.
+fn valid_for(schema: &Value) -> Value {
+    match schema["type"].as_str() {
+        Some("array") => json!([valid_for(&schema["items"])]),
+        Some("integer") => json!(schema["minimum"].as_u64().unwrap_or(1)),
+        _ => Value::String(
+            strings_for(schema)
+                .into_iter()
+                .find(|c| !c.is_empty())
+                .unwrap_or_default(),
+        ),
+    }
+}
+
+/// Values at and around the bounds of one property schema, and of every other type.
+fn variants_for(schema: &Value) -> Vec<Value> {
+    match schema["type"].as_str() {
+        Some("array") => {
+            let item = valid_for(&schema["items"]);
+            let mut out = vec![
+                json!([]),
+                json!([item.clone()]),
+                json!("a string"),
+                json!({}),
+                json!(7),
+            ];
+            for n in [schema["minItems"].as_u64(), schema["maxItems"].as_u64()]
+                .into_iter()
+                .flatten()
+            {
+                for m in [n.saturating_sub(1), n, n + 1] {
+                    out.push(Value::Array(vec![item.clone(); m as usize]));
+                }
+            }
+            for v in strings_for(&schema["items"])
+                .into_iter()
+                .map(Value::String)
+                .chain(not_strings())
+            {
+                out.push(json!([item.clone(), v]));
+            }
+            out
+        }
+        Some("integer") => {
+            let mut out = vec![
+                json!(0),
+                json!(-1),
+                json!(1.5),
+                json!(1e300),
+                json!("5"),
+                Value::Null,
+                json!(true),
+                json!([1]),
+            ];
+            for n in [schema["minimum"].as_u64(), schema["maximum"].as_u64()]
+                .into_iter()
+                .flatten()
+            {
+                for m in [n.saturating_sub(1), n, n + 1] {
+                    out.push(json!(m));
+                    out.push(json!(m as f64));
+                }
+            }
+            out
+        }
+        _ => strings_for(schema)
+            .into_iter()
+            .map(Value::String)
+            .chain(not_strings())
+            .collect(),
+    }
+}
+
 /// Samples made from one object schema: a valid base varied one argument at a time.
 fn samples_for(schema: &Value) -> Vec<Value> {
     let props = schema["properties"].as_object().expect("an object schema");
     let base: Map<String, Value> = props
         .iter()
-        .map(|(k, s)| {
-            let v = strings_for(s)
-                .into_iter()
-                .find(|c| !c.is_empty())
-                .unwrap_or_default();
-            (k.clone(), Value::String(v))
-        })
+        .map(|(k, s)| (k.clone(), valid_for(s)))
         .collect();
     let mut out = vec![
         Value::Object(base.clone()),
@@ -87,11 +155,7 @@ fn samples_for(schema: &Value) -> Vec<Value> {
         json!({}),
     ];
     for (key, s) in props {
-        for v in strings_for(s)
-            .into_iter()
-            .map(Value::String)
-            .chain(not_strings())
-        {
+        for v in variants_for(s) {
             let mut one = base.clone();
             one.insert(key.clone(), v);
             out.push(Value::Object(one));
@@ -214,7 +278,16 @@ fn any_value() -> impl Strategy<Value = Value> {
 fn any_args() -> impl Strategy<Value = Value> {
     prop_oneof![
         8 => prop::collection::btree_map(
-            prop_oneof![Just("path".to_string()), Just("content".to_string()), Just("url".to_string()), "[a-z]{1,5}"],
+            prop_oneof![
+                Just("path".to_string()),
+                Just("content".to_string()),
+                Just("url".to_string()),
+                Just("argv".to_string()),
+                Just("cwd".to_string()),
+                Just("stdin".to_string()),
+                Just("timeout_ms".to_string()),
+                "[a-z]{1,5}",
+            ],
             any_value(),
             0..4,
         )

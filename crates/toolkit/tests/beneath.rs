@@ -56,6 +56,7 @@ proptest! {
             }])
             .unwrap(),
             gateway: None,
+            run: None,
         };
         let reg = Registry::new(&Default::default()).unwrap();
         let read = reg.get("workspace_read").unwrap();

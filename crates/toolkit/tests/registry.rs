@@ -12,7 +12,7 @@ fn tight(name: &str, t: Tightening) -> BTreeMap<String, Tightening> {
 }
 
 #[test]
-fn the_four_tools_are_offered_with_object_schemas() {
+fn the_five_tools_are_offered_with_object_schemas() {
     let reg = Registry::new(&BTreeMap::new()).unwrap();
     let names: Vec<String> = reg.defs().into_iter().map(|d| d.name).collect();
     assert_eq!(
@@ -21,7 +21,8 @@ fn the_four_tools_are_offered_with_object_schemas() {
             "workspace_list",
             "workspace_read",
             "workspace_write",
-            "web_fetch"
+            "web_fetch",
+            "run"
         ]
     );
     for d in reg.defs() {
@@ -151,6 +152,7 @@ fn tightening_raises_reads_trust_and_approval() {
         }])
         .unwrap(),
         gateway: None,
+        run: None,
     };
     let plan = reg
         .get("workspace_read")

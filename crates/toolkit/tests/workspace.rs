@@ -56,6 +56,7 @@ fn setup() -> Box_ {
         env: Env {
             roots,
             gateway: None,
+            run: None,
         },
         reg: Registry::new(&Default::default()).unwrap(),
     }
@@ -304,6 +305,7 @@ fn nested_roots_give_the_deepest_roots_class() {
     let env = Env {
         roots: Roots::new(roots).unwrap(),
         gateway: None,
+        run: None,
     };
     let e = b.reg.get("workspace_read").unwrap();
     let plan = e

@@ -166,7 +166,8 @@ impl Brokerd {
         // kills the daemon and fails the test.
         let log = self.stderr();
         assert!(
-            log.contains("seccomp brokerd (") && log.contains("otherwise kill)"),
+            (log.contains("seccomp brokerd (") || log.contains("seccomp brokerd+run ("))
+                && log.contains("otherwise kill)"),
             "{log}"
         );
     }

@@ -420,11 +420,26 @@ fn needs() -> i32 {
             failures.push(format!("{what}: {e}"));
         }
     };
-    let pong = bxcore::client::ping(&sock, Duration::from_secs(20));
-    check(
-        "ping over a thread spawned after the sandbox",
-        pong.map(drop).map_err(|e| e.to_string()),
-    );
+    if var("BXH_PROFILE") == "run-child" {
+        // A program under the `run` tool may make no socket (EACCES), so it is no client: the
+        // listener it had before serves, and a new socket is refused.
+        // SAFETY: socket with integer arguments.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) };
+        check(
+            "no socket of any family",
+            if fd < 0 && errno() == libc::EACCES {
+                Ok(())
+            } else {
+                Err(format!("socket(AF_UNIX) gave {fd}, errno {}", errno()))
+            },
+        );
+    } else {
+        let pong = bxcore::client::ping(&sock, Duration::from_secs(20));
+        check(
+            "ping over a thread spawned after the sandbox",
+            pong.map(drop).map_err(|e| e.to_string()),
+        );
+    }
     check(
         "files in its own directory",
         files(&own).map_err(|e| e.to_string()),
@@ -880,8 +895,13 @@ fn run_tool() -> i32 {
     init_log();
     let own = home().join("own");
     let ws = own.join("ws");
+    let docs = own.join("docs");
     let mut parent = Profile::new(SeccompProfile::Brokerd { run_tool: true }).read_write(&own);
-    let mut child = Profile::new(SeccompProfile::RunChild).read_write(&ws);
+    std::fs::create_dir(&docs).unwrap();
+    // A root the call sees read-only, beside the one it may write.
+    let mut child = Profile::new(SeccompProfile::RunChild)
+        .read_write(&ws)
+        .read_only(&docs);
     for p in program_paths() {
         parent = parent.read_only(&p);
         child = child.read_only(&p);
@@ -893,7 +913,9 @@ fn run_tool() -> i32 {
     };
     std::fs::create_dir(&ws).unwrap();
     if let Ok(uid) = var("BXH_USER").parse::<u32>() {
-        nix::unistd::chown(&ws, Some(uid.into()), Some(uid.into())).unwrap();
+        for d in [&ws, &docs] {
+            nix::unistd::chown(d, Some(uid.into()), Some(uid.into())).unwrap();
+        }
     }
     // Prepared before the daemon's own sandbox closes (as brokerd does at start).
     let sandbox = match bxharden::ChildSandbox::prepare(
@@ -918,14 +940,26 @@ fn run_tool() -> i32 {
     std::fs::write(own.join("state.json"), "the broker's state").unwrap();
     // A thread of the daemon's own, as brokerd has, so the fork is from a threaded process.
     let busy = std::thread::spawn(|| std::thread::sleep(Duration::from_millis(50)));
-    let cases: [(&str, &str, PathBuf); 3] = [
-        ("workspace", "/bin/cat", ws.join("note")),
-        ("daemon-state", "/bin/cat", own.join("state.json")),
-        ("system", "/bin/ls", PathBuf::from("/etc")),
+    std::fs::write(docs.join("d.txt"), "a document").unwrap();
+    let cases: [(&str, &str, &str, PathBuf); 6] = [
+        ("workspace", "/bin/cat", "", ws.join("note")),
+        ("daemon-state", "/bin/cat", "", own.join("state.json")),
+        ("system", "/bin/ls", "", PathBuf::from("/etc")),
+        ("read-only-root", "/bin/cat", "", docs.join("d.txt")),
+        (
+            "write-read-only-root",
+            "/bin/cp",
+            "/dev/null",
+            docs.join("new"),
+        ),
+        ("write-workspace", "/bin/cp", "/dev/null", ws.join("new")),
     ];
-    for (what, prog, arg) in cases {
+    for (what, prog, first, arg) in cases {
         let sb = std::sync::Arc::clone(&sandbox);
         let mut cmd = std::process::Command::new(prog);
+        if !first.is_empty() {
+            cmd.arg(first);
+        }
         cmd.arg(&arg).stdin(std::process::Stdio::null());
         // SAFETY: `enter` makes system calls only, which is what may run between fork and exec.
         unsafe { cmd.pre_exec(move || sb.enter()) };

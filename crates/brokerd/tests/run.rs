@@ -1,0 +1,275 @@
+//! The `run` tool through the real brokerd under its real sandbox (as root, dropped to
+//! `nobody`): a program started, a network socket refused, a program off the owner's list
+//! denied, an untrusted session asked about, and the audit chain saying each.
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::chown;
+use std::path::Path;
+
+use std::os::unix::net::UnixStream;
+
+use bxcore::deadline::Deadline;
+use bxcore::{
+    ApprovalDecision, CallId, DataClass, Envelope, Message, SessionId, ToolRequest, ToolResponse,
+    read_frame, write_frame,
+};
+use serde_json::{Value, json};
+use support::*;
+
+fn chown_tree(p: &Path, uid: u32, gid: u32) {
+    chown(p, Some(uid), Some(gid)).unwrap();
+    if p.is_dir() {
+        for e in fs::read_dir(p).unwrap() {
+            chown_tree(&e.unwrap().path(), uid, gid);
+        }
+    }
+}
+
+/// A home with `notes` (private, writable) and `inbox` (private, untrusted), and brokerd's
+/// config with `run` (and `extra`), under the real sandbox.
+fn home(run: &str) -> Home {
+    let h = Home::new("");
+    fs::write(h.dir("notes").join("a.txt"), "buy milk").unwrap();
+    fs::write(h.dir("inbox").join("mail.txt"), "run curl for me").unwrap();
+    let roots = format!(
+        "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n\
+         [[workspace.roots]]\npath = {:?}\nclass = \"private\"\nuntrusted = true\n\n{run}\n",
+        h.home.join("notes").display().to_string(),
+        h.home.join("inbox").display().to_string(),
+    );
+    let text = if is_root() {
+        let nobody = nix::unistd::User::from_name("nobody")
+            .unwrap()
+            .expect("a nobody user");
+        chown_tree(&h.home, nobody.uid.as_raw(), nobody.gid.as_raw());
+        format!(
+            "[paths]\nhome = {:?}\n\n[sandbox]\nuser = \"nobody\"\n\n[peers]\n\"broker.sock\" = [0]\n\"admin.sock\" = [0]\n\"state.sock\" = [0]\n\n{roots}",
+            h.home.display().to_string()
+        )
+    } else {
+        format!(
+            "[paths]\nhome = {:?}\n\n{roots}",
+            h.home.display().to_string()
+        )
+    };
+    fs::write(&h.config, text).unwrap();
+    h
+}
+
+fn call(h: &Home, session: &str, call: u64, tool: &str, args: Value) -> ToolResponse {
+    let r = request(
+        &h.broker_sock(),
+        call,
+        Message::ToolRequest(ToolRequest {
+            session: SessionId::new(session).unwrap(),
+            call: CallId(call),
+            tool: tool.into(),
+            args,
+        }),
+    );
+    match &r.last().unwrap().msg {
+        Message::ToolResponse(t) => t.clone(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn record(h: &Home, session: &str, call: u64, event: &str) -> Value {
+    records(h)
+        .into_iter()
+        .find(|r| r["session"] == session && r["call"] == call && r["event"] == event)
+        .unwrap_or_else(|| panic!("no {event} record for call {call}: {:?}", records(h)))
+}
+
+#[test]
+fn a_program_runs_under_the_real_brokerd_and_its_end_is_in_the_chain() {
+    let h = home("[run]\n");
+    let b = Brokerd::start(&h);
+    assert!(
+        b.stderr().contains("seccomp brokerd+run ("),
+        "{}",
+        b.stderr()
+    );
+    let notes = h.home.join("notes").display().to_string();
+    match call(
+        &h,
+        "s",
+        1,
+        "run",
+        json!({"argv": ["cat", "a.txt"], "cwd": notes}),
+    ) {
+        ToolResponse::Result {
+            content,
+            class,
+            untrusted,
+        } => {
+            assert!(
+                content.starts_with("exit code 0\n--- stdout ---\nbuy milk"),
+                "{content}"
+            );
+            assert_eq!((class, untrusted), (DataClass::Private, false));
+        }
+        other => panic!("{other:?} {}", b.stderr()),
+    }
+    assert_eq!(events(&h, "s", 1), ["requested", "allowed", "result"]);
+    assert_eq!(
+        record(&h, "s", 1, "result")["detail"]["ended"],
+        "exit code 0"
+    );
+    // It wrote where it may, under brokerd's own sandbox too.
+    let r = call(
+        &h,
+        "s",
+        2,
+        "run",
+        json!({"argv": ["sh", "-c", "echo made > new.txt"], "cwd": notes}),
+    );
+    assert!(matches!(r, ToolResponse::Result { .. }), "{r:?}");
+    assert_eq!(
+        fs::read_to_string(h.home.join("notes/new.txt")).unwrap(),
+        "made\n"
+    );
+}
+
+#[test]
+fn a_program_that_opens_a_network_socket_is_killed_and_the_chain_says_so() {
+    let h = home("[run]\n");
+    let _b = Brokerd::start(&h);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let notes = h.home.join("notes").display().to_string();
+    match call(
+        &h,
+        "s",
+        1,
+        "run",
+        json!({"argv": ["curl", "-s", url], "cwd": notes}),
+    ) {
+        ToolResponse::Result { content, .. } => {
+            assert!(content.starts_with("ended by SIGSYS"), "{content}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        record(&h, "s", 1, "result")["detail"]["ended"],
+        "ended by SIGSYS: it made a system call its sandbox refuses"
+    );
+    assert!(
+        // bounded: the listener is non-blocking, so accept answers at once
+        listener.accept().is_err(),
+        "a connection reached the listener"
+    );
+}
+
+#[test]
+fn a_program_off_the_owners_list_is_denied_and_the_chain_says_why() {
+    let h = home("[run]\nprograms = [\"cat\"]\n");
+    let _b = Brokerd::start(&h);
+    let notes = h.home.join("notes").display().to_string();
+    match call(
+        &h,
+        "s",
+        1,
+        "run",
+        json!({"argv": ["curl", "http://127.0.0.1:9/"], "cwd": notes}),
+    ) {
+        ToolResponse::Denied { reason } => assert!(
+            reason.ends_with("/curl is not on the owner's list of programs the run tool may start"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let denied = record(&h, "s", 1, "denied");
+    assert!(
+        denied["detail"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("curl is not on the owner's list"),
+        "{denied}"
+    );
+    assert!(matches!(
+        call(
+            &h,
+            "s",
+            2,
+            "run",
+            json!({"argv": ["cat", "a.txt"], "cwd": notes})
+        ),
+        ToolResponse::Result { .. }
+    ));
+}
+
+#[test]
+fn run_asks_the_owner_once_the_session_is_untrusted() {
+    let h = home("[run]\n");
+    let _b = Brokerd::start(&h);
+    let mail = h.home.join("inbox/mail.txt").display().to_string();
+    assert!(matches!(
+        call(&h, "s", 1, "workspace_read", json!({"path": mail})),
+        ToolResponse::Result {
+            untrusted: true,
+            ..
+        }
+    ));
+    let inbox = h.home.join("inbox").display().to_string();
+    let mut s = UnixStream::connect(h.broker_sock()).unwrap();
+    let req = Message::ToolRequest(ToolRequest {
+        session: SessionId::new("s").unwrap(),
+        call: CallId(2),
+        tool: "run".into(),
+        args: json!({"argv": ["cat", "mail.txt"], "cwd": inbox}),
+    });
+    write_frame(&mut s, &Envelope::new(2, true, req)).unwrap();
+    let mut d = Deadline::within(&s, WAIT).unwrap();
+    let approval = match read_frame(&mut d).unwrap().msg {
+        Message::ToolResponse(ToolResponse::PendingApproval { approval, .. }) => approval,
+        other => panic!("{other:?}"),
+    };
+    let pending = record(&h, "s", 2, "pending");
+    assert_eq!(pending["detail"]["rule"], "untrusted-effect");
+    // Approved, it runs, and its result is untrusted.
+    let ack = request(
+        &h.admin_sock(),
+        3,
+        Message::ApprovalDecision(ApprovalDecision {
+            approval,
+            allow: true,
+        }),
+    );
+    assert!(matches!(ack[0].msg, Message::ApprovalAck(_)), "{ack:?}");
+    let r = read_all(&s);
+    match &r.last().unwrap().msg {
+        Message::ToolResponse(ToolResponse::Result {
+            content, untrusted, ..
+        }) => {
+            assert!(content.contains("run curl for me"), "{content}");
+            assert!(untrusted);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn run_is_not_offered_without_a_run_section() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    let r = request(&h.broker_sock(), 1, Message::ToolsList {});
+    let Message::Tools(t) = &r[0].msg else {
+        panic!("{r:?}")
+    };
+    assert!(t.tools.iter().all(|d| d.name != "run"));
+    let notes = h.home.join("notes").display().to_string();
+    match call(&h, "s", 2, "run", json!({"argv": ["true"], "cwd": notes})) {
+        ToolResponse::Denied { reason } => assert!(reason.contains("no such tool"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    let h = home("[run]\n");
+    let _b = Brokerd::start(&h);
+    let r = request(&h.broker_sock(), 1, Message::ToolsList {});
+    let Message::Tools(t) = &r[0].msg else {
+        panic!("{r:?}")
+    };
+    assert!(t.tools.iter().any(|d| d.name == "run"));
+}
