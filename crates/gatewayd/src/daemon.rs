@@ -11,7 +11,7 @@ use std::time::Duration;
 use bxcore::layout;
 use bxcore::runbook::Anchored;
 use bxcore::{Envelope, Message};
-use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
 use ureq::tls::{Certificate, PemItem, RootCerts};
 
@@ -322,37 +322,18 @@ unsafe extern "C" {
     fn libc_malloc_trim(pad: usize) -> i32;
 }
 
-/// The command line: `serve` or `check`, each with `--config FILE`.
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "gatewayd",
-    version,
-    about = "The tools' only door to the network: allow-list, checked addresses, limits, credentials"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Serve gateway.sock.
-    Serve {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Load and check the configuration and the files it names, print what would be served.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
-}
+/// The command line's words: `serve` or `check`, each with `--config FILE`.
+pub const USAGE: Usage = Usage {
+    about: "The tools' only door to the network: allow-list, checked addresses, limits, credentials",
+    serve: "Serve gateway.sock",
+    check: "Load and check the configuration and the files it names, print what would be served",
+};
 
 /// The whole program.
 pub fn main() -> ExitCode {
-    let cli = <Cli as clap::Parser>::parse();
-    match cli.command {
+    match Cli::<NoMore>::parse(SPEC, &USAGE) {
         Command::Serve { config } => serve(&config),
         Command::Check { config } => check(&config),
+        Command::More(no) => match no {},
     }
 }

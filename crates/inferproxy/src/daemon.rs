@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use bxcore::layout;
 use bxcore::runbook::Anchored;
 use bxcore::{Envelope, InferDelta, InferRequest, Message};
-use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
@@ -212,37 +212,18 @@ fn fail(stream: &mut UnixStream, id: u64, slot: &str, e: &crate::InferError) {
     );
 }
 
-/// The command line: `serve` or `check`, each with `--config FILE`.
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "inferproxy",
-    version,
-    about = "The model's only door: the one holder of model API keys"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Serve infer.sock.
-    Serve {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Load and check the configuration and the files it names, print what would be served.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
-}
+/// The command line's words: `serve` or `check`, each with `--config FILE`.
+pub const USAGE: Usage = Usage {
+    about: "The model's only door: the one holder of model API keys",
+    serve: "Serve infer.sock",
+    check: "Load and check the configuration and the files it names, print what would be served",
+};
 
 /// The whole program.
 pub fn main() -> ExitCode {
-    let cli = <Cli as clap::Parser>::parse();
-    match cli.command {
+    match Cli::<NoMore>::parse(SPEC, &USAGE) {
         Command::Serve { config } => serve(&config),
         Command::Check { config } => check(&config),
+        Command::More(no) => match no {},
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bxcore::runbook::Anchored;
 use bxcore::{Message, PROTOCOL_VERSION};
 use bxcore::{client, layout};
-use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::daemon::{self, Spec, Start, StartError, Usage};
 use bxharden::log::{line, notice};
 use bxharden::profiles::SeccompProfile;
 use bxharden::serve::LISTENER_ANCHOR;
@@ -46,6 +46,13 @@ pub const SPEC: Spec = Spec {
         version: env!("CARGO_PKG_VERSION"),
     },
     config_anchor: CONFIG_ANCHOR,
+};
+
+/// The command line's words: `serve`, `check` and `selftest`, each with `--config FILE`.
+pub const USAGE: Usage = Usage {
+    about: env!("CARGO_PKG_DESCRIPTION"),
+    serve: "Serve turns on loop.sock",
+    check: "Check the configuration and the files it names; print what would be served",
 };
 
 /// `loopd serve`: returns only with the reason loopd did not start (logged).

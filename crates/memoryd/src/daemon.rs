@@ -14,7 +14,7 @@ use bxcore::{
     ChatMessage, Envelope, ErrorCode, Memories, Memory, MemoryForgotten, MemoryRecall,
     MemoryReport, Message, TurnFiled, TurnRecord,
 };
-use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
@@ -393,37 +393,18 @@ pub fn handle_owner(mut stream: UnixStream, env: Envelope, filer: &Filer) {
     }
 }
 
-/// The command line: `serve` or `check`, each with `--config FILE`.
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "memoryd",
-    version,
-    about = "Files each finished turn by its session's class, and recalls the owner's memory"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Serve memory.sock and memories.sock, and file the outbox.
-    Serve {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Load and check the configuration, print what would be served.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
-}
+/// The command line's words: `serve` or `check`, each with `--config FILE`.
+pub const USAGE: Usage = Usage {
+    about: "Files each finished turn by its session's class, and recalls the owner's memory",
+    serve: "Serve memory.sock and memories.sock, and file the outbox",
+    check: "Load and check the configuration, print what would be served",
+};
 
 /// The whole program.
 pub fn main() -> ExitCode {
-    let cli = <Cli as clap::Parser>::parse();
-    match cli.command {
+    match Cli::<NoMore>::parse(SPEC, &USAGE) {
         Command::Serve { config } => serve(&config),
         Command::Check { config } => check(&config),
+        Command::More(no) => match no {},
     }
 }
