@@ -669,3 +669,71 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     let _ = writeln!(out, "the dev box in {} is down", home.root().display());
     Ok(all)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_box_that_did_not_come_up_points_at_devbox_start_failed_once_at_the_end() {
+        let died = DevError::Died {
+            daemon: "brokerd".into(),
+            status: ExitStatus::from_raw(1 << 8),
+            log: "/h/logs/brokerd.log".into(),
+            tail: vec!["brokerd: no_such_key".into(), "second".into()],
+        };
+        assert_eq!(
+            died.pointed().to_string(),
+            format!(
+                "brokerd's last log lines (/h/logs/brokerd.log):\n    brokerd: no_such_key\n    \
+                 second\nbrokerd ended (exit status: 1) while the dev box was starting; {}",
+                bxcore::runbook::pointer(START_ANCHOR)
+            )
+        );
+        for e in [
+            DevError::NoExecutable("loopd".into()),
+            DevError::NotReady {
+                daemon: "loopd".into(),
+                notify: "/h/dev/loopd.notify".into(),
+            },
+            DevError::NoAnswer {
+                daemon: "loopd".into(),
+                socket: "/h/run/loop.sock".into(),
+                why: "refused".into(),
+            },
+        ] {
+            assert_eq!(e.anchor(), START_ANCHOR, "{e}");
+            let line = e.pointed().to_string();
+            assert_eq!(line.matches("see docs/").count(), 1, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_refused_dev_command_points_at_devbox_refused() {
+        for e in [
+            DevError::NotADevBox("/h is not a dev box".into()),
+            DevError::Running {
+                home: "/h".into(),
+                pids: vec![("loopd".into(), 7)],
+            },
+            DevError::Mismatch {
+                home: "/h".into(),
+                what: "as root".into(),
+            },
+            DevError::User(user::UserError::IsRoot("bx-dev-x-loop".into())),
+        ] {
+            assert_eq!(e.anchor(), REFUSED_ANCHOR, "{e}");
+            assert!(!e.to_string().contains("see docs/"), "{e}");
+        }
+        let running = DevError::Running {
+            home: "/h".into(),
+            pids: vec![("loopd".into(), 7), ("brokerd".into(), 8)],
+        };
+        assert_eq!(
+            running.to_string(),
+            "the dev box in /h runs already: loopd (pid 7), brokerd (pid 8); \
+             `bxctl dev down --home /h` stops it"
+        );
+    }
+}

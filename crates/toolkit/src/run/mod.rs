@@ -393,3 +393,35 @@ pub fn describe(done: &Finished, timeout_ms: u64, max_output: usize) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bxcore::runbook::Anchored;
+
+    #[test]
+    fn the_run_tools_errors_know_their_anchors_and_keep_their_words() {
+        let start = RunError::Start {
+            program: "/bin/x".into(),
+            error: SpawnError::Start("execve", libc::EACCES),
+        };
+        assert_eq!(start.anchor(), START_ANCHOR);
+        assert_eq!(
+            start.to_string(),
+            "/bin/x could not be started: execve: Permission denied"
+        );
+        let run = RunError::Run {
+            program: "/bin/x".into(),
+            error: SpawnError::Setup("fork", libc::EAGAIN),
+        };
+        assert_eq!(run.anchor(), START_ANCHOR);
+        assert_eq!(run.to_string(), "/bin/x could not be run: fork: Try again");
+        let ns = RunError::NoNamespace(libc::EPERM);
+        assert_eq!(ns.anchor(), NAMESPACE_ANCHOR);
+        assert_eq!(
+            ns.to_string(),
+            "the run tool's programs get no network namespace of their own (Operation not \
+             permitted); seccomp still refuses them every network socket"
+        );
+    }
+}
