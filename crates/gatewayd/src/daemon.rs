@@ -162,38 +162,21 @@ fn describe(cfg: &Config, p: &Prepared) -> String {
 
 /// `gatewayd check --config FILE`: load and check everything, print what would be served.
 pub fn check(config: &Path) -> ExitCode {
-    let loaded = bxharden::daemon::load::<Config>(config)
-        .map_err(|error| StartError::Config {
-            anchor: CONFIG_ANCHOR,
-            error,
-        })
-        .and_then(|cfg| Ok((prepare(&cfg)?, cfg)));
-    match loaded {
-        Ok((p, cfg)) => {
-            println!("gatewayd: configuration ok");
-            println!("gatewayd: would serve {}", describe(&cfg, &p));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("gatewayd: {e}; {}", bxcore::runbook::pointer(e.anchor()));
-            ExitCode::from(1)
-        }
-    }
+    daemon::check(SPEC, config, |cfg: Config| {
+        let p = prepare(&cfg)?;
+        println!("gatewayd: configuration ok");
+        println!("gatewayd: would serve {}", describe(&cfg, &p));
+        Ok(())
+    })
 }
 
 /// `gatewayd serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
     bxharden::log::init(SPEC.daemon);
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let prepared = prepare(s.cfg())?;
     let own_dir = s.cfg().own_dir();
