@@ -90,7 +90,7 @@ pub enum DevError {
     Usage(String),
     /// A Honcho flag that cannot be used (`dev::honcho`).
     #[error(transparent)]
-    Honcho(honcho::HonchoFlagError),
+    Honcho(Box<honcho::HonchoFlagError>),
     #[error(transparent)]
     User(user::UserError),
     #[error("{what}: {error}")]
@@ -159,6 +159,12 @@ impl Anchored for DevError {
     }
 }
 
+impl DevError {
+    fn honcho(e: honcho::HonchoFlagError) -> DevError {
+        DevError::Honcho(Box::new(e))
+    }
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DevError {
     let what = what.into();
     move |error| DevError::Io { what, error }
@@ -220,7 +226,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     let choice = match &marker {
         None => {
             let model = opts.model.resolve().map_err(DevError::Usage)?;
-            opts.honcho.check_each().map_err(DevError::Honcho)?;
+            opts.honcho.check_each().map_err(DevError::honcho)?;
             Some(model)
         }
         Some(m) => {
@@ -229,7 +235,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             differ.extend(
                 opts.honcho
                     .differences(m.honcho.as_ref())
-                    .map_err(DevError::Honcho)?,
+                    .map_err(DevError::honcho)?,
             );
             if !differ.is_empty() {
                 return Err(DevError::Mismatch {
@@ -337,7 +343,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             };
             let choice = configs::Choice {
                 model: model.clone(),
-                honcho: opts.honcho.resolve(&id).map_err(DevError::Honcho)?,
+                honcho: opts.honcho.resolve(&id).map_err(DevError::honcho)?,
             };
             configs::write_all(&home, &who, &choice).map_err(io_err(format!(
                 "cannot write the configs in {}",
