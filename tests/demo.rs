@@ -1,6 +1,6 @@
 //! The demo's conversation against the real binaries, each step asserted from the frames the
-//! channel saw and from the broker's files (session state, the audit chain), not from printed
-//! text.
+//! channel saw, from the broker's files (session state, the audit chain) and from what memoryd
+//! filed (`bxctl memory recent --json`), not from printed text.
 
 use std::fs;
 use std::io;
@@ -10,6 +10,24 @@ use bxcore::canonical;
 use bxcore::{Outcome, TurnEvent};
 use bxctl::demo;
 use serde_json::{Value, json};
+
+/// `(session, turn)` of every turn memoryd filed to `route`, by `bxctl memory recent`.
+fn filed(b: &DevBox, route: &str) -> Vec<(String, u64)> {
+    let out = b.bxctl(&["memory", "recent", "--route", route, "-n", "1000", "--json"]);
+    assert!(out.status.success(), "bxctl memory recent: {}", said(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["session"].as_str().unwrap().to_string(),
+                m["turn"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
 
 fn tools_and_outcomes(report: &demo::StepReport) -> (Vec<String>, Vec<Outcome>) {
     let mut tools = Vec::new();
@@ -163,6 +181,56 @@ fn the_demo_conversation_does_what_each_step_says() {
 
     let out = b.bxctl(&["audit", "verify"]);
     assert!(out.status.success(), "bxctl audit verify: {}", said(&out));
+
+    // 8 to 11. What memoryd filed where, as the owner lists it; the recall, in the session log.
+    let (main, quarantine, local) = (
+        filed(&b, "main"),
+        filed(&b, "quarantine"),
+        filed(&b, "local"),
+    );
+    let turn = |s: &str, n: u64| (s.to_string(), n);
+    assert!(main.contains(&turn("memory-1", 1)), "main: {main:?}");
+    for s in ["inbox-1", "inbox-2"] {
+        assert!(
+            quarantine.contains(&turn(s, 1)),
+            "quarantine: {quarantine:?}"
+        );
+    }
+    assert!(local.contains(&turn("demo", 3)), "local: {local:?}");
+    for (s, _) in &main {
+        assert!(
+            s.starts_with("memory-") || s == "demo",
+            "{s} in main: {main:?}"
+        );
+    }
+    assert!(!main.contains(&turn("demo", 3)) && !main.contains(&turn("demo", 4)));
+    let log = fs::read_to_string(b.home().join("loop/sessions/memory-2.jsonl")).unwrap();
+    let recall = log
+        .lines()
+        .find(|l| l.contains(r#""type":"recall""#))
+        .unwrap_or_else(|| panic!("no recall in memory-2's log:\n{log}"));
+    assert!(recall.contains(demo::REMEMBERED), "{recall}");
+    assert!(
+        !recall.contains("inbox-") && !recall.contains("4711"),
+        "{recall}"
+    );
+}
+
+#[test]
+fn the_demo_fails_at_its_first_memory_step_when_memoryd_files_nothing() {
+    let b = DevBox::new();
+    let script = b.beside("demo.toml");
+    fs::write(&script, demo::DEMO_SCRIPT).unwrap();
+    b.up(&["--script", &script.display().to_string()]);
+    // memoryd gone: every turn still ends (recall is skipped), but nothing is filed.
+    let pid = nix::unistd::Pid::from_raw(b.pid("memoryd").unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    match demo::conversation(b.home(), &mut io::sink()) {
+        Err(demo::DemoError::Step { n: 8, why, .. }) => {
+            assert!(why.contains("memories.sock"), "{why}");
+        }
+        other => panic!("expected step 8 to fail, got {other:?}"),
+    }
 }
 
 #[test]

@@ -2,18 +2,21 @@
 //! demo script, then one conversation that shows, a line of explanation each, what the broker
 //! does: a plain answer, a private read, a secret read that raises the session's taint, the web
 //! refused to a secret session, an untrusted session's write approved by the owner, another
-//! denied, and the audit chain verified. Every step is checked from the frames and the broker's
-//! answers, and the demo fails on the first step that did not do what it says.
+//! denied, and the audit chain verified; then what memoryd does with the turns: a private
+//! session's turn filed to main memory, the untrusted sessions' turns quarantined, the secret
+//! session's kept local, and a new session given the first back by recall. Every step is checked
+//! from the frames, the broker's answers and memoryd's (`bxctl memory recent`), and the demo
+//! fails on the first step that did not do what it says.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bxcore::client;
 use bxcore::layout;
 use bxcore::{
-    ApprovalDecision, ApprovalId, DataClass, Message, Outcome, SessionId, SessionState,
-    SessionStateReply, TurnEvent,
+    ApprovalDecision, ApprovalId, DataClass, Memory, MemoryRoute, Message, Outcome, SessionId,
+    SessionState, SessionStateReply, TurnEvent,
 };
 
 use crate::chat::{self, Style, TurnLog};
@@ -24,12 +27,15 @@ pub const DEMO_SCRIPT: &str = include_str!("../scripts/demo.toml");
 
 const ASK: Duration = Duration::from_secs(10);
 
+/// How long a memory step waits for memoryd to have filed a turn.
+const FILED: Duration = Duration::from_secs(60);
+
 /// Why the demo failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
     #[error("demo: {0}")]
     Setup(String),
-    #[error("demo: the dev box did not come up: {}", bxcore::runbook::Pointed(.0))]
+    #[error("demo: the dev box did not come up: {0}")]
     Up(#[source] dev::DevError),
     /// A step did not do what it says.
     #[error("demo: step {n} ({title}) failed: {why}")]
@@ -38,7 +44,7 @@ pub enum DemoError {
         title: &'static str,
         why: String,
     },
-    #[error("demo: the dev box did not go down: {}", bxcore::runbook::Pointed(.0))]
+    #[error("demo: the dev box did not go down: {0}")]
     Down(#[source] dev::DevError),
 }
 
@@ -54,6 +60,16 @@ pub struct StepReport {
 
 /// The sessions of the conversation.
 pub const SESSIONS: [&str; 3] = ["demo", "inbox-1", "inbox-2"];
+
+/// The sessions of the memory steps: the one that tells the box something, and the later one
+/// that has it recalled.
+pub const MEMORY_SESSIONS: [&str; 2] = ["memory-1", "memory-2"];
+
+/// What the owner tells the box in step 8, and step 11 recalls.
+pub const REMEMBERED: &str = "Remember that my cat is called Biscuit.";
+
+/// What the owner asks in step 11.
+pub const RECALL_QUESTION: &str = "What is my cat called?";
 
 struct Step {
     title: &'static str,
@@ -272,7 +288,179 @@ pub fn conversation(home: &Path, out: &mut dyn Write) -> Result<Vec<StepReport>,
         "   ✓ {} records, every hash verified; head {}",
         report.records, report.head
     );
+    memory_steps(home, style, out)?;
     Ok(reports)
+}
+
+/// The turns memoryd filed to `route`, as `bxctl memory recent --route ROUTE --json` lists them.
+fn filed(home: &Path, route: MemoryRoute) -> Result<Vec<Memory>, String> {
+    crate::memory::list_recent(
+        &layout::MEMORIES.path(home),
+        Some(route),
+        // memoryd's most for one listing: the demo's turns are far fewer.
+        1_000,
+        ASK,
+    )
+    .map_err(|e| format!("memories.sock: {e}"))
+}
+
+/// Wait until turn `turn` of `session` is filed to `route`, within [`FILED`]; then check it is
+/// filed to no other route.
+fn wait_filed(home: &Path, route: MemoryRoute, session: &str, turn: u64) -> Result<Memory, String> {
+    let is_it = |m: &Memory| m.session.as_str() == session && m.turn == turn;
+    let until = Instant::now() + FILED;
+    let found = loop {
+        if let Some(m) = filed(home, route)?.into_iter().find(is_it) {
+            break m;
+        }
+        if Instant::now() >= until {
+            return Err(format!(
+                "turn {turn} of session {session} was not filed to {route} within {} s",
+                FILED.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for other in [
+        MemoryRoute::Main,
+        MemoryRoute::Quarantine,
+        MemoryRoute::Local,
+    ] {
+        if other != route && filed(home, other)?.iter().any(is_it) {
+            return Err(format!(
+                "turn {turn} of session {session} is filed to {other} as well as to {route}"
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// Steps 8 to 11: where memoryd filed the turns, and a recall.
+fn memory_steps(home: &Path, style: Style, out: &mut dyn Write) -> Result<(), DemoError> {
+    let loop_socket = layout::LOOP.path(home);
+    let step = |n: usize, title: &'static str, explain: &str, out: &mut dyn Write| {
+        let _ = writeln!(out, "\n{n}. {title}\n   {explain}\n");
+        move |why: String| DemoError::Step { n, title, why }
+    };
+    let say = |m: &Memory| {
+        format!(
+            "{} turn {} [{}, {}{}]",
+            m.session,
+            m.turn,
+            m.route,
+            m.class,
+            if m.untrusted { ", untrusted" } else { "" }
+        )
+    };
+
+    let fail = step(
+        8,
+        "memory: a private turn, filed to main memory",
+        "A new session tells the box something. When the turn ends, loopd hands it to memoryd, \
+         which asks the broker for the session's state: private and trusted, so the turn goes \
+         to the owner's main memory, which later turns may recall.",
+        out,
+    );
+    let (first, second) = (sid(MEMORY_SESSIONS[0]), sid(MEMORY_SESSIONS[1]));
+    let log = chat::turn(&loop_socket, &first, false, REMEMBERED, style, out, |_| {})
+        .map_err(|e| fail(e.to_string()))?;
+    if !tools(&log).is_empty() {
+        return Err(fail(format!("expected words only, got {:?}", log.events)));
+    }
+    let m = wait_filed(home, MemoryRoute::Main, first.as_str(), 1).map_err(fail)?;
+    if m.class != DataClass::Private || m.untrusted || !m.text.contains(REMEMBERED) {
+        return Err(fail(format!("filed as {}: {:?}", say(&m), m.text)));
+    }
+    let _ = writeln!(out, "   ✓ filed to main memory: {}", say(&m));
+
+    let fail = step(
+        9,
+        "memory: untrusted sessions, quarantined",
+        "The sessions of steps 5 and 6 read mail others wrote, so their turns went to \
+         quarantine: the owner can list and search them, but they are never recalled into a \
+         model's context, where the mail's words would pass for the owner's own.",
+        out,
+    );
+    let mut said = Vec::new();
+    for s in ["inbox-1", "inbox-2"] {
+        let m = wait_filed(home, MemoryRoute::Quarantine, s, 1).map_err(fail)?;
+        if !m.untrusted {
+            return Err(fail(format!("filed as {}", say(&m))));
+        }
+        said.push(say(&m));
+    }
+    let _ = writeln!(out, "   ✓ quarantined: {}", said.join("; "));
+
+    let fail = step(
+        10,
+        "memory: a secret session, kept local",
+        "The first session read the bank details in step 3: its turns from then on are secret, \
+         kept in the store on this device only (never sent to a memory server elsewhere) and \
+         never recalled.",
+        out,
+    );
+    let m = wait_filed(home, MemoryRoute::Local, "demo", 3).map_err(fail)?;
+    if m.class != DataClass::Secret {
+        return Err(fail(format!("filed as {}", say(&m))));
+    }
+    let _ = writeln!(out, "   ✓ kept local: {}", say(&m));
+
+    let fail = step(
+        11,
+        "memory: recall in a new session",
+        "A new session asks about the cat. Before the model is asked, loopd asks memoryd what \
+         main memory holds about the question and puts it into the model's context, marked as \
+         the owner's memory; the scripted model shows what it was given.",
+        out,
+    );
+    let log = chat::turn(
+        &loop_socket,
+        &second,
+        false,
+        RECALL_QUESTION,
+        style,
+        out,
+        |_| {},
+    )
+    .map_err(|e| fail(e.to_string()))?;
+    let answer: String = log
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::AssistantText { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let from = format!("[session {}, turn 1]", first.as_str());
+    if !answer.contains(&from) || !answer.contains(REMEMBERED) {
+        return Err(fail(format!(
+            "the model was not given step 8's turn; it answered {answer:?}"
+        )));
+    }
+    for never in [
+        "[session inbox-1,",
+        "[session inbox-2,",
+        "[session demo, turn 3]",
+    ] {
+        if answer.contains(never) {
+            return Err(fail(format!(
+                "a quarantined or secret turn was recalled ({never}): {answer:?}"
+            )));
+        }
+    }
+    let state = session_state(home, &second).map_err(fail)?;
+    if state.class != DataClass::Private || state.untrusted {
+        return Err(fail(format!(
+            "the recalling session is {} and untrusted {}, not private and trusted",
+            state.class, state.untrusted
+        )));
+    }
+    let _ = writeln!(
+        out,
+        "   ✓ step 8's turn was recalled into the new session's context; nothing quarantined or \
+         secret was; the session is still private and trusted"
+    );
+    Ok(())
 }
 
 /// What step `n` must have done; the line that says it did.

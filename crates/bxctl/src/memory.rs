@@ -71,18 +71,28 @@ fn print_one(m: &Memory) {
     }
 }
 
+fn recent_message(route: Option<MemoryRoute>, n: u32) -> Message {
+    Message::MemoryRecent(MemoryRecent { route, limit: n })
+}
+
 /// `bxctl memory recent [--route R] [-n N]`.
 pub fn recent(ctx: &MemoryContext, route: Option<MemoryRoute>, n: u32) -> Outcome {
     let what = "cannot list the filed turns";
-    show(
-        ctx,
-        what,
-        ask(
-            ctx,
-            what,
-            Message::MemoryRecent(MemoryRecent { route, limit: n }),
-        ),
-    )
+    show(ctx, what, ask(ctx, what, recent_message(route, n)))
+}
+
+/// The newest `n` turns filed to `route`, as `bxctl memory recent --route R --json` lists them
+/// (the demo checks its memory steps by them).
+pub fn list_recent(
+    socket: &std::path::Path,
+    route: Option<MemoryRoute>,
+    n: u32,
+    timeout: Duration,
+) -> Result<Vec<Memory>, ClientError> {
+    match client::call(socket, timeout, 1, recent_message(route, n), |_| {})? {
+        Message::Memories(m) => Ok(m.memories),
+        other => Err(ClientError::Unexpected(other.kind())),
+    }
 }
 
 /// `bxctl memory search QUERY [-n N]`.

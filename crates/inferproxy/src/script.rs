@@ -23,8 +23,9 @@
 //! text = "I am a scripted model; I only know my script."
 //! ```
 //!
-//! `{last_user}` and `{last_tool}` in a reply's text are replaced by the last user text and the
-//! last tool result's text. The text streams as `infer_delta` frames, a word at a time. The
+//! `{last_user}`, `{last_tool}` and `{last_system}` in a reply's text are replaced by the last
+//! user text, the last tool result's text and the last system text (what memory recalled, when
+//! the turn has a recall). The text streams as `infer_delta` frames, a word at a time. The
 //! position in the steps is held in memory: a restart starts the script again.
 
 use std::path::{Path, PathBuf};
@@ -215,6 +216,10 @@ impl Script {
             ChatMessage::Tool { text, .. } => Some(text.as_str()),
             _ => None,
         });
+        let last_system = req.messages.iter().rev().find_map(|m| match m {
+            ChatMessage::System { text } => Some(text.as_str()),
+            _ => None,
+        });
         let after = match req.messages.last() {
             Some(ChatMessage::User { .. }) => Some(After::User),
             Some(ChatMessage::Tool { .. }) => Some(After::Tool),
@@ -258,7 +263,8 @@ impl Script {
         let text = reply
             .text
             .replace("{last_user}", last_user.unwrap_or(""))
-            .replace("{last_tool}", last_tool.unwrap_or(""));
+            .replace("{last_tool}", last_tool.unwrap_or(""))
+            .replace("{last_system}", last_system.unwrap_or(""));
         for word in text.split_inclusive(char::is_whitespace) {
             deliver(word);
         }

@@ -260,3 +260,21 @@ fn the_default_script_answers_anything() {
         );
     }
 }
+
+#[test]
+fn last_system_is_the_last_system_text_such_as_what_memory_recalled() {
+    let inf = inference("[[rule]]\ntext = \"Given: {last_system}\"\n");
+    let recalled = json!([
+        {"role": "system", "text": "You are the box."},
+        {"role": "system", "text": "From the owner's memory: the cat is Biscuit."},
+        {"role": "user", "text": "What is my cat called?"}
+    ]);
+    let (r, _) = ask(&inf, &req(recalled, 1));
+    assert_eq!(
+        r.unwrap()["message"]["text"],
+        "Given: From the owner's memory: the cat is Biscuit."
+    );
+    // No system text at all: the placeholder is empty.
+    let (r, _) = ask(&inf, &req(json!([{"role": "user", "text": "hi"}]), 2));
+    assert_eq!(r.unwrap()["message"]["text"], "Given: ");
+}
