@@ -2,9 +2,12 @@
 //! filing into a real Honcho v3 server (`$HONCHO_URL`), and every result read back from Honcho's
 //! own API (and, for secrets, its database). Faults a real server cannot produce on demand (a 500
 //! in the middle of a batch, a hang, an answer lost after Honcho filed the batch, an outage) come
-//! from a proxy in front of the real server (`support/proxy.rs`). Each test files into
-//! workspaces of its own.
+//! from a proxy in front of the real server (`support/proxy.rs`); a Honcho killed mid-batch is a
+//! real server of the test's own (`support/own_honcho.rs`). Each test files into workspaces of its
+//! own.
 
+#[path = "support/own_honcho.rs"]
+mod own_honcho;
 #[path = "support/proxy.rs"]
 mod proxy;
 mod support;
@@ -16,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bxcore::{MemoryForget, MemoryRoute, MemorySearch, Message};
 use honcho::{BaseUrl, Client, Id, Options};
+use own_honcho::OwnHoncho;
 use proxy::{Fault, Proxy};
 use support::*;
 
@@ -369,6 +373,59 @@ fn killing_memoryd_mid_batch_loses_no_turn_and_files_none_twice_in_honcho() {
         m = memoryd(&h, &cfg);
     }
     bxtest::join(sender, "the thread handing turns over");
+    wait_drained(&h);
+    assert_each_turn_once(&url, &w, TURNS);
+}
+
+/// memoryd's configuration for the Honcho at `url`: as [`config`], with a request deadline long
+/// enough that a slow answer of a busy machine is never taken for a lost one (a batch sent again
+/// while the first is still being filed would be filed twice: one writer per session, in turn).
+fn patient_config(url: &str, workspace: &str) -> String {
+    config(url, workspace).replace("timeout_ms = 3000", "timeout_ms = 60000")
+}
+
+#[test]
+fn killing_a_real_honcho_mid_batch_loses_no_turn_and_files_none_twice() {
+    // The shared server reads back what the test's own filed: both use the same database.
+    let Some(url) = bxtest::honcho_url() else {
+        return;
+    };
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let Some(mut own) = OwnHoncho::start(&h.home) else {
+        return;
+    };
+    let _b = brokerd(&h, &bin);
+    h.set_state("a", "private", false);
+    h.set_state("b", "private", true);
+    let w = workspace("kill-real-honcho");
+    let m = memoryd(&h, &patient_config(&own.url(), &w));
+    const FIRST: u64 = 20;
+    const TURNS: u64 = 30;
+    let hand_over_turns = |from: u64, to: u64| {
+        for n in from..=to {
+            for s in ["a", "b"] {
+                hand_over(&h, &record(s, n, &format!("turn {n} of {s}"), "ok"));
+            }
+        }
+    };
+    hand_over_turns(1, FIRST);
+    let c = reader(&url);
+    wait_until("Honcho to have filed some of the batch", || {
+        !honcho_texts(&c, &w, "a").is_empty()
+    });
+    // Frozen where it is: the request it was answering stays in flight, and the turns handed
+    // over now wait in memoryd's outbox with the rest of the batch.
+    own.freeze();
+    hand_over_turns(FIRST + 1, TURNS);
+    assert!(h.outbox_depth() > 0, "turns wait for Honcho");
+    own.kill();
+    wait_until("memoryd to find Honcho gone", || {
+        m.log_text()
+            .contains("see docs/runbook.md#honcho-unavailable")
+    });
+    assert!(h.outbox_depth() > 0, "turns wait for Honcho");
+    own.run();
     wait_drained(&h);
     assert_each_turn_once(&url, &w, TURNS);
 }
