@@ -9,28 +9,19 @@ use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::lock::AuditLock;
 use brokerd::serve::{self, CONFIG_ANCHOR};
 use bxcore::runbook::Anchored;
-use bxharden::daemon;
-use clap::{Parser, Subcommand};
+use bxharden::daemon::{self, Cli, Command, Usage};
+use clap::Subcommand;
 
-#[derive(Debug, Parser)]
-#[command(name = "brokerd", version, about = "The box's tool broker")]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
+/// The words of brokerd's command line.
+const USAGE: Usage = Usage {
+    about: "The box's tool broker",
+    serve: "Serve broker.sock, admin.sock and state.sock",
+    check: "Load and check the configuration and the files it names, print what would be served",
+};
 
+/// brokerd's own command beside `serve` and `check`.
 #[derive(Debug, Subcommand)]
-enum Command {
-    /// Serve broker.sock, admin.sock and state.sock.
-    Serve {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Load and check the configuration and the files it names, print what would be served.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
+enum More {
     /// The audit chain.
     Audit {
         #[command(subcommand)]
@@ -56,19 +47,18 @@ enum AuditCommand {
 
 fn main() -> ExitCode {
     bxharden::log::init(serve::SPEC.daemon);
-    let cli = Cli::parse();
-    match cli.command {
+    match Cli::<More>::parse(serve::SPEC, &USAGE) {
         Command::Serve { config } => match serve::start(&config) {
             Ok(started) => started.run(),
             Err(e) => daemon::exit(&e),
         },
         Command::Check { config } => check(&config),
-        Command::Audit {
+        Command::More(More::Audit {
             command: AuditCommand::Verify { config },
-        } => verify(&config),
-        Command::Audit {
+        }) => verify(&config),
+        Command::More(More::Audit {
             command: AuditCommand::Accept { config, at },
-        } => accept(&config, at),
+        }) => accept(&config, at),
     }
 }
 

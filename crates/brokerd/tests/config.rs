@@ -195,3 +195,29 @@ fn the_socket_names_are_the_layouts() {
         ]
     );
 }
+
+#[test]
+fn the_command_line_offers_serve_check_and_audit_and_refuses_a_missing_config() {
+    let (code, out, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("The box's tool broker\n"), "{out}");
+    let serve = out.find("  serve  Serve broker.sock, admin.sock and state.sock");
+    let check = out.find("  check  Load and check the configuration and the files it names");
+    let audit = out.find("  audit  The audit chain");
+    assert!(
+        serve.is_some() && check.is_some() && audit.is_some(),
+        "{out}"
+    );
+    assert!(serve < check && check < audit, "{out}");
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, concat!("brokerd ", env!("CARGO_PKG_VERSION"), "\n"))
+    );
+    let (code, _, err) = run(&["audit", "verify"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("Usage: brokerd audit verify --config <CONFIG>"),
+        "{err}"
+    );
+}

@@ -14,6 +14,9 @@
 //!    ends it (`SIGTERM`'s default action: every record is durable before it is answered, so
 //!    there is nothing to flush).
 //!
+//! Every daemon's command line is one [`Cli`]: `serve --config FILE`, `check --config FILE`,
+//! and the commands of its own (brokerd's `audit`, loopd's `selftest`), worded by its [`Usage`].
+//!
 //! Every step fails with a [`StartError`], which knows its runbook anchor ([`Anchored`]); [`exit`]
 //! logs it once, through the logger that adds the pointer and `RUNBOOK=`, and exits 1.
 
@@ -173,6 +176,38 @@ pub fn exit(e: &StartError) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// `<daemon> serve`: run `start`, the daemon's start-up, which returns only with the reason the
+/// daemon did not start (it serves until a signal ends the process); log it and give status 1.
+pub fn run(start: impl FnOnce() -> Result<std::convert::Infallible, StartError>) -> ExitCode {
+    match start() {
+        Ok(never) => match never {},
+        Err(e) => exit(&e),
+    }
+}
+
+/// `<daemon> check --config FILE`: load and check the configuration, then `report`, which
+/// reads what it names and prints what would be served. A refusal is printed on stderr as
+/// `<daemon>: <why>; see <pointer>`, with status 1.
+pub fn check<C: DaemonConfig>(
+    spec: Spec,
+    path: &Path,
+    report: impl FnOnce(C) -> Result<(), StartError>,
+) -> ExitCode {
+    let done = load::<C>(path)
+        .map_err(|error| StartError::Config {
+            anchor: spec.config_anchor,
+            error,
+        })
+        .and_then(report);
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}: {}", spec.daemon.name, e.pointed());
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// A daemon being started: configuration loaded, identity resolved, no thread yet.
 #[derive(Debug)]
 pub struct Start<C> {
@@ -288,5 +323,80 @@ impl Running {
         loop {
             std::thread::park();
         }
+    }
+}
+
+/// The words of a daemon's command line beside its name and version: what the daemon is, what
+/// `serve` serves and what `check` checks, as `--help` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub about: &'static str,
+    pub serve: &'static str,
+    pub check: &'static str,
+}
+
+/// No command beyond `serve` and `check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
+pub enum NoMore {}
+
+/// Every daemon's command line: `serve` or `check`, each with `--config FILE`, and the daemon's
+/// own commands `E`. Read it with [`Cli::parse`], which names it by the daemon's [`Spec`] and
+/// words it by its [`Usage`].
+#[derive(Debug, clap::Parser)]
+pub struct Cli<E: clap::Subcommand = NoMore> {
+    #[command(subcommand)]
+    pub command: Command<E>,
+}
+
+/// What the command line asks for.
+#[derive(Debug, PartialEq, Eq, clap::Subcommand)]
+pub enum Command<E: clap::Subcommand = NoMore> {
+    /// Serve the daemon's sockets.
+    Serve {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Load and check the configuration, print what would be served.
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// The daemon's own commands.
+    #[command(flatten)]
+    More(E),
+}
+
+impl<E: clap::Subcommand> Cli<E> {
+    /// The clap command of `spec`'s daemon: its name, its version, and `usage`'s words.
+    pub fn command(spec: Spec, usage: &Usage) -> clap::Command {
+        <Self as clap::CommandFactory>::command()
+            .name(spec.daemon.name)
+            .version(spec.daemon.version)
+            .about(usage.about)
+            .mut_subcommand("serve", |c| c.about(usage.serve))
+            .mut_subcommand("check", |c| c.about(usage.check))
+    }
+
+    /// Read the command line from `args` (the program's name first).
+    pub fn try_parse_from<I, T>(
+        spec: Spec,
+        usage: &Usage,
+        args: I,
+    ) -> Result<Command<E>, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut cmd = Self::command(spec, usage);
+        let mut matches = cmd.try_get_matches_from_mut(args)?;
+        <Self as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
+            .map(|cli| cli.command)
+            .map_err(|e| e.format(&mut cmd))
+    }
+
+    /// Read the process's command line; a usage error, `--help` or `--version` is printed and
+    /// ends the process as clap ends it (status 2 for an error, 0 otherwise).
+    pub fn parse(spec: Spec, usage: &Usage) -> Command<E> {
+        Self::try_parse_from(spec, usage, std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 }

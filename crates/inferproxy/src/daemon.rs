@@ -1,6 +1,7 @@
 //! `inferproxy serve` and `inferproxy check`: the daemon's start, in the order the sandbox
 //! needs (everything read and bound before it closes, no thread before it), and its one socket.
 
+use std::convert::Infallible;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,7 +9,7 @@ use std::process::ExitCode;
 use bxcore::layout;
 use bxcore::runbook::Anchored;
 use bxcore::{Envelope, InferDelta, InferRequest, Message};
-use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
@@ -77,38 +78,21 @@ fn describe(cfg: &Config, inference: &Inference) -> String {
 
 /// `inferproxy check --config FILE`: load and check everything, print what would be served.
 pub fn check(config: &Path) -> ExitCode {
-    let loaded = bxharden::daemon::load::<Config>(config)
-        .map_err(|error| StartError::Config {
-            anchor: CONFIG_ANCHOR,
-            error,
-        })
-        .and_then(|cfg| Ok((inference(&cfg)?, cfg)));
-    match loaded {
-        Ok((inference, cfg)) => {
-            println!("inferproxy: configuration ok");
-            println!("inferproxy: would serve {}", describe(&cfg, &inference));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("inferproxy: {}", e.pointed());
-            ExitCode::from(1)
-        }
-    }
+    daemon::check(SPEC, config, |cfg: Config| {
+        let inference = inference(&cfg)?;
+        println!("inferproxy: configuration ok");
+        println!("inferproxy: would serve {}", describe(&cfg, &inference));
+        Ok(())
+    })
 }
 
 /// `inferproxy serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
     bxharden::log::init(SPEC.daemon);
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let inference = inference(s.cfg())?;
     let own = s.cfg().own_dir();
@@ -212,37 +196,18 @@ fn fail(stream: &mut UnixStream, id: u64, slot: &str, e: &crate::InferError) {
     );
 }
 
-/// The command line: `serve` or `check`, each with `--config FILE`.
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "inferproxy",
-    version,
-    about = "The model's only door: the one holder of model API keys"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Serve infer.sock.
-    Serve {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Load and check the configuration and the files it names, print what would be served.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
-}
+/// The command line's words: `serve` or `check`, each with `--config FILE`.
+pub const USAGE: Usage = Usage {
+    about: "The model's only door: the one holder of model API keys",
+    serve: "Serve infer.sock",
+    check: "Load and check the configuration and the files it names, print what would be served",
+};
 
 /// The whole program.
 pub fn main() -> ExitCode {
-    let cli = <Cli as clap::Parser>::parse();
-    match cli.command {
+    match Cli::<NoMore>::parse(SPEC, &USAGE) {
         Command::Serve { config } => serve(&config),
         Command::Check { config } => check(&config),
+        Command::More(no) => match no {},
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bxcore::runbook::Anchored;
 use bxcore::{Message, PROTOCOL_VERSION};
 use bxcore::{client, layout};
-use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::daemon::{self, Spec, Start, StartError, Usage};
 use bxharden::log::{line, notice};
 use bxharden::profiles::SeccompProfile;
 use bxharden::serve::LISTENER_ANCHOR;
@@ -48,18 +48,19 @@ pub const SPEC: Spec = Spec {
     config_anchor: CONFIG_ANCHOR,
 };
 
+/// The command line's words: `serve`, `check` and `selftest`, each with `--config FILE`.
+pub const USAGE: Usage = Usage {
+    about: env!("CARGO_PKG_DESCRIPTION"),
+    serve: "Serve turns on loop.sock",
+    check: "Check the configuration and the files it names; print what would be served",
+};
+
 /// `loopd serve`: returns only with the reason loopd did not start (logged).
 pub fn run_serve(config: &Path) -> ExitCode {
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let cfg = s.cfg();
     for dir in [Some(cfg.loop_dir()), Some(cfg.sessions_dir())]

@@ -14,7 +14,7 @@ use bxcore::{
     ChatMessage, Envelope, ErrorCode, Memories, Memory, MemoryForgotten, MemoryRecall,
     MemoryReport, Message, TurnFiled, TurnRecord,
 };
-use bxharden::daemon::{self, Spec, Start, StartError};
+use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
@@ -83,8 +83,8 @@ fn describe(cfg: &Config, stores: &Stores) -> String {
 /// `memoryd check --config FILE`: load and check the configuration, print what would be served.
 /// It opens nothing: a store is made by `serve`, as memoryd's own user.
 pub fn check(config: &Path) -> ExitCode {
-    match Config::load(config) {
-        Ok(cfg) => {
+    daemon::check(SPEC, config, |cfg: Config| {
+        {
             println!("memoryd: configuration ok");
             println!(
                 "memoryd: would serve turns on {} and the owner's view on {}, ask {} for session state, file into the embedded store in {}",
@@ -113,32 +113,18 @@ pub fn check(config: &Path) -> ExitCode {
                     r.to
                 );
             }
-            ExitCode::SUCCESS
         }
-        Err(error) => {
-            let e = StartError::Config {
-                anchor: CONFIG_ANCHOR,
-                error,
-            };
-            eprintln!("memoryd: {}", e.pointed());
-            ExitCode::from(1)
-        }
-    }
+        Ok(())
+    })
 }
 
 /// `memoryd serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
     bxharden::log::init(SPEC.daemon);
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let own = s.cfg().own_dir();
     for dir in [own.clone(), s.cfg().outbox_dir(), s.cfg().local_dir()] {
@@ -393,37 +379,18 @@ pub fn handle_owner(mut stream: UnixStream, env: Envelope, filer: &Filer) {
     }
 }
 
-/// The command line: `serve` or `check`, each with `--config FILE`.
-#[derive(Debug, clap::Parser)]
-#[command(
-    name = "memoryd",
-    version,
-    about = "Files each finished turn by its session's class, and recalls the owner's memory"
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Debug, clap::Subcommand)]
-pub enum Command {
-    /// Serve memory.sock and memories.sock, and file the outbox.
-    Serve {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Load and check the configuration, print what would be served.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
-}
+/// The command line's words: `serve` or `check`, each with `--config FILE`.
+pub const USAGE: Usage = Usage {
+    about: "Files each finished turn by its session's class, and recalls the owner's memory",
+    serve: "Serve memory.sock and memories.sock, and file the outbox",
+    check: "Load and check the configuration, print what would be served",
+};
 
 /// The whole program.
 pub fn main() -> ExitCode {
-    let cli = <Cli as clap::Parser>::parse();
-    match cli.command {
+    match Cli::<NoMore>::parse(SPEC, &USAGE) {
         Command::Serve { config } => serve(&config),
         Command::Check { config } => check(&config),
+        Command::More(no) => match no {},
     }
 }

@@ -9,7 +9,7 @@
 //!   are the session's joined with those of the root its `cwd` lies in. So a private session
 //!   running in a private root sees the private roots; running with `cwd` in a secret root is
 //!   asking to read secrets, and the result (and the session) is secret. Its result carries
-//!   exactly those labels. A root nested in one it cannot see stays unseen.
+//!   the labels of all it can reach, nested roots and hard links included (`reach`).
 //! - It writes only the writable roots among those whose class is the call's own (write-down:
 //!   what it read may land only where a class at least as high is kept), and only where no
 //!   root nested inside is read-only or unseen (Landlock grants a whole tree).
@@ -18,21 +18,22 @@
 //! - No network: seccomp refuses every socket but `AF_UNIX`, and where the system allows it
 //!   the program has a network namespace of its own with no interface up.
 
+mod reach;
 pub mod spawn;
+
+pub use reach::{Reach, WALK_LIMIT, reach, sees};
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bxcore::DataClass;
 use bxharden::ChildSandbox;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use serde_json::Value;
 
 use crate::args::RunArgs;
-use crate::workspace::Roots;
 use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Seen, Tool, ToolError};
 use spawn::{Ended, Finished, Job, Limits, SpawnError};
 
@@ -95,52 +96,6 @@ pub struct Settings {
     /// The child's sandbox with the system's paths (read-only) and the seccomp filters; each
     /// call adds the roots it may reach.
     pub sandbox: ChildSandbox,
-}
-
-/// The roots one call reaches.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reach {
-    pub read_only: Vec<PathBuf>,
-    pub read_write: Vec<PathBuf>,
-}
-
-/// The roots a call labelled `class` (and `untrusted`) may read, and of those the ones it may
-/// write: see the module's documentation. Roots whose directory is not there are left out.
-pub fn reach(roots: &Roots, class: DataClass, untrusted: bool, write: bool) -> Reach {
-    let all: Vec<&crate::Root> = roots.iter().collect();
-    // The roots that contain `r` (itself included): its labels are theirs, joined.
-    let around = |r: &crate::Root| -> Vec<&crate::Root> {
-        all.iter()
-            .copied()
-            .filter(|o| r.path.starts_with(&o.path))
-            .collect()
-    };
-    let visible = |r: &crate::Root| {
-        around(r)
-            .iter()
-            .all(|o| o.class <= class && (untrusted || !o.untrusted))
-    };
-    let writable_here = |r: &crate::Root| {
-        visible(r)
-            && around(r).iter().all(|o| o.writable)
-            && around(r).iter().map(|o| o.class).max() == Some(class)
-    };
-    let mut out = Reach::default();
-    for r in &all {
-        if !visible(r) || !r.path.is_dir() {
-            continue;
-        }
-        let nested_ok = all
-            .iter()
-            .filter(|o| o.path != r.path && o.path.starts_with(&r.path))
-            .all(|o| writable_here(o));
-        if write && writable_here(r) && nested_ok {
-            out.read_write.push(r.path.clone());
-        } else {
-            out.read_only.push(r.path.clone());
-        }
-    }
-    out
 }
 
 /// The program `argv[0]` names: an absolute path as it is, or a bare name looked up on the fixed
@@ -248,8 +203,12 @@ impl Tool for Run {
         settings.program(&args.argv[0])?;
         let at = env.roots.locate(&args.cwd)?;
         let labels = at.labels(&env.roots);
-        let class = seen.class.max(labels.class);
-        let untrusted = seen.untrusted || labels.untrusted;
+        let (class, untrusted) = sees(
+            &env.roots,
+            &at.root.path,
+            seen.class.max(labels.class),
+            seen.untrusted || labels.untrusted,
+        );
         let writes = !reach(&env.roots, class, untrusted, true)
             .read_write
             .is_empty();
@@ -274,6 +233,20 @@ impl Tool for Run {
             return Err(ToolError::Touched(
                 labels,
                 format!("{shown} moved while the call was decided; ask again"),
+            ));
+        }
+        // What it sees now (a hard link made since the plan): never more than was decided.
+        let (class, untrusted) = sees(&env.roots, &at.root.path, plan.reads, plan.untrusted_output);
+        if class > plan.reads || untrusted != plan.untrusted_output {
+            return Err(ToolError::Touched(
+                crate::workspace::Labels {
+                    class,
+                    untrusted,
+                    read_only: None,
+                },
+                "the roots the call can see changed while it was decided (a root now holds a \
+                 hard link to a stricter root's file); ask again"
+                    .to_string(),
             ));
         }
         // Writes only as decided: where the plan's own class is kept, and only if it writes.
@@ -328,21 +301,14 @@ impl Tool for Run {
                 let summary = content.lines().next().map(str::to_string);
                 Ok(Output { content, summary })
             }
-            Err(e) => {
-                let why = match &e {
-                    SpawnError::Start("execve", _) => {
-                        format!("{} could not be started: {e}", program.display())
-                    }
-                    _ => format!("{} could not be run: {e}", program.display()),
+            Err(error) => {
+                let program = program.to_path_buf();
+                let e = match error {
+                    SpawnError::Start("execve", _) => RunError::Start { program, error },
+                    _ => RunError::Run { program, error },
                 };
-                bxharden::log::line(
-                    START_ANCHOR,
-                    &format!(
-                        "brokerd: the run tool: {why}; {}",
-                        bxcore::runbook::pointer(START_ANCHOR)
-                    ),
-                );
-                Err(ToolError::Failed(why))
+                bxharden::log::fail_in(&"the run tool", &e);
+                Err(ToolError::Failed(e.to_string()))
             }
         }
     }
@@ -355,15 +321,35 @@ fn note_no_namespace(errno: i32) {
     if NOTED.swap(true, Ordering::Relaxed) {
         return;
     }
-    bxharden::log::line(
-        NAMESPACE_ANCHOR,
-        &format!(
-            "brokerd: the run tool's programs get no network namespace of their own ({}); \
-             seccomp still refuses them every network socket; {}",
-            nix::errno::Errno::from_raw(errno).desc(),
-            bxcore::runbook::pointer(NAMESPACE_ANCHOR)
-        ),
-    );
+    bxharden::log::fail(&RunError::NoNamespace(errno));
+}
+
+/// What the run tool logs with its runbook entry: a program that did not run, and a sandbox
+/// weaker than asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A step before `execve` failed, or `execve` itself.
+    #[error("{} could not be started: {error}", program.display())]
+    Start { program: PathBuf, error: SpawnError },
+    /// A pipe or the fork failed, or the program's end was not seen.
+    #[error("{} could not be run: {error}", program.display())]
+    Run { program: PathBuf, error: SpawnError },
+    /// The programs get no network namespace of their own (the errno of `unshare`).
+    #[error(
+        "the run tool's programs get no network namespace of their own ({}); seccomp still \
+         refuses them every network socket",
+        nix::errno::Errno::from_raw(*.0).desc()
+    )]
+    NoNamespace(i32),
+}
+
+impl bxcore::runbook::Anchored for RunError {
+    fn anchor(&self) -> &str {
+        match self {
+            RunError::Start { .. } | RunError::Run { .. } => START_ANCHOR,
+            RunError::NoNamespace(_) => NAMESPACE_ANCHOR,
+        }
+    }
 }
 
 /// The signal's name, for the model and the owner.
@@ -406,4 +392,36 @@ pub fn describe(done: &Finished, timeout_ms: u64, max_output: usize) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bxcore::runbook::Anchored;
+
+    #[test]
+    fn the_run_tools_errors_know_their_anchors_and_keep_their_words() {
+        let start = RunError::Start {
+            program: "/bin/x".into(),
+            error: SpawnError::Start("execve", libc::EACCES),
+        };
+        assert_eq!(start.anchor(), START_ANCHOR);
+        assert_eq!(
+            start.to_string(),
+            "/bin/x could not be started: execve: Permission denied"
+        );
+        let run = RunError::Run {
+            program: "/bin/x".into(),
+            error: SpawnError::Setup("fork", libc::EAGAIN),
+        };
+        assert_eq!(run.anchor(), START_ANCHOR);
+        assert_eq!(run.to_string(), "/bin/x could not be run: fork: Try again");
+        let ns = RunError::NoNamespace(libc::EPERM);
+        assert_eq!(ns.anchor(), NAMESPACE_ANCHOR);
+        assert_eq!(
+            ns.to_string(),
+            "the run tool's programs get no network namespace of their own (Operation not \
+             permitted); seccomp still refuses them every network socket"
+        );
+    }
 }
