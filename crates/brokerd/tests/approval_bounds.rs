@@ -4,55 +4,17 @@
 
 mod support;
 
-use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use brokerd::config::Config;
-use bxcore::deadline::Deadline;
-use bxcore::{
-    ApprovalId, ApprovalShow, ApprovalSummary, CallId, Envelope, ErrorCode, Message, SessionId,
-    ToolRequest, ToolResponse, read_frame, write_frame,
-};
-use serde_json::json;
+use bxcore::{ApprovalId, ApprovalShow, Envelope, ErrorCode, Message, ToolResponse};
 use support::*;
-
-fn home(extra: &str) -> Home {
-    let h = Home::new("");
-    h.dir("notes");
-    h.write_config(&format!(
-        "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n{extra}",
-        h.home.join("notes").display().to_string()
-    ));
-    h
-}
 
 /// A `workspace_write` from an untrusted session: the connection and the first frame brokerd
 /// sent (`pending_approval`, or a final answer).
 fn write_call(h: &Home, session: &str, id: u64, content: &str) -> (UnixStream, Envelope) {
-    fs::write(
-        h.state_file(session),
-        r#"{"taint":"private","untrusted":true}"#,
-    )
-    .unwrap();
-    let mut s = UnixStream::connect(h.broker_sock()).unwrap();
-    write_frame(
-        &mut s,
-        &Envelope::new(
-            id,
-            true,
-            Message::ToolRequest(ToolRequest {
-                session: SessionId::new(session).unwrap(),
-                call: CallId(id),
-                tool: "workspace_write".into(),
-                args: json!({"path": h.home.join("notes").join(format!("{session}-{id}.txt")).display().to_string(), "content": content}),
-            }),
-        ),
-    )
-    .unwrap();
-    let mut d = Deadline::within(&s, WAIT).unwrap();
-    let first = read_frame(&mut d).unwrap();
-    (s, first)
+    untrusted_write(h, session, id, &format!("{session}-{id}.txt"), content)
 }
 
 fn is_pending(e: &Envelope) -> bool {
@@ -71,13 +33,6 @@ fn denied_reason(e: &Envelope) -> String {
     }
 }
 
-fn summaries(h: &Home) -> Vec<ApprovalSummary> {
-    match &request(&h.admin_sock(), 1, Message::ApprovalsList {})[0].msg {
-        Message::Approvals(a) => a.pending.clone(),
-        o => panic!("{o:?}"),
-    }
-}
-
 fn show(h: &Home, id: &ApprovalId) -> Message {
     request(
         &h.admin_sock(),
@@ -92,7 +47,7 @@ fn show(h: &Home, id: &ApprovalId) -> Message {
 
 #[test]
 fn arguments_larger_than_the_view_holds_are_denied_with_the_runbook_line() {
-    let h = home("[approvals]\nmax_args_bytes = 1024\n");
+    let h = Home::with_notes("[approvals]\nmax_args_bytes = 1024\n");
     let _b = Brokerd::start(&h);
     let (_s, first) = write_call(&h, "s1", 3, &"x".repeat(2000));
     let reason = denied_reason(&first);
@@ -101,7 +56,10 @@ fn arguments_larger_than_the_view_holds_are_denied_with_the_runbook_line() {
             && reason.ends_with("see docs/runbook.md#approval-too-large"),
         "{reason}"
     );
-    assert!(summaries(&h).is_empty(), "nothing was put to the owner");
+    assert!(
+        pending_approvals(&h).is_empty(),
+        "nothing was put to the owner"
+    );
     assert!(!h.home.join("notes/s1-3.txt").exists(), "nothing ran");
     assert_eq!(events(&h, "s1", 3), ["requested", "denied"]);
     // Just under the bound is asked as before.
@@ -111,7 +69,7 @@ fn arguments_larger_than_the_view_holds_are_denied_with_the_runbook_line() {
 
 #[test]
 fn a_session_with_its_share_pending_is_denied_and_another_session_still_asks() {
-    let h = home("[approvals]\nmax_pending_per_session = 2\n");
+    let h = Home::with_notes("[approvals]\nmax_pending_per_session = 2\n");
     let _b = Brokerd::start(&h);
     let (_a, first) = write_call(&h, "s1", 1, "one");
     assert!(is_pending(&first));
@@ -129,12 +87,12 @@ fn a_session_with_its_share_pending_is_denied_and_another_session_still_asks() {
         is_pending(&first),
         "another session still reaches the owner"
     );
-    assert_eq!(summaries(&h).len(), 3);
+    assert_eq!(pending_approvals(&h).len(), 3);
 }
 
 #[test]
 fn a_full_table_denies_every_session() {
-    let h = home("[approvals]\nmax_pending = 2\nmax_pending_per_session = 1\n");
+    let h = Home::with_notes("[approvals]\nmax_pending = 2\nmax_pending_per_session = 1\n");
     let _b = Brokerd::start(&h);
     let (_a, first) = write_call(&h, "s1", 1, "one");
     assert!(is_pending(&first));
@@ -154,7 +112,7 @@ fn a_full_table_denies_every_session() {
 fn the_list_is_summaries_that_fit_in_a_frame_and_each_approval_comes_whole() {
     // The largest arguments allowed, several at once: together far more than a frame.
     let max = brokerd::config::MAX_ARGS_BYTES;
-    let h = home(&format!(
+    let h = Home::with_notes(&format!(
         "[approvals]\nmax_args_bytes = {max}\nmax_pending_per_session = 8\n"
     ));
     let _b = Brokerd::start(&h);
@@ -165,7 +123,7 @@ fn the_list_is_summaries_that_fit_in_a_frame_and_each_approval_comes_whole() {
         assert!(is_pending(&first), "{first:?}");
         conns.push(s);
     }
-    let list = summaries(&h);
+    let list = pending_approvals(&h);
     assert_eq!(list.len(), 4);
     for s in &list {
         assert!(s.args_bytes as usize > max - 512, "{s:?}");

@@ -7,49 +7,17 @@ use std::fs;
 use std::os::unix::net::UnixStream;
 use std::thread;
 
-use bxcore::deadline::Deadline;
 use bxcore::{
     Approval, ApprovalDecision, ApprovalId, ApprovalShow, ApprovalSummary, CallId, DataClass,
-    Envelope, ErrorCode, Message, SessionId, ToolRequest, ToolResponse, read_frame, write_frame,
+    Envelope, ErrorCode, Message, SessionId, ToolRequest, ToolResponse, write_frame,
 };
 use serde_json::json;
 use support::*;
 
-fn home(extra: &str) -> Home {
-    let h = Home::new("");
-    h.dir("notes");
-    h.write_config(&format!(
-        "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n{extra}",
-        h.home.join("notes").display().to_string()
-    ));
-    h
-}
-
 /// A call that will wait for the owner (its session is untrusted): the open connection and the
 /// pending frame's approval id.
 fn pending_write(h: &Home, session: &str, id: u64, file: &str) -> (UnixStream, ApprovalId) {
-    fs::write(
-        h.state_file(session),
-        r#"{"taint":"private","untrusted":true}"#,
-    )
-    .unwrap();
-    let mut s = UnixStream::connect(h.broker_sock()).unwrap();
-    write_frame(
-        &mut s,
-        &Envelope::new(
-            id,
-            true,
-            Message::ToolRequest(ToolRequest {
-                session: SessionId::new(session).unwrap(),
-                call: CallId(id),
-                tool: "workspace_write".into(),
-                args: json!({"path": h.home.join("notes").join(file).display().to_string(), "content": "approved text"}),
-            }),
-        ),
-    )
-    .unwrap();
-    let mut d = Deadline::within(&s, WAIT).unwrap();
-    let first = read_frame(&mut d).unwrap();
+    let (s, first) = untrusted_write(h, session, id, file, "approved text");
     assert_eq!(first.id, id);
     assert!(!first.last);
     match first.msg {
@@ -71,10 +39,7 @@ fn decide(h: &Home, id: &ApprovalId, allow: bool) -> Message {
 }
 
 fn pending(h: &Home) -> Vec<ApprovalSummary> {
-    match &request(&h.admin_sock(), 1, Message::ApprovalsList {})[0].msg {
-        Message::Approvals(a) => a.pending.clone(),
-        o => panic!("{o:?}"),
-    }
+    pending_approvals(h)
 }
 
 /// One pending approval whole.
@@ -99,7 +64,7 @@ fn final_of(s: &UnixStream) -> ToolResponse {
 
 #[test]
 fn the_owner_sees_what_the_owner_approves() {
-    let h = home("");
+    let h = Home::with_notes("");
     let _b = Brokerd::start(&h);
     let (_s, id) = pending_write(&h, "s", 4, "a.txt");
     let list = pending(&h);
@@ -120,7 +85,7 @@ fn the_owner_sees_what_the_owner_approves() {
 
 #[test]
 fn an_approved_call_runs_and_is_recorded() {
-    let h = home("");
+    let h = Home::with_notes("");
     let _b = Brokerd::start(&h);
     let (s, id) = pending_write(&h, "s", 1, "a.txt");
     assert_eq!(
@@ -145,7 +110,7 @@ fn an_approved_call_runs_and_is_recorded() {
 
 #[test]
 fn a_denied_call_does_not_run() {
-    let h = home("");
+    let h = Home::with_notes("");
     let _b = Brokerd::start(&h);
     let (s, id) = pending_write(&h, "s", 1, "a.txt");
     assert!(matches!(decide(&h, &id, false), Message::ApprovalAck(_)));
@@ -161,7 +126,7 @@ fn a_denied_call_does_not_run() {
 
 #[test]
 fn an_approval_that_expires_is_denied_and_a_late_decision_is_forbidden() {
-    let h = home("[approvals]\nttl_ms = 300\n");
+    let h = Home::with_notes("[approvals]\nttl_ms = 300\n");
     let _b = Brokerd::start(&h);
     let (s, id) = pending_write(&h, "s", 1, "a.txt");
     assert_eq!(
@@ -180,7 +145,7 @@ fn an_approval_that_expires_is_denied_and_a_late_decision_is_forbidden() {
 
 #[test]
 fn a_decision_for_an_unknown_id_is_forbidden() {
-    let h = home("");
+    let h = Home::with_notes("");
     let _b = Brokerd::start(&h);
     match decide(&h, &ApprovalId::new("0123456789abcdef").unwrap(), true) {
         Message::Error(e) => {
@@ -193,7 +158,7 @@ fn a_decision_for_an_unknown_id_is_forbidden() {
 
 #[test]
 fn two_sessions_wait_at_once_and_each_decision_reaches_its_own_call() {
-    let h = home("");
+    let h = Home::with_notes("");
     let _b = Brokerd::start(&h);
     let (s1, id1) = pending_write(&h, "one", 1, "one.txt");
     let (s2, id2) = pending_write(&h, "two", 1, "two.txt");
@@ -214,7 +179,7 @@ fn two_sessions_wait_at_once_and_each_decision_reaches_its_own_call() {
 
 #[test]
 fn a_restart_denies_what_was_pending_and_records_it() {
-    let h = home("");
+    let h = Home::with_notes("");
     let mut b = Brokerd::start(&h);
     let (_s, id) = pending_write(&h, "s", 1, "a.txt");
     b.kill();
@@ -239,7 +204,7 @@ fn a_requester_gone_before_its_pending_frame_is_recorded_withdrawn_as_one_gone_a
     // was recorded `denied` while a requester gone a moment later was `withdrawn`, so which one
     // a channel hanging up got was timing (docs/policy.md: a requester that goes away while
     // its approval is pending is `withdrawn`).
-    let h = home("");
+    let h = Home::with_notes("");
     let _b = Brokerd::start(&h);
     fs::write(
         h.state_file("gone"),

@@ -16,6 +16,7 @@ mod ids;
 pub mod layout;
 mod message;
 pub mod runbook;
+pub mod secret;
 pub mod visible;
 
 pub use class::DataClass;

@@ -547,21 +547,21 @@ pub fn run(cli: Cli) -> ExitCode {
                 Ok(_) => ExitCode::SUCCESS,
                 // A flag that is wrong, or does not go with the others: exit 2, as clap's own.
                 Err(e @ dev::DevError::Usage(_)) => usage(&e.to_string()),
-                Err(e) => failed(e),
+                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
             }
         }
         #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Restart) => {
             match dev::restart(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
-                Err(e) => failed(e),
+                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
             }
         }
         #[cfg(feature = "devbox")]
         Command::Dev(DevCommand::Down) => {
             match dev::down(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
-                Err(e) => failed(e),
+                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
             }
         }
     }

@@ -29,7 +29,7 @@ const ASK: Duration = Duration::from_secs(10);
 pub enum DemoError {
     #[error("demo: {0}")]
     Setup(String),
-    #[error("demo: the dev box did not come up: {0}")]
+    #[error("demo: the dev box did not come up: {}", bxcore::runbook::Pointed(.0))]
     Up(#[source] dev::DevError),
     /// A step did not do what it says.
     #[error("demo: step {n} ({title}) failed: {why}")]
@@ -38,7 +38,7 @@ pub enum DemoError {
         title: &'static str,
         why: String,
     },
-    #[error("demo: the dev box did not go down: {0}")]
+    #[error("demo: the dev box did not go down: {}", bxcore::runbook::Pointed(.0))]
     Down(#[source] dev::DevError),
 }
 

@@ -176,6 +176,38 @@ pub fn exit(e: &StartError) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// `<daemon> serve`: run `start`, the daemon's start-up, which returns only with the reason the
+/// daemon did not start (it serves until a signal ends the process); log it and give status 1.
+pub fn run(start: impl FnOnce() -> Result<std::convert::Infallible, StartError>) -> ExitCode {
+    match start() {
+        Ok(never) => match never {},
+        Err(e) => exit(&e),
+    }
+}
+
+/// `<daemon> check --config FILE`: load and check the configuration, then `report`, which
+/// reads what it names and prints what would be served. A refusal is printed on stderr as
+/// `<daemon>: <why>; see <pointer>`, with status 1.
+pub fn check<C: DaemonConfig>(
+    spec: Spec,
+    path: &Path,
+    report: impl FnOnce(C) -> Result<(), StartError>,
+) -> ExitCode {
+    let done = load::<C>(path)
+        .map_err(|error| StartError::Config {
+            anchor: spec.config_anchor,
+            error,
+        })
+        .and_then(report);
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}: {}", spec.daemon.name, e.pointed());
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// A daemon being started: configuration loaded, identity resolved, no thread yet.
 #[derive(Debug)]
 pub struct Start<C> {

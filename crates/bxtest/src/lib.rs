@@ -144,6 +144,15 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
+/// Write `text` to `path`, readable and writable by its owner only, as a key or secret file must
+/// be (`bxcore::secret` refuses any other).
+pub fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("cannot chmod 600 {}: {e}", path.display()));
+}
+
 /// Whether this process runs as root (many sandbox tests need it).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

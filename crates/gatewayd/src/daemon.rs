@@ -13,7 +13,7 @@ use bxcore::runbook::Anchored;
 use bxcore::{Envelope, Message};
 use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
-use ureq::tls::{Certificate, PemItem, RootCerts};
+use ureq::tls::RootCerts;
 
 use crate::config::{CONFIG_ANCHOR, Config};
 use crate::fetch::{Gateway, quote};
@@ -27,13 +27,6 @@ pub const SPEC: Spec = Spec {
     },
     config_anchor: CONFIG_ANCHOR,
 };
-
-/// The CA bundles looked for, in order, when `[tls] ca_file` is not set.
-pub const SYSTEM_CA_FILES: [&str; 3] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/ssl/certs/ca-bundle.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-];
 
 /// The system's resolver configuration, whose name servers are asked when `[dns] servers` is
 /// empty.
@@ -54,41 +47,16 @@ fn own(e: impl std::fmt::Display) -> StartError {
     StartError::own(CONFIG_ANCHOR, e)
 }
 
-/// The certificates a fetch trusts: `ca_file`'s, else the first system bundle that exists,
-/// else (a machine with none) the Mozilla roots built into the client.
-pub fn load_roots(ca_file: Option<&Path>) -> Result<(String, RootCerts), String> {
-    let path = match ca_file {
-        Some(p) => p.to_path_buf(),
-        None => match SYSTEM_CA_FILES.iter().map(Path::new).find(|p| p.is_file()) {
-            Some(p) => p.to_path_buf(),
-            None => return Ok(("the built-in Mozilla roots".into(), RootCerts::WebPki)),
-        },
-    };
-    let pem = std::fs::read(&path)
-        .map_err(|e| format!("cannot read the CA bundle {}: {e}", path.display()))?;
-    let mut certs: Vec<Certificate<'static>> = Vec::new();
-    for item in ureq::tls::parse_pem(&pem) {
-        match item {
-            Ok(PemItem::Certificate(c)) => certs.push(c),
-            Ok(_) => {}
-            Err(e) => {
-                return Err(format!(
-                    "the CA bundle {} does not parse: {e}",
-                    path.display()
-                ));
-            }
-        }
-    }
-    if certs.is_empty() {
-        return Err(format!(
-            "the CA bundle {} holds no certificate",
-            path.display()
-        ));
-    }
-    Ok((
-        path.display().to_string(),
-        RootCerts::Specific(std::sync::Arc::new(certs)),
-    ))
+/// The certificates a fetch trusts: `ca_file`'s, else the first system bundle that exists
+/// (`bxtls`), else (a machine with none) the Mozilla roots built into the client.
+pub fn load_roots(ca_file: Option<&Path>) -> Result<(String, RootCerts), bxtls::CaError> {
+    Ok(match bxtls::load(ca_file)? {
+        Some(b) => (
+            b.path.display().to_string(),
+            RootCerts::Specific(std::sync::Arc::new(b.certs)),
+        ),
+        None => ("the built-in Mozilla roots".into(), RootCerts::WebPki),
+    })
 }
 
 /// Read the secrets, the CA bundle and the name servers `cfg` names, and build the gateway.
@@ -194,38 +162,21 @@ fn describe(cfg: &Config, p: &Prepared) -> String {
 
 /// `gatewayd check --config FILE`: load and check everything, print what would be served.
 pub fn check(config: &Path) -> ExitCode {
-    let loaded = bxharden::daemon::load::<Config>(config)
-        .map_err(|error| StartError::Config {
-            anchor: CONFIG_ANCHOR,
-            error,
-        })
-        .and_then(|cfg| Ok((prepare(&cfg)?, cfg)));
-    match loaded {
-        Ok((p, cfg)) => {
-            println!("gatewayd: configuration ok");
-            println!("gatewayd: would serve {}", describe(&cfg, &p));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("gatewayd: {e}; {}", bxcore::runbook::pointer(e.anchor()));
-            ExitCode::from(1)
-        }
-    }
+    daemon::check(SPEC, config, |cfg: Config| {
+        let p = prepare(&cfg)?;
+        println!("gatewayd: configuration ok");
+        println!("gatewayd: would serve {}", describe(&cfg, &p));
+        Ok(())
+    })
 }
 
 /// `gatewayd serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
     bxharden::log::init(SPEC.daemon);
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let prepared = prepare(s.cfg())?;
     let own_dir = s.cfg().own_dir();

@@ -1,6 +1,7 @@
 //! The credentials gatewayd adds to requests, and the check that no request carries one out.
 //!
-//! A secret is read from its `secret_file` at start and lives only here: it is added to requests
+//! A secret is read from its `secret_file` at start, through the one reader of secret files
+//! (`bxcore::secret`, which refuses a file others may read or change), and lives only here: it is added to requests
 //! to its own host, and never appears in a reply, a log line or an error. A request whose URL,
 //! header names or values, or body holds any secret's value (as is, URL-encoded, in base64 at
 //! any alignment, standard or URL-safe, or in hex of either case) is refused before anything
@@ -14,13 +15,25 @@ use std::path::Path;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 
-use crate::config::MIN_SECRET_BYTES;
+use bxcore::secret::SecretFile;
+pub use bxcore::secret::SecretFileError;
+
+use crate::config::{CONFIG_ANCHOR, MIN_SECRET_BYTES};
+
+/// How the refusals of a secret file word it, and where they point.
+pub const SECRET_FILE: SecretFile = SecretFile {
+    file: "the secret file",
+    noun: "secret",
+    instead: "hand it over as a systemd credential (`credential` in place of `secret_file`)",
+    anchor: CONFIG_ANCHOR,
+    open_anchor: CONFIG_ANCHOR,
+};
 
 /// One configured secret: the host entry it belongs to, and every form it is looked for in.
 pub struct Secret {
     /// The `[[hosts]] name` it belongs to, for the refusal (never the value).
     pub host: String,
-    value: Vec<u8>,
+    value: bxcore::secret::Secret,
     forms: Vec<(Vec<u8>, &'static str)>,
 }
 
@@ -28,7 +41,7 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Secret")
             .field("host", &self.host)
-            .field("bytes", &self.value.len())
+            .field("bytes", &self.value.bytes().len())
             .finish_non_exhaustive()
     }
 }
@@ -36,8 +49,9 @@ impl fmt::Debug for Secret {
 /// Why a secret file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
-    #[error("cannot read the secret file {path}: {error}")]
-    Read { path: String, error: std::io::Error },
+    /// It cannot be read, is too large, or others than its owner may read or change it.
+    #[error(transparent)]
+    File(#[from] SecretFileError),
     #[error(
         "the secret file {path} holds {len} bytes; at least {MIN_SECRET_BYTES} are needed, so \
          that the leak check cannot match by chance"
@@ -50,42 +64,40 @@ pub enum SecretError {
 }
 
 impl Secret {
-    /// Read the secret of `host` from `path`: one line, its final newline not part of it.
+    /// Read the secret of `host` from `path` (`bxcore::secret::read`): one line, its final
+    /// newline not part of it.
     pub fn read(host: &str, path: &Path) -> Result<Secret, SecretError> {
         let shown = path.display().to_string();
-        let raw = std::fs::read(path).map_err(|error| SecretError::Read {
-            path: shown.clone(),
-            error,
-        })?;
-        let mut value = raw.as_slice();
-        if let Some(v) = value.strip_suffix(b"\n") {
-            value = v.strip_suffix(b"\r").unwrap_or(v);
-        }
-        if value.iter().any(|b| *b < 0x20 || *b == 0x7f) {
+        let value = bxcore::secret::read(path, SECRET_FILE)?;
+        let bytes = value.bytes();
+        if bytes.iter().any(|b| *b < 0x20 || *b == 0x7f) {
             return Err(SecretError::NotOneLine { path: shown });
         }
-        if value.len() < MIN_SECRET_BYTES {
+        if bytes.len() < MIN_SECRET_BYTES {
             return Err(SecretError::TooShort {
                 path: shown,
-                len: value.len(),
+                len: bytes.len(),
             });
         }
-        Ok(Secret::new(host, value.to_vec()))
+        Ok(Secret::with(host, value))
     }
 
     /// A secret of `host` with this value.
     pub fn new(host: &str, value: Vec<u8>) -> Secret {
-        let forms = forms(&value);
+        Secret::with(host, bxcore::secret::Secret::new(value))
+    }
+
+    fn with(host: &str, value: bxcore::secret::Secret) -> Secret {
         Secret {
             host: host.to_string(),
+            forms: forms(value.bytes()),
             value,
-            forms,
         }
     }
 
     /// The value, for the header of its own host's requests.
     pub fn value(&self) -> &[u8] {
-        &self.value
+        self.value.bytes()
     }
 
     /// The form of this secret `haystack` holds, if any.
@@ -217,9 +229,11 @@ mod tests {
 
     #[test]
     fn a_short_or_multiline_secret_file_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s");
         std::fs::write(&p, "short\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(matches!(
             Secret::read("h", &p),
             Err(SecretError::TooShort { len: 5, .. })
@@ -231,5 +245,31 @@ mod tests {
         ));
         std::fs::write(&p, "long enough value\n").unwrap();
         assert_eq!(Secret::read("h", &p).unwrap().value(), b"long enough value");
+    }
+
+    #[test]
+    fn a_secret_file_others_may_read_is_refused_with_the_configuration_anchor() {
+        use bxcore::runbook::Anchored;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s");
+        std::fs::write(&p, "long enough value\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let Err(SecretError::File(e)) = Secret::read("h", &p) else {
+            panic!("an open secret file was read");
+        };
+        assert!(
+            matches!(e, SecretFileError::Open { mode: 0o640, .. }),
+            "{e}"
+        );
+        assert_eq!(e.anchor(), CONFIG_ANCHOR);
+        assert!(
+            e.to_string().ends_with(
+                "has mode 0640: its group or others may read or change it, so the secret is \
+                 refused (allow its owner only: chmod 600, or hand it over as a systemd \
+                 credential (`credential` in place of `secret_file`))"
+            ),
+            "{e}"
+        );
     }
 }

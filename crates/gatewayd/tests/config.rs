@@ -10,7 +10,7 @@ const SECRET: &str = "tok-5e1f0a9b8c7d6e5f";
 /// `gatewayd check` on `body` (after the common head) in a fresh home, with `env`.
 fn check(body: &str, env: &[(&str, &Path)]) -> (bool, String) {
     let home = tempfile::tempdir().unwrap();
-    std::fs::write(home.path().join("token"), format!("{SECRET}\n")).unwrap();
+    bxtest::write_private(&home.path().join("token"), &format!("{SECRET}\n"));
     let text = format!(
         "[paths]\nhome = {:?}\n[dns]\nservers = [\"192.0.2.53:53\"]\n[tls]\nca_file = {CA:?}\n{body}",
         home.path().display().to_string()
@@ -61,7 +61,7 @@ fn a_host_with_a_credential_file_is_served_and_the_secret_never_printed() {
 #[test]
 fn a_systemd_credential_is_read_from_the_credentials_directory() {
     let creds = tempfile::tempdir().unwrap();
-    std::fs::write(creds.path().join("example"), SECRET).unwrap();
+    bxtest::write_private(&creds.path().join("example"), SECRET);
     let body =
         "[[hosts]]\nname = \"api.example.org\"\nheader = \"x-api-key\"\ncredential = \"example\"\n";
     let (ok, said) = check(body, &[("CREDENTIALS_DIRECTORY", creds.path())]);
@@ -113,10 +113,27 @@ fn each_wrong_setting_is_refused_with_what_is_wrong() {
 fn a_secret_file_too_short_to_check_for_is_refused() {
     let home = tempfile::tempdir().unwrap();
     let short = home.path().join("short");
-    std::fs::write(&short, "abc\n").unwrap();
+    bxtest::write_private(&short, "abc\n");
     let body = format!(
         "[[hosts]]\nname = \"x.org\"\nheader = \"a\"\nsecret_file = {:?}\n",
         short.display().to_string()
     );
     refused(&body, "at least 8 are needed");
+}
+
+#[test]
+fn a_secret_file_others_may_read_is_refused_and_never_printed() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let open = home.path().join("open");
+    std::fs::write(&open, format!("{SECRET}\n")).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let body = format!(
+        "[[hosts]]\nname = \"x.org\"\nheader = \"a\"\nsecret_file = {:?}\n",
+        open.display().to_string()
+    );
+    refused(
+        &body,
+        "has mode 0644: its group or others may read or change it",
+    );
 }

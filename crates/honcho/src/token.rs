@@ -1,14 +1,15 @@
 //! The bearer token Honcho is asked with when its auth is on: read once at start (before the
-//! sandbox closes) from a key file or the systemd credential [`CREDENTIAL`], and never shown.
+//! sandbox closes) from a key file or the systemd credential [`CREDENTIAL`] through the one reader
+//! of secret files (`bxcore::secret`, which refuses a file others may read or change), and never
+//! shown.
 //!
 //! [`Token`] has no `Display`, its `Debug` prints `Token(redacted)`, and its bytes are zeroed when
-//! it is dropped. A key file its group or others may read or change is refused, as inferproxy
-//! refuses an open model key: the token may already have leaked to them.
+//! it is dropped.
 
 use std::fmt;
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
+use bxcore::secret::{self, Secret, SecretFile, SecretFileError};
 
 /// The systemd credential (`LoadCredential=honcho_key:…`) read when no key file is named.
 pub const CREDENTIAL: &str = "honcho_key";
@@ -19,11 +20,17 @@ pub const TOKEN_ANCHOR: &str = "honcho-key-missing";
 /// The runbook anchor of a key file others may read or change.
 pub const TOKEN_OPEN_ANCHOR: &str = "honcho-key-open";
 
-/// The longest token read, in bytes (a Honcho JWT is a few hundred).
-const MAX_TOKEN: u64 = 16 * 1024;
+/// How the refusals of the key file word it, and where they point.
+pub const KEY_FILE: SecretFile = SecretFile {
+    file: "the Honcho key file",
+    noun: "token",
+    instead: "pass it as the systemd credential `honcho_key`",
+    anchor: TOKEN_ANCHOR,
+    open_anchor: TOKEN_OPEN_ANCHOR,
+};
 
-/// A bearer token for Honcho.
-pub struct Token(String);
+/// A bearer token for Honcho: printable ASCII without spaces.
+pub struct Token(Secret);
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -34,20 +41,12 @@ impl fmt::Debug for Token {
 /// Why the token could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("cannot read the Honcho key file {}: {}", .0.display(), .1)]
-    Unreadable(PathBuf, #[source] std::io::Error),
+    /// The file could not be read, is over `bxcore::secret::MAX_SECRET_FILE` bytes (a Honcho JWT
+    /// is a few hundred), or others than its owner may read or change it.
+    #[error(transparent)]
+    File(#[from] SecretFileError),
     #[error("the Honcho key file {} is empty", .0.display())]
     Empty(PathBuf),
-    #[error("the Honcho key file {} is over {MAX_TOKEN} bytes: it holds something else than a token", .0.display())]
-    TooLong(PathBuf),
-    #[error(
-        "the Honcho key file {} has mode {:04o}: its group or others may read or change it, so \
-         the token is refused (allow its owner only: chmod 600, or pass it as the systemd \
-         credential `{CREDENTIAL}`)",
-        .0.display(),
-        .1
-    )]
-    Open(PathBuf, u32),
     #[error(
         "the Honcho token in {} holds a character an HTTP header cannot carry (only printable \
          ASCII is allowed)",
@@ -59,7 +58,7 @@ pub enum TokenError {
 impl bxcore::runbook::Anchored for TokenError {
     fn anchor(&self) -> &str {
         match self {
-            TokenError::Open(..) => TOKEN_OPEN_ANCHOR,
+            TokenError::File(e) => bxcore::runbook::Anchored::anchor(e),
             _ => TOKEN_ANCHOR,
         }
     }
@@ -83,53 +82,31 @@ impl Token {
         }
     }
 
-    /// Read the token from `path`, surrounding whitespace trimmed. The mode checked is that of
-    /// the file opened, so it cannot change between the check and the read.
+    /// Read the token from `path` (`bxcore::secret::read`), surrounding whitespace trimmed.
     pub fn read(path: &Path) -> Result<Token, TokenError> {
-        let unreadable = |e| TokenError::Unreadable(path.into(), e);
-        let file = std::fs::File::open(path).map_err(unreadable)?;
-        let mode = file.metadata().map_err(unreadable)?.permissions().mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            return Err(TokenError::Open(path.into(), mode));
-        }
-        let mut text = String::new();
-        file.take(MAX_TOKEN + 1)
-            .read_to_string(&mut text)
-            .map_err(unreadable)?;
-        if text.len() as u64 > MAX_TOKEN {
-            return Err(TokenError::TooLong(path.into()));
-        }
-        Token::from_text(path, &text)
+        Token::from_secret(path, &secret::read(path, KEY_FILE)?)
     }
 
-    fn from_text(path: &Path, text: &str) -> Result<Token, TokenError> {
-        let t = text.trim();
-        if t.is_empty() {
+    fn from_secret(path: &Path, raw: &Secret) -> Result<Token, TokenError> {
+        let t = raw.slice(<[u8]>::trim_ascii);
+        if t.bytes().is_empty() {
             return Err(TokenError::Empty(path.into()));
         }
-        if !t.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        if !t.bytes().iter().all(|b| (0x21..0x7f).contains(b)) {
             return Err(TokenError::NotAHeaderValue(path.into()));
         }
-        Ok(Token(t.to_string()))
+        Ok(Token(t))
+    }
+
+    #[cfg(test)]
+    fn from_text(path: &Path, text: &str) -> Result<Token, TokenError> {
+        Token::from_secret(path, &Secret::new(text.as_bytes().to_vec()))
     }
 
     /// `Bearer <token>`, for the `Authorization` header and nothing else.
     pub(crate) fn header_value(&self) -> String {
-        format!("Bearer {}", self.0)
-    }
-}
-
-impl Drop for Token {
-    fn drop(&mut self) {
-        // Overwrite the bytes before the allocation is freed, so a later allocation cannot read
-        // the token back. Volatile writes: the compiler may not drop them as dead stores.
-        // SAFETY: every byte becomes 0, which keeps the string valid UTF-8, and the pointer stays
-        // within the string's length.
-        unsafe {
-            for b in self.0.as_bytes_mut().iter_mut() {
-                std::ptr::write_volatile(b, 0);
-            }
-        }
+        // Printable ASCII, checked when it was read.
+        format!("Bearer {}", String::from_utf8_lossy(self.0.bytes()))
     }
 }
 
@@ -159,7 +136,10 @@ mod tests {
         for mode in [0o640, 0o604, 0o620, 0o666] {
             let p = key_file(d.path(), "secret-token", mode);
             let e = Token::read(&p).unwrap_err();
-            assert!(matches!(e, TokenError::Open(_, m) if m == mode), "{e}");
+            assert!(
+                matches!(e, TokenError::File(SecretFileError::Open { mode: m, .. }) if m == mode),
+                "{e}"
+            );
             assert_eq!(e.anchor(), "honcho-key-open");
             assert!(e.to_string().contains("chmod 600"), "{e}");
             assert!(!e.to_string().contains("secret-token"));
@@ -182,10 +162,21 @@ mod tests {
         assert!(matches!(e, TokenError::NotAHeaderValue(_)), "{e}");
         assert!(!e.to_string().contains("X-Evil"));
         let e = Token::read(&d.path().join("absent")).unwrap_err();
-        assert!(matches!(e, TokenError::Unreadable(..)), "{e}");
+        assert!(
+            matches!(e, TokenError::File(SecretFileError::Unreadable { .. })),
+            "{e}"
+        );
         assert_eq!(e.anchor(), "honcho-key-missing");
         let e = Token::read(&key_file(d.path(), &"a".repeat(20_000), 0o600)).unwrap_err();
-        assert!(matches!(e, TokenError::TooLong(_)), "{e}");
+        assert!(
+            matches!(e, TokenError::File(SecretFileError::TooLong { .. })),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .ends_with("is over 16384 bytes: it holds something else than a token"),
+            "{e}"
+        );
     }
 
     #[test]

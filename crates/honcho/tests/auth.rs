@@ -1,7 +1,6 @@
 //! The bearer token against a real Honcho with its auth on (`$HONCHO_AUTH_URL`, its admin token
 //! in `$HONCHO_AUTH_TOKEN_FILE`; `.ci/run` brings one up). Each test in a workspace of its own.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use bxcore::runbook::Anchored;
@@ -18,8 +17,7 @@ fn server() -> Option<(BaseUrl, String)> {
 /// `text` in an owner-only key file under `dir`, read as a token.
 fn token(dir: &Path, text: &str) -> Token {
     let p = dir.join("honcho.key");
-    std::fs::write(&p, text).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    bxtest::write_private(&p, text);
     Token::read(&p).unwrap()
 }
 

@@ -4,7 +4,6 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -327,8 +326,7 @@ fn the_token_is_sent_as_a_bearer_header_and_a_refused_one_is_named_without_showi
     let dir = tempfile::tempdir().unwrap();
     let key = |text: &str| {
         let p = dir.path().join("k");
-        std::fs::write(&p, text).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        bxtest::write_private(&p, text);
         Token::read(&p).unwrap()
     };
     let c = d.client(quick(), Some(key("good-token\n")));

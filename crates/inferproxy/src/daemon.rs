@@ -1,6 +1,7 @@
 //! `inferproxy serve` and `inferproxy check`: the daemon's start, in the order the sandbox
 //! needs (everything read and bound before it closes, no thread before it), and its one socket.
 
+use std::convert::Infallible;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -77,38 +78,21 @@ fn describe(cfg: &Config, inference: &Inference) -> String {
 
 /// `inferproxy check --config FILE`: load and check everything, print what would be served.
 pub fn check(config: &Path) -> ExitCode {
-    let loaded = bxharden::daemon::load::<Config>(config)
-        .map_err(|error| StartError::Config {
-            anchor: CONFIG_ANCHOR,
-            error,
-        })
-        .and_then(|cfg| Ok((inference(&cfg)?, cfg)));
-    match loaded {
-        Ok((inference, cfg)) => {
-            println!("inferproxy: configuration ok");
-            println!("inferproxy: would serve {}", describe(&cfg, &inference));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("inferproxy: {}", e.pointed());
-            ExitCode::from(1)
-        }
-    }
+    daemon::check(SPEC, config, |cfg: Config| {
+        let inference = inference(&cfg)?;
+        println!("inferproxy: configuration ok");
+        println!("inferproxy: would serve {}", describe(&cfg, &inference));
+        Ok(())
+    })
 }
 
 /// `inferproxy serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
     bxharden::log::init(SPEC.daemon);
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let inference = inference(s.cfg())?;
     let own = s.cfg().own_dir();

@@ -1,4 +1,5 @@
-//! The model API key: read once at start, before the sandbox closes, and never shown.
+//! The model API key: read once at start, before the sandbox closes, through the one reader of
+//! secret files (`bxcore::secret`), and never shown.
 //!
 //! [`ApiKey`] has no `Display`, and its `Debug` prints `ApiKey(redacted)`, so no format string,
 //! log line or error can carry the key by accident. The only way to the bytes is
@@ -7,10 +8,10 @@
 //! it is logged or sent to loopd.
 
 use std::fmt;
-use std::io;
 use std::path::{Path, PathBuf};
 
 use bxcore::runbook::Anchored;
+use bxcore::secret::{self, Secret, SecretFile, SecretFileError};
 
 use crate::redact::Redactor;
 
@@ -23,8 +24,18 @@ pub const KEY_OPEN_ANCHOR: &str = "inferproxy-key-open";
 /// The systemd credential name the key is read from when `api_key_file` is not set.
 pub const CREDENTIAL: &str = "api_key";
 
-/// A model API key. Never printed, never compared in a way a caller can observe byte by byte.
-pub struct ApiKey(String);
+/// How the refusals of the key file word it, and where they point.
+pub const KEY_FILE: SecretFile = SecretFile {
+    file: "the API key file",
+    noun: "key",
+    instead: "pass it as the systemd credential `api_key`",
+    anchor: KEY_ANCHOR,
+    open_anchor: KEY_OPEN_ANCHOR,
+};
+
+/// A model API key: printable ASCII, so also a `str`. Never printed, never compared in a way a
+/// caller can observe byte by byte; its bytes are zeroed when it is dropped.
+pub struct ApiKey(Secret);
 
 impl fmt::Debug for ApiKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -41,22 +52,13 @@ pub enum KeyError {
          (LoadCredential=)"
     )]
     NotConfigured,
-    /// The file could not be read.
-    #[error("cannot read the API key file {}: {}", .0.display(), .1)]
-    Unreadable(PathBuf, #[source] io::Error),
+    /// The file could not be read, is too large, or others than its owner may read or change it
+    /// (refused as OpenSSH refuses an open private key: the key may already have leaked).
+    #[error(transparent)]
+    File(#[from] SecretFileError),
     /// The file holds nothing but whitespace.
     #[error("the API key file {} is empty", .0.display())]
     Empty(PathBuf),
-    /// Its group or others may read or change it (its mode): refused, as OpenSSH refuses an
-    /// open private key, because the key may already have leaked to them.
-    #[error(
-        "the API key file {} has mode {:04o}: its group or others may read or change it, so the \
-         key is refused (allow its owner only: chmod 600, or pass it as the systemd credential \
-         `{CREDENTIAL}`)",
-        .0.display(),
-        .1
-    )]
-    Open(PathBuf, u32),
     /// The key holds a byte an HTTP header value cannot carry (a control character, a line
     /// break inside it, non-ASCII).
     #[error(
@@ -70,7 +72,7 @@ pub enum KeyError {
 impl Anchored for KeyError {
     fn anchor(&self) -> &str {
         match self {
-            KeyError::Open(..) => KEY_OPEN_ANCHOR,
+            KeyError::File(e) => e.anchor(),
             _ => KEY_ANCHOR,
         }
     }
@@ -90,38 +92,33 @@ impl ApiKey {
         }
     }
 
-    /// Read the key from `path`, surrounding whitespace trimmed. A file its group or others may
-    /// read or change (mode & 077), an empty key, or one that is not printable ASCII (it would
-    /// not survive as a header value, or could split a header), is refused. The mode is that of
-    /// the file opened, so it cannot change between the check and the read.
+    /// Read the key from `path` (`bxcore::secret::read`), surrounding whitespace trimmed. An
+    /// empty key, or one that is not printable ASCII (it would not survive as a header value, or
+    /// could split a header), is refused.
     pub fn read(path: &Path) -> Result<ApiKey, KeyError> {
-        use std::io::Read;
-        use std::os::unix::fs::PermissionsExt;
-        let unreadable = |e| KeyError::Unreadable(path.into(), e);
-        let mut file = std::fs::File::open(path).map_err(unreadable)?;
-        let mode = file.metadata().map_err(unreadable)?.permissions().mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            return Err(KeyError::Open(path.into(), mode));
-        }
-        let mut text = String::new();
-        file.read_to_string(&mut text).map_err(unreadable)?;
-        ApiKey::from_text(path, &text)
+        ApiKey::from_secret(path, &secret::read(path, KEY_FILE)?)
     }
 
-    fn from_text(path: &Path, text: &str) -> Result<ApiKey, KeyError> {
-        let key = text.trim();
-        if key.is_empty() {
+    fn from_secret(path: &Path, raw: &Secret) -> Result<ApiKey, KeyError> {
+        let key = raw.slice(<[u8]>::trim_ascii);
+        if key.bytes().is_empty() {
             return Err(KeyError::Empty(path.into()));
         }
-        if !key.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        if !key.bytes().iter().all(|b| (0x20..0x7f).contains(b)) {
             return Err(KeyError::NotAHeaderValue(path.into()));
         }
-        Ok(ApiKey(key.to_string()))
+        Ok(ApiKey(key))
+    }
+
+    #[cfg(test)]
+    fn from_text(path: &Path, text: &str) -> Result<ApiKey, KeyError> {
+        ApiKey::from_secret(path, &Secret::new(text.as_bytes().to_vec()))
     }
 
     /// The key, for the provider's auth header and nothing else.
     pub(crate) fn header_value(&self) -> &str {
-        &self.0
+        // Printable ASCII, checked when it was read.
+        std::str::from_utf8(self.0.bytes()).unwrap_or_default()
     }
 
     /// `text` with every copy of the key replaced by `[redacted]`, also where JSON escapes
@@ -133,22 +130,7 @@ impl ApiKey {
 
     /// What redacts this key from text, values and streams.
     pub fn redactor(&self) -> Redactor<'_> {
-        Redactor::new(&self.0)
-    }
-}
-
-impl Drop for ApiKey {
-    fn drop(&mut self) {
-        // Overwrite the bytes before the allocation is freed, so a later allocation cannot
-        // read the key back. Volatile writes: the compiler may not drop them as dead stores.
-        // SAFETY: every byte is overwritten with 0, which keeps the string valid UTF-8, and the
-        // pointer stays within the string's length.
-        unsafe {
-            let bytes = self.0.as_bytes_mut();
-            for b in bytes.iter_mut() {
-                std::ptr::write_volatile(b, 0);
-            }
-        }
+        Redactor::new(self.header_value())
     }
 }
 
@@ -225,7 +207,7 @@ mod tests {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let e = ApiKey::read(&path).unwrap_err();
             assert!(
-                matches!(e, KeyError::Open(_, m) if m == mode),
+                matches!(e, KeyError::File(SecretFileError::Open { mode: m, .. }) if m == mode),
                 "{mode:o}: {e}"
             );
             let s = e.pointed().to_string();

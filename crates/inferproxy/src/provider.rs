@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bxcore::runbook::Anchored;
 use bxcore::{InferReply, InferRequest};
 use ureq::http::HeaderValue;
-use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
+use ureq::tls::{Certificate, RootCerts, TlsConfig};
 
 use crate::anthropic;
 use crate::config::{Config, Endpoint, Limits, MaxTokensKey, ProviderKind, Slot};
@@ -28,13 +28,6 @@ use crate::retry;
 use crate::script::Script;
 use crate::sse;
 use crate::stream::{Failure, Flow, MAX_REPLY, StreamParser};
-
-/// The CA bundles looked for, in order, when `[provider] ca_file` is not set.
-pub const SYSTEM_CA_FILES: [&str; 3] = [
-    "/etc/ssl/certs/ca-certificates.crt",
-    "/etc/ssl/certs/ca-bundle.crt",
-    "/etc/pki/tls/certs/ca-bundle.crt",
-];
 
 /// The most bytes of an error response that are read for its message.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
@@ -75,9 +68,12 @@ pub enum SetupError {
     Key(crate::key::KeyError),
     #[error(transparent)]
     Script(crate::script::ScriptError),
-    /// The CA bundle: its path and what is wrong.
+    /// The endpoint, or no system CA bundle for an https one: what is wrong.
     #[error("{0}")]
     Ca(String),
+    /// The CA bundle: its path and what is wrong.
+    #[error(transparent)]
+    Bundle(#[from] bxtls::CaError),
 }
 
 impl Anchored for SetupError {
@@ -85,52 +81,20 @@ impl Anchored for SetupError {
         match self {
             SetupError::Key(e) => e.anchor(),
             SetupError::Script(e) => e.anchor(),
-            SetupError::Ca(_) => crate::config::CONFIG_ANCHOR,
+            SetupError::Ca(_) | SetupError::Bundle(_) => crate::config::CONFIG_ANCHOR,
         }
     }
 }
 
-/// Load the trusted CA certificates from `ca_file`, or the first system bundle that exists.
-pub fn load_roots(
-    ca_file: Option<&Path>,
-) -> Result<(std::path::PathBuf, Vec<Certificate<'static>>), SetupError> {
-    let path = match ca_file {
-        Some(p) => p.to_path_buf(),
-        None => SYSTEM_CA_FILES
-            .iter()
-            .map(Path::new)
-            .find(|p| p.is_file())
-            .ok_or_else(|| {
-                SetupError::Ca(format!(
-                    "no CA bundle for the https provider: none of {} exists; set [provider] ca_file",
-                    SYSTEM_CA_FILES.join(", ")
-                ))
-            })?
-            .to_path_buf(),
-    };
-    let pem = std::fs::read(&path).map_err(|e| {
-        SetupError::Ca(format!("cannot read the CA bundle {}: {e}", path.display()))
-    })?;
-    let mut certs = Vec::new();
-    for item in ureq::tls::parse_pem(&pem) {
-        match item {
-            Ok(PemItem::Certificate(c)) => certs.push(c),
-            Ok(_) => {}
-            Err(e) => {
-                return Err(SetupError::Ca(format!(
-                    "the CA bundle {} does not parse: {e}",
-                    path.display()
-                )));
-            }
-        }
-    }
-    if certs.is_empty() {
-        return Err(SetupError::Ca(format!(
-            "the CA bundle {} holds no certificate",
-            path.display()
-        )));
-    }
-    Ok((path, certs))
+/// Load the trusted CA certificates from `ca_file`, or the first system bundle that exists
+/// (`bxtls`); a machine with neither is refused.
+pub fn load_roots(ca_file: Option<&Path>) -> Result<bxtls::Bundle, SetupError> {
+    bxtls::load(ca_file)?.ok_or_else(|| {
+        SetupError::Ca(format!(
+            "no CA bundle for the https provider: none of {} exists; set [provider] ca_file",
+            bxtls::SYSTEM_CA_FILES.join(", ")
+        ))
+    })
 }
 
 impl Http {
@@ -598,7 +562,7 @@ impl Inference {
                         .map_err(SetupError::Key)?;
                 let key = ApiKey::read(&source).map_err(SetupError::Key)?;
                 let roots = if endpoint.tls {
-                    load_roots(cfg.provider.ca_file.as_deref())?.1
+                    load_roots(cfg.provider.ca_file.as_deref())?.certs
                 } else {
                     Vec::new()
                 };

@@ -57,16 +57,10 @@ pub const USAGE: Usage = Usage {
 
 /// `loopd serve`: returns only with the reason loopd did not start (logged).
 pub fn run_serve(config: &Path) -> ExitCode {
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let cfg = s.cfg();
     for dir in [Some(cfg.loop_dir()), Some(cfg.sessions_dir())]

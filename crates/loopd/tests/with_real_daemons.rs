@@ -25,6 +25,28 @@ impl Drop for Guard {
     }
 }
 
+/// `bin serve --config <home>/<name>.toml` with `cfg` as that file, its stderr in
+/// `<home>/<name>.log`: running once `socket` answers `ping`, stopped when the guard is dropped.
+fn serve(bin: &Path, home: &Path, name: &str, cfg: &str, socket: &Path) -> Guard {
+    let config = home.join(format!("{name}.toml"));
+    std::fs::write(&config, cfg).unwrap();
+    let log = std::fs::File::create(home.join(format!("{name}.log"))).unwrap();
+    let child = Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env_remove("JOURNAL_STREAM")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let guard = Guard(child);
+    wait_until(&format!("{name} to answer ping"), || {
+        bxcore::client::ping(socket, Duration::from_secs(5)).is_ok()
+    });
+    guard
+}
+
 fn sibling(name: &str) -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_BIN_EXE_loopd")).with_file_name(name);
     p.is_file().then_some(p)
@@ -49,23 +71,7 @@ fn start_inferproxy(bin: &Path, home: &Path, layout: &Layout, script: &str) -> G
         home = home.display().to_string(),
         script = home.join("script.toml").display().to_string(),
     );
-    std::fs::write(home.join("inferproxy.toml"), cfg).unwrap();
-    let log = std::fs::File::create(home.join("inferproxy.log")).unwrap();
-    let child = Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(home.join("inferproxy.toml"))
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let guard = Guard(child);
-    let socket = layout.infer.clone();
-    wait_until("inferproxy to answer ping", || {
-        bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
-    });
-    guard
+    serve(bin, home, "inferproxy", &cfg, &layout.infer)
 }
 
 #[test]
@@ -128,23 +134,7 @@ fn start_brokerd(bin: &Path, home: &Path, layout: &Layout) -> Guard {
         notes = home.join("notes").display().to_string(),
         inbox = home.join("inbox").display().to_string(),
     );
-    std::fs::write(home.join("brokerd.toml"), cfg).unwrap();
-    let log = std::fs::File::create(home.join("brokerd.log")).unwrap();
-    let child = Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(home.join("brokerd.toml"))
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let guard = Guard(child);
-    let socket = layout.broker.clone();
-    wait_until("brokerd to answer ping", || {
-        bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
-    });
-    guard
+    serve(bin, home, "brokerd", &cfg, &layout.broker)
 }
 
 #[test]
@@ -325,23 +315,7 @@ fn start_brokerd_with_run(bin: &Path, home: &Path, layout: &Layout, run_extra: &
         home = home.display().to_string(),
         notes = home.join("notes").display().to_string(),
     );
-    std::fs::write(home.join("brokerd.toml"), cfg).unwrap();
-    let log = std::fs::File::create(home.join("brokerd.log")).unwrap();
-    let child = Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(home.join("brokerd.toml"))
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let guard = Guard(child);
-    let socket = layout.broker.clone();
-    wait_until("brokerd to answer ping", || {
-        bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
-    });
-    guard
+    serve(bin, home, "brokerd", &cfg, &layout.broker)
 }
 
 /// A scripted model that asks to run `curl` against a listener on loopback, through the real

@@ -83,8 +83,8 @@ fn describe(cfg: &Config, stores: &Stores) -> String {
 /// `memoryd check --config FILE`: load and check the configuration, print what would be served.
 /// It opens nothing: a store is made by `serve`, as memoryd's own user.
 pub fn check(config: &Path) -> ExitCode {
-    match Config::load(config) {
-        Ok(cfg) => {
+    daemon::check(SPEC, config, |cfg: Config| {
+        {
             println!("memoryd: configuration ok");
             println!(
                 "memoryd: would serve turns on {} and the owner's view on {}, ask {} for session state, file into the embedded store in {}",
@@ -113,32 +113,18 @@ pub fn check(config: &Path) -> ExitCode {
                     r.to
                 );
             }
-            ExitCode::SUCCESS
         }
-        Err(error) => {
-            let e = StartError::Config {
-                anchor: CONFIG_ANCHOR,
-                error,
-            };
-            eprintln!("memoryd: {}", e.pointed());
-            ExitCode::from(1)
-        }
-    }
+        Ok(())
+    })
 }
 
 /// `memoryd serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
     bxharden::log::init(SPEC.daemon);
-    match start(config) {
-        Ok(never) => match never {},
-        Err(e) => daemon::exit(&e),
-    }
+    daemon::run(|| start(config))
 }
 
-/// Uninhabited: `start` returns only with an error.
-enum Never {}
-
-fn start(config: &Path) -> Result<Never, StartError> {
+fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     let mut s = Start::<Config>::load(SPEC, config)?;
     let own = s.cfg().own_dir();
     for dir in [own.clone(), s.cfg().outbox_dir(), s.cfg().local_dir()] {

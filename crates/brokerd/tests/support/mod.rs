@@ -10,7 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bxcore::deadline::Deadline;
-use bxcore::{Envelope, Message, read_frame, write_frame};
+use bxcore::{
+    ApprovalSummary, CallId, Envelope, Message, SessionId, ToolRequest, read_frame, write_frame,
+};
 use tempfile::TempDir;
 
 /// Every wait in these tests.
@@ -31,6 +33,18 @@ impl Home {
         let config = home.join("brokerd.toml");
         let h = Home { dir, home, config };
         h.write_config(extra);
+        h
+    }
+
+    /// A home with a writable private root `notes`, its config plus `extra` TOML: what the
+    /// approval tests write into.
+    pub fn with_notes(extra: &str) -> Home {
+        let h = Home::new("");
+        h.dir("notes");
+        h.write_config(&format!(
+            "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n{extra}",
+            h.home.join("notes").display().to_string()
+        ));
         h
     }
 
@@ -219,6 +233,50 @@ impl Drop for Brokerd {
 }
 
 /// `ping`: the pong, or `None` when the socket does not answer.
+/// A `workspace_write` of `content` to `notes/<file>` from the untrusted session `session`, so
+/// that it waits for the owner: the open connection and the first frame brokerd sent
+/// (`pending_approval`, or a final answer).
+pub fn untrusted_write(
+    h: &Home,
+    session: &str,
+    id: u64,
+    file: &str,
+    content: &str,
+) -> (UnixStream, Envelope) {
+    fs::write(
+        h.state_file(session),
+        r#"{"taint":"private","untrusted":true}"#,
+    )
+    .unwrap();
+    let mut s = UnixStream::connect(h.broker_sock()).unwrap();
+    let path = h.home.join("notes").join(file).display().to_string();
+    write_frame(
+        &mut s,
+        &Envelope::new(
+            id,
+            true,
+            Message::ToolRequest(ToolRequest {
+                session: SessionId::new(session).unwrap(),
+                call: CallId(id),
+                tool: "workspace_write".into(),
+                args: serde_json::json!({"path": path, "content": content}),
+            }),
+        ),
+    )
+    .unwrap();
+    let mut d = Deadline::within(&s, WAIT).unwrap();
+    let first = read_frame(&mut d).unwrap();
+    (s, first)
+}
+
+/// The summaries of the approvals waiting, as admin.sock lists them.
+pub fn pending_approvals(h: &Home) -> Vec<ApprovalSummary> {
+    match &request(&h.admin_sock(), 1, Message::ApprovalsList {})[0].msg {
+        Message::Approvals(a) => a.pending.clone(),
+        o => panic!("{o:?}"),
+    }
+}
+
 pub fn ping(socket: &Path) -> Option<Message> {
     let mut s = UnixStream::connect(socket).ok()?;
     write_frame(&mut s, &Envelope::new(0, true, Message::Ping {})).ok()?;

@@ -12,7 +12,6 @@ pub mod procs;
 pub mod user;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -23,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use bxcore::client;
 use bxcore::layout::{self, SOCKETS, SocketSpec};
-use bxcore::runbook::pointer;
+use bxcore::runbook::Anchored;
 use bxharden::Owner;
 use nix::unistd::{geteuid, getuid};
 
@@ -49,31 +48,58 @@ pub struct UpOptions {
     pub model: ModelFlags,
 }
 
-/// Why the dev box did not come up, or go down.
-#[derive(Debug)]
+/// The runbook entry of a dev box that did not come up: a daemon ended, did not say ready or
+/// answer, its socket could not be bound, or its executable is missing.
+pub const START_ANCHOR: &str = "devbox-start-failed";
+
+/// The runbook entry of a `dev` command refused before anything started: the home, its users,
+/// a file of its own.
+pub const REFUSED_ANCHOR: &str = "devbox-refused";
+
+/// Why the dev box did not come up, or go down. The text has no runbook pointer; the line a
+/// person reads is its [`Anchored::pointed`] form.
+#[derive(Debug, thiserror::Error)]
 pub enum DevError {
     /// The home is not one `dev up` made, or its marker is damaged.
+    #[error("{0}")]
     NotADevBox(String),
     /// The dev box in this home runs already.
+    #[error(
+        "the dev box in {} runs already: {}; `bxctl dev down --home {}` stops it",
+        home.display(),
+        pids.iter().map(|(d, p)| format!("{d} (pid {p})")).collect::<Vec<_>>().join(", "),
+        home.display()
+    )]
     Running {
         home: PathBuf,
         pids: Vec<(String, u32)>,
     },
     /// The home was made with other settings than those asked for now.
-    Mismatch {
-        home: PathBuf,
-        what: String,
-    },
+    #[error(
+        "the dev box in {} was made {what}; use another --home, or remove this one",
+        home.display()
+    )]
+    Mismatch { home: PathBuf, what: String },
     /// Options that do not go together.
+    #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
     User(user::UserError),
-    Io {
-        what: String,
-        error: io::Error,
-    },
+    #[error("{what}: {error}")]
+    Io { what: String, error: io::Error },
     /// A daemon's executable is neither beside bxctl nor on PATH.
+    #[error(
+        "cannot find the {0} executable beside bxctl or on PATH; build the workspace \
+         (`cargo build --release`) or install the package"
+    )]
     NoExecutable(String),
-    /// A daemon exited while the box was starting.
+    /// A daemon exited while the box was starting: its last log lines, then what happened, so
+    /// that the line's pointer ends it.
+    #[error(
+        "{daemon}'s last log lines ({}):{}\n{daemon} ended ({status}) while the dev box was starting",
+        log.display(),
+        tail.iter().map(|l| format!("\n    {l}")).collect::<String>()
+    )]
     Died {
         daemon: String,
         status: ExitStatus,
@@ -81,16 +107,24 @@ pub enum DevError {
         tail: Vec<String>,
     },
     /// A daemon's socket could not be bound for it.
+    #[error("cannot bind a socket for {daemon}: {error}")]
     Listen {
         daemon: String,
         error: bxharden::socket::ListenError,
     },
     /// A daemon did not say `READY=1` in time.
-    NotReady {
-        daemon: String,
-        notify: PathBuf,
-    },
+    #[error(
+        "{daemon} did not say READY=1 on {} within {} s (its log says what it was doing)",
+        notify.display(),
+        START_DEADLINE.as_secs()
+    )]
+    NotReady { daemon: String, notify: PathBuf },
     /// A daemon's socket did not answer `ping` in time.
+    #[error(
+        "{daemon} did not answer ping on {} within {} s: {why}",
+        socket.display(),
+        START_DEADLINE.as_secs()
+    )]
     NoAnswer {
         daemon: String,
         socket: PathBuf,
@@ -98,78 +132,23 @@ pub enum DevError {
     },
 }
 
-impl fmt::Display for DevError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Anchored for DevError {
+    fn anchor(&self) -> &str {
         match self {
-            DevError::NotADevBox(why) => f.write_str(why),
-            DevError::Running { home, pids } => {
-                let list: Vec<String> =
-                    pids.iter().map(|(d, p)| format!("{d} (pid {p})")).collect();
-                write!(
-                    f,
-                    "the dev box in {} runs already: {}; `bxctl dev down --home {}` stops it",
-                    home.display(),
-                    list.join(", "),
-                    home.display()
-                )
-            }
-            DevError::Mismatch { home, what } => write!(
-                f,
-                "the dev box in {} was made {what}; use another --home, or remove this one",
-                home.display()
-            ),
-            DevError::Usage(why) => f.write_str(why),
-            DevError::User(e) => write!(f, "{e}"),
-            DevError::Io { what, error } => write!(f, "{what}: {error}"),
-            DevError::NoExecutable(d) => write!(
-                f,
-                "cannot find the {d} executable beside bxctl or on PATH; build the workspace \
-                 (`cargo build --release`) or install the package; {}",
-                pointer("devbox-start-failed")
-            ),
-            DevError::Died {
-                daemon,
-                status,
-                log,
-                tail,
-            } => {
-                write!(
-                    f,
-                    "{daemon} ended ({status}) while the dev box was starting; its last log lines ({}):",
-                    log.display()
-                )?;
-                for line in tail {
-                    write!(f, "\n    {line}")?;
-                }
-                write!(f, "\n{}", pointer("devbox-start-failed"))
-            }
-            DevError::Listen { daemon, error } => {
-                write!(f, "cannot bind a socket for {daemon}: {error}")
-            }
-            DevError::NotReady { daemon, notify } => write!(
-                f,
-                "{daemon} did not say READY=1 on {} within {} s (its log says what it was \
-                 doing); {}",
-                notify.display(),
-                START_DEADLINE.as_secs(),
-                pointer("devbox-start-failed")
-            ),
-            DevError::NoAnswer {
-                daemon,
-                socket,
-                why,
-            } => write!(
-                f,
-                "{daemon} did not answer ping on {} within {} s: {why}; {}",
-                socket.display(),
-                START_DEADLINE.as_secs(),
-                pointer("devbox-start-failed")
-            ),
+            DevError::NoExecutable(_)
+            | DevError::Died { .. }
+            | DevError::Listen { .. }
+            | DevError::NotReady { .. }
+            | DevError::NoAnswer { .. } => START_ANCHOR,
+            DevError::User(e) => e.anchor(),
+            DevError::NotADevBox(_)
+            | DevError::Running { .. }
+            | DevError::Mismatch { .. }
+            | DevError::Usage(_)
+            | DevError::Io { .. } => REFUSED_ANCHOR,
         }
     }
 }
-
-impl std::error::Error for DevError {}
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> DevError {
     let what = what.into();
@@ -689,4 +668,72 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     }
     let _ = writeln!(out, "the dev box in {} is down", home.root().display());
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_box_that_did_not_come_up_points_at_devbox_start_failed_once_at_the_end() {
+        let died = DevError::Died {
+            daemon: "brokerd".into(),
+            status: ExitStatus::from_raw(1 << 8),
+            log: "/h/logs/brokerd.log".into(),
+            tail: vec!["brokerd: no_such_key".into(), "second".into()],
+        };
+        assert_eq!(
+            died.pointed().to_string(),
+            format!(
+                "brokerd's last log lines (/h/logs/brokerd.log):\n    brokerd: no_such_key\n    \
+                 second\nbrokerd ended (exit status: 1) while the dev box was starting; {}",
+                bxcore::runbook::pointer(START_ANCHOR)
+            )
+        );
+        for e in [
+            DevError::NoExecutable("loopd".into()),
+            DevError::NotReady {
+                daemon: "loopd".into(),
+                notify: "/h/dev/loopd.notify".into(),
+            },
+            DevError::NoAnswer {
+                daemon: "loopd".into(),
+                socket: "/h/run/loop.sock".into(),
+                why: "refused".into(),
+            },
+        ] {
+            assert_eq!(e.anchor(), START_ANCHOR, "{e}");
+            let line = e.pointed().to_string();
+            assert_eq!(line.matches("see docs/").count(), 1, "{line}");
+        }
+    }
+
+    #[test]
+    fn a_refused_dev_command_points_at_devbox_refused() {
+        for e in [
+            DevError::NotADevBox("/h is not a dev box".into()),
+            DevError::Running {
+                home: "/h".into(),
+                pids: vec![("loopd".into(), 7)],
+            },
+            DevError::Mismatch {
+                home: "/h".into(),
+                what: "as root".into(),
+            },
+            DevError::User(user::UserError::IsRoot("bx-dev-x-loop".into())),
+        ] {
+            assert_eq!(e.anchor(), REFUSED_ANCHOR, "{e}");
+            assert!(!e.to_string().contains("see docs/"), "{e}");
+        }
+        let running = DevError::Running {
+            home: "/h".into(),
+            pids: vec![("loopd".into(), 7), ("brokerd".into(), 8)],
+        };
+        assert_eq!(
+            running.to_string(),
+            "the dev box in /h runs already: loopd (pid 7), brokerd (pid 8); \
+             `bxctl dev down --home /h` stops it"
+        );
+    }
 }

@@ -11,7 +11,6 @@
 //! drops to. A user that exists already is taken (create-or-take), never made twice.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, lchown};
@@ -41,60 +40,48 @@ pub struct DevUser {
     pub gid: u32,
 }
 
-#[derive(Debug)]
+/// Why the dev box's users could not be made, taken or removed.
+#[derive(Debug, thiserror::Error)]
 pub enum UserError {
     /// `useradd` could not be run or refused.
+    #[error("cannot create the user {name}: {why}")]
     Create { name: String, why: String },
     /// The user exists but is root (uid 0): the daemons would not drop anything.
+    #[error("the user {0} has uid 0; the dev box needs unprivileged users (remove {0})")]
     IsRoot(String),
     /// A directory above the home keeps the users out.
+    #[error(
+        "the user {user} cannot reach the home: {} is mode {mode:04o}; choose a home \
+         under a directory others may enter, such as /tmp or /var/tmp (--home DIR)",
+        dir.display()
+    )]
     Unreachable {
         user: String,
         dir: PathBuf,
         mode: u32,
     },
     /// Giving a directory to its user failed.
+    #[error("cannot give {} to its user: {error}", path.display())]
     Chown { path: PathBuf, error: io::Error },
     /// The lock that serialises user creation could not be taken.
+    #[error(
+        "cannot take the lock {} that keeps two `dev up` from creating users at once: {error}",
+        path.display()
+    )]
     Lock { path: PathBuf, error: io::Error },
     /// No box id could be drawn.
+    #[error("cannot draw a box id from /dev/urandom: {0}")]
     Random(io::Error),
     /// A box id in a marker that is not one `dev up` draws.
+    #[error("the marker's box id {0:?} is not {BOX_ID_LEN} lowercase letters and digits")]
     BadBoxId(String),
 }
 
-impl fmt::Display for UserError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            UserError::Create { name, why } => write!(f, "cannot create the user {name}: {why}"),
-            UserError::IsRoot(name) => write!(
-                f,
-                "the user {name} has uid 0; the dev box needs unprivileged users (remove {name})"
-            ),
-            UserError::Unreachable { user, dir, mode } => write!(
-                f,
-                "the user {user} cannot reach the home: {} is mode {mode:04o}; choose a home \
-                 under a directory others may enter, such as /tmp or /var/tmp (--home DIR)",
-                dir.display()
-            ),
-            UserError::Chown { path, error } => {
-                write!(f, "cannot give {} to its user: {error}", path.display())
-            }
-            UserError::Lock { path, error } => write!(
-                f,
-                "cannot take the lock {} that keeps two `dev up` from creating users at once: {error}",
-                path.display()
-            ),
-            UserError::Random(e) => write!(f, "cannot draw a box id from /dev/urandom: {e}"),
-            UserError::BadBoxId(id) => write!(
-                f,
-                "the marker's box id {id:?} is not {BOX_ID_LEN} lowercase letters and digits"
-            ),
-        }
+impl bxcore::runbook::Anchored for UserError {
+    fn anchor(&self) -> &str {
+        super::REFUSED_ANCHOR
     }
 }
-
-impl std::error::Error for UserError {}
 
 /// The user of `daemon` (a name in `bxcore::layout::DAEMONS`) in the box `box_id`.
 pub fn name(box_id: &str, daemon: &str) -> Option<String> {

@@ -377,8 +377,9 @@ impl Gatewayd {
     /// Write `config` (`{home}` replaced) and `files` into a fresh home and start the daemon.
     pub fn start(config: &str, files: &[(&str, &str)]) -> Result<Gatewayd, String> {
         let home = tempfile::tempdir().unwrap();
+        // Every file a test hands over is a secret file, its owner's alone.
         for (name, text) in files {
-            std::fs::write(home.path().join(name), text).unwrap();
+            bxtest::write_private(&home.path().join(name), text);
         }
         let text = config.replace("{home}", &home.path().display().to_string());
         let cfg = home.path().join("gatewayd.toml");

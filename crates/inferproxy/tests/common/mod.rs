@@ -273,12 +273,7 @@ fn serve(
 /// The key every test provider is configured with.
 pub const KEY: &str = "sk-test-KEY-4f9c2a7e1b";
 
-/// Write `text` to `path`, readable by its owner only, as a key file must be.
-pub fn write_private(path: &std::path::Path, text: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-}
+pub use bxtest::write_private;
 
 /// An `Inference` for `kind` at `base_url`, with the key in a file in `home` and fast retries.
 pub fn inference(

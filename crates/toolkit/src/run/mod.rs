@@ -301,21 +301,14 @@ impl Tool for Run {
                 let summary = content.lines().next().map(str::to_string);
                 Ok(Output { content, summary })
             }
-            Err(e) => {
-                let why = match &e {
-                    SpawnError::Start("execve", _) => {
-                        format!("{} could not be started: {e}", program.display())
-                    }
-                    _ => format!("{} could not be run: {e}", program.display()),
+            Err(error) => {
+                let program = program.to_path_buf();
+                let e = match error {
+                    SpawnError::Start("execve", _) => RunError::Start { program, error },
+                    _ => RunError::Run { program, error },
                 };
-                bxharden::log::line(
-                    START_ANCHOR,
-                    &format!(
-                        "brokerd: the run tool: {why}; {}",
-                        bxcore::runbook::pointer(START_ANCHOR)
-                    ),
-                );
-                Err(ToolError::Failed(why))
+                bxharden::log::fail_in(&"the run tool", &e);
+                Err(ToolError::Failed(e.to_string()))
             }
         }
     }
@@ -328,15 +321,35 @@ fn note_no_namespace(errno: i32) {
     if NOTED.swap(true, Ordering::Relaxed) {
         return;
     }
-    bxharden::log::line(
-        NAMESPACE_ANCHOR,
-        &format!(
-            "brokerd: the run tool's programs get no network namespace of their own ({}); \
-             seccomp still refuses them every network socket; {}",
-            nix::errno::Errno::from_raw(errno).desc(),
-            bxcore::runbook::pointer(NAMESPACE_ANCHOR)
-        ),
-    );
+    bxharden::log::fail(&RunError::NoNamespace(errno));
+}
+
+/// What the run tool logs with its runbook entry: a program that did not run, and a sandbox
+/// weaker than asked for.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A step before `execve` failed, or `execve` itself.
+    #[error("{} could not be started: {error}", program.display())]
+    Start { program: PathBuf, error: SpawnError },
+    /// A pipe or the fork failed, or the program's end was not seen.
+    #[error("{} could not be run: {error}", program.display())]
+    Run { program: PathBuf, error: SpawnError },
+    /// The programs get no network namespace of their own (the errno of `unshare`).
+    #[error(
+        "the run tool's programs get no network namespace of their own ({}); seccomp still \
+         refuses them every network socket",
+        nix::errno::Errno::from_raw(*.0).desc()
+    )]
+    NoNamespace(i32),
+}
+
+impl bxcore::runbook::Anchored for RunError {
+    fn anchor(&self) -> &str {
+        match self {
+            RunError::Start { .. } | RunError::Run { .. } => START_ANCHOR,
+            RunError::NoNamespace(_) => NAMESPACE_ANCHOR,
+        }
+    }
 }
 
 /// The signal's name, for the model and the owner.
@@ -379,4 +392,36 @@ pub fn describe(done: &Finished, timeout_ms: u64, max_output: usize) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bxcore::runbook::Anchored;
+
+    #[test]
+    fn the_run_tools_errors_know_their_anchors_and_keep_their_words() {
+        let start = RunError::Start {
+            program: "/bin/x".into(),
+            error: SpawnError::Start("execve", libc::EACCES),
+        };
+        assert_eq!(start.anchor(), START_ANCHOR);
+        assert_eq!(
+            start.to_string(),
+            "/bin/x could not be started: execve: Permission denied"
+        );
+        let run = RunError::Run {
+            program: "/bin/x".into(),
+            error: SpawnError::Setup("fork", libc::EAGAIN),
+        };
+        assert_eq!(run.anchor(), START_ANCHOR);
+        assert_eq!(run.to_string(), "/bin/x could not be run: fork: Try again");
+        let ns = RunError::NoNamespace(libc::EPERM);
+        assert_eq!(ns.anchor(), NAMESPACE_ANCHOR);
+        assert_eq!(
+            ns.to_string(),
+            "the run tool's programs get no network namespace of their own (Operation not \
+             permitted); seccomp still refuses them every network socket"
+        );
+    }
 }

@@ -96,24 +96,17 @@ pub struct Finished {
 }
 
 /// Why the program could not be started, or its end not seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpawnError {
     /// A pipe or the fork failed in brokerd.
+    #[error("{step}: {errno}", step = .0, errno = errno_text(*.1))]
     Setup(&'static str, i32),
     /// A step before `execve` failed in the child (the step, the errno).
+    #[error("{step}: {errno}", step = .0, errno = errno_text(*.1))]
     Start(&'static str, i32),
     /// No end was reported by the deadline and its grace: the supervisor is gone or stuck.
+    #[error("{0}")]
     Lost(String),
-}
-
-impl std::fmt::Display for SpawnError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SpawnError::Setup(what, e) => write!(f, "{what}: {}", errno_text(*e)),
-            SpawnError::Start(what, e) => write!(f, "{what}: {}", errno_text(*e)),
-            SpawnError::Lost(why) => f.write_str(why),
-        }
-    }
 }
 
 fn errno_text(e: i32) -> String {
