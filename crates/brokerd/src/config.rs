@@ -17,11 +17,8 @@ pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 /// The socket file names `[peers]` keys by.
 pub const SOCKET_NAMES: [&str; 3] = ["broker.sock", "admin.sock", "state.sock"];
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Paths {
-    pub home: PathBuf,
-}
+/// `[paths]`: the box's home, as every daemon has it.
+pub use bxharden::config::Paths;
 
 /// The sockets `brokerd` serves. An empty path means "the default under `home`".
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
@@ -230,12 +227,7 @@ impl bxharden::daemon::DaemonConfig for Config {
     /// The home absolute, approvals' time within a day, the gateway socket absolute, the roots
     /// usable, the tightening consistent, `[peers]` and `[serve]` naming brokerd's sockets.
     fn check(&mut self) -> Result<(), String> {
-        if !self.paths.home.is_absolute() {
-            return Err(format!(
-                "[paths] home = {:?} is not an absolute path",
-                self.paths.home
-            ));
-        }
+        self.paths.check()?;
         if self.approvals.ttl_ms == 0 || self.approvals.ttl_ms > MAX_TTL_MS {
             return Err(format!(
                 "[approvals] ttl_ms = {} is not between 1 and {MAX_TTL_MS} (a day)",

@@ -55,9 +55,14 @@ fn its_directory_is_0700_its_socket_0600_and_a_stale_one_is_replaced() {
     let h = Home::new("");
     let dir = h.home.join("run/memory-broker");
     fs::create_dir_all(&dir).unwrap();
-    // A stale socket from a brokerd that died: bound, then its listener dropped.
+    // A stale socket from a brokerd that died: bound, then its listener dropped. A child another
+    // test forks at that moment holds a copy of the listener until its exec closes it, so the
+    // socket is stale once that has happened, not at once.
     drop(std::os::unix::net::UnixListener::bind(h.state_sock()).unwrap());
-    assert!(UnixStream::connect(h.state_sock()).is_err());
+    wait_until(
+        "the dropped listener's socket to refuse connections",
+        || UnixStream::connect(h.state_sock()).is_err(),
+    );
     let _b = Brokerd::start(&h);
     let dmode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
     let smeta = fs::symlink_metadata(h.state_sock()).unwrap();

@@ -10,7 +10,7 @@ use bxcore::{Memory, MemoryForget, MemoryRecent, MemoryRoute, MemorySearch, Mess
 use serde_json::json;
 
 use crate::Outcome;
-use crate::output::json_line;
+use crate::output::{Asked, failed_at, json_line};
 
 /// What the memory commands need to know.
 #[derive(Debug, Clone)]
@@ -22,23 +22,12 @@ pub struct MemoryContext {
 }
 
 fn failed(ctx: &MemoryContext, what: &str, e: &ClientError) -> Outcome {
-    let (code, detail) = match e {
-        ClientError::Remote(w) => (w.code.as_str().to_string(), w.detail.clone()),
-        ClientError::Connect { .. } => ("unavailable".to_string(), e.to_string()),
-        other => ("failed".to_string(), other.to_string()),
+    let asked = Asked {
+        daemon: "memoryd",
+        socket: &ctx.socket,
+        flag: "--memories",
     };
-    if ctx.json {
-        json_line(&json!({"error": {"code": code, "detail": detail, "what": what}}));
-    } else {
-        eprintln!("bxctl: {what}: {}", Shown(&detail, Mode::Line));
-        if matches!(e, ClientError::Connect { .. }) {
-            eprintln!(
-                "bxctl: is memoryd running, and is {} yours? (--home or --memories name another)",
-                ctx.socket.display()
-            );
-        }
-    }
-    Outcome::Failed
+    failed_at(ctx.json, &asked, what, e)
 }
 
 fn ask(ctx: &MemoryContext, what: &str, msg: Message) -> Result<Message, Outcome> {

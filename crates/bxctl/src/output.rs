@@ -1,6 +1,8 @@
 //! Printing: human text by default, JSON with `--json`; failures on stderr for people and as
 //! `{"error": {...}}` on stdout for scripts.
 
+use std::path::Path;
+
 use bxcore::client::ClientError;
 use bxcore::visible::{Mode, Shown};
 use serde::Serialize;
@@ -17,14 +19,36 @@ pub fn json_line(value: &impl Serialize) {
     }
 }
 
+/// The daemon a request went to, for the line that reports its failure.
+#[derive(Debug, Clone, Copy)]
+pub struct Asked<'a> {
+    /// `brokerd`, `memoryd`.
+    pub daemon: &'a str,
+    pub socket: &'a Path,
+    /// The flag that names another socket: `--admin`, `--memories`.
+    pub flag: &'a str,
+}
+
 /// Report a failed request to brokerd.
 pub fn failed(ctx: &Context, what: &str, e: &ClientError) -> Outcome {
+    let asked = Asked {
+        daemon: "brokerd",
+        socket: &ctx.admin,
+        flag: "--admin",
+    };
+    failed_at(ctx.json, &asked, what, e)
+}
+
+/// Report the failed request `what` to `asked`: `{"error": {code, detail, what}}` on stdout
+/// with `--json`, else a line on stderr, and when the socket did not answer, a second line asking
+/// whether the daemon runs and the socket is the owner's.
+pub fn failed_at(json: bool, asked: &Asked<'_>, what: &str, e: &ClientError) -> Outcome {
     let (code, detail) = match e {
         ClientError::Remote(w) => (w.code.as_str().to_string(), w.detail.clone()),
         ClientError::Connect { .. } => ("unavailable".to_string(), e.to_string()),
         other => ("failed".to_string(), other.to_string()),
     };
-    if ctx.json {
+    if json {
         json_line(&json!({"error": {"code": code, "detail": detail, "what": what}}));
     } else {
         eprintln!(
@@ -34,8 +58,10 @@ pub fn failed(ctx: &Context, what: &str, e: &ClientError) -> Outcome {
         );
         if matches!(e, ClientError::Connect { .. }) {
             eprintln!(
-                "bxctl: is brokerd running, and is {} yours? (--home or --admin name another)",
-                ctx.admin.display()
+                "bxctl: is {} running, and is {} yours? (--home or {} name another)",
+                asked.daemon,
+                asked.socket.display(),
+                asked.flag
             );
         }
     }

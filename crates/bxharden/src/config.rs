@@ -1,11 +1,35 @@
-//! The configuration tables every daemon embeds: `[sandbox]` (who it drops to and how strict the
-//! sandbox is), `[peers]` (who may connect to each of its sockets) and `[serve]` (how much its
-//! sockets take at once).
+//! The configuration tables every daemon embeds: `[paths]` (the box's home), `[sandbox]` (who it
+//! drops to and how strict the sandbox is), `[peers]` (who may connect to each of its sockets)
+//! and `[serve]` (how much its sockets take at once).
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+/// `[paths]`: the box's home (`/var/lib/boxmaker` on the device), under which every daemon's own
+/// directory and every socket's default path lie.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Paths {
+    pub home: PathBuf,
+}
+
+impl Paths {
+    /// The home must be absolute: every path under it is taken as it is, whatever the
+    /// daemon's working directory.
+    pub fn check(&self) -> Result<(), String> {
+        if self.home.is_absolute() {
+            Ok(())
+        } else {
+            Err(format!(
+                "[paths] home = {:?} is not an absolute path",
+                self.home
+            ))
+        }
+    }
+}
 
 /// `[sandbox]`: the identity a daemon started as root drops to, and how strict the sandbox is.
 ///
@@ -185,5 +209,17 @@ mod tests {
     fn a_peer_that_is_neither_name_nor_uid_is_refused() {
         assert!(toml::from_str::<Daemon>("[peers]\n\"a.sock\" = [true]\n").is_err());
         assert!(toml::from_str::<Daemon>("[peers]\n\"a.sock\" = [-1]\n").is_err());
+    }
+
+    #[test]
+    fn a_home_that_is_not_absolute_is_refused_by_every_daemon_in_the_same_words() {
+        let p: Paths = toml::from_str("home = \"/var/lib/boxmaker\"").unwrap();
+        assert_eq!(p.check(), Ok(()));
+        let p: Paths = toml::from_str("home = \"rel\"").unwrap();
+        assert_eq!(
+            p.check(),
+            Err("[paths] home = \"rel\" is not an absolute path".to_string())
+        );
+        assert!(toml::from_str::<Paths>("home = \"/h\"\nhom = 1").is_err());
     }
 }

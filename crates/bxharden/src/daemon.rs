@@ -176,9 +176,14 @@ pub fn exit(e: &StartError) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// `<daemon> serve`: run `start`, the daemon's start-up, which returns only with the reason the
-/// daemon did not start (it serves until a signal ends the process); log it and give status 1.
-pub fn run(start: impl FnOnce() -> Result<std::convert::Infallible, StartError>) -> ExitCode {
+/// `<daemon> serve`: the logger for `spec`'s daemon, then `start`, the daemon's start-up, which
+/// returns only with the reason the daemon did not start (it serves until a signal ends the
+/// process); log it and give status 1.
+pub fn run(
+    spec: Spec,
+    start: impl FnOnce() -> Result<std::convert::Infallible, StartError>,
+) -> ExitCode {
+    crate::log::init(spec.daemon);
     match start() {
         Ok(never) => match never {},
         Err(e) => exit(&e),

@@ -144,6 +144,31 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
+/// The command a test starts a daemon with: `bin <command> --config <config>`, with none of the
+/// service manager's variables inherited (`JOURNAL_STREAM`, `LISTEN_PID`, `LISTEN_FDS`,
+/// `NOTIFY_SOCKET`, `CREDENTIALS_DIRECTORY`: a test sets those it means), stdin and stdout
+/// closed, stderr appended to `log` (made when missing).
+pub fn daemon_command(bin: &Path, command: &str, config: &Path, log: &Path) -> Command {
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("cannot open the log {}: {e}", log.display()));
+    let mut cmd = Command::new(bin);
+    cmd.arg(command)
+        .arg("--config")
+        .arg(config)
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("LISTEN_PID")
+        .env_remove("LISTEN_FDS")
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err);
+    cmd
+}
+
 /// Write `text` to `path`, readable and writable by its owner only, as a key or secret file must
 /// be (`bxcore::secret` refuses any other).
 pub fn write_private(path: &Path, text: &str) {

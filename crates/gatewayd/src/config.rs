@@ -62,13 +62,8 @@ pub struct Config {
     pub serve: ServeConfig,
 }
 
-/// `[paths]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Paths {
-    /// The box's home; gatewayd's own directory is `<home>/gateway`.
-    pub home: PathBuf,
-}
+/// `[paths]`: the box's home, as every daemon has it.
+pub use bxharden::config::Paths;
 
 /// `[sockets]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -230,12 +225,7 @@ impl Config {
         self.peers
             .check_sockets(&[bxcore::layout::GATEWAY.file().as_str()])
             .map_err(|e| e.to_string())?;
-        if !self.paths.home.is_absolute() {
-            return Err(format!(
-                "[paths] home must be an absolute path, not {}",
-                self.paths.home.display()
-            ));
-        }
+        self.paths.check()?;
         if let Some(p) = &self.sockets.gateway {
             if !p.is_absolute() {
                 return Err(format!(

@@ -172,8 +172,7 @@ pub fn check(config: &Path) -> ExitCode {
 
 /// `gatewayd serve --config FILE`.
 pub fn serve(config: &Path) -> ExitCode {
-    bxharden::log::init(SPEC.daemon);
-    daemon::run(|| start(config))
+    daemon::run(SPEC, || start(config))
 }
 
 fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {

@@ -44,13 +44,8 @@ pub struct Config {
     pub serve: bxharden::ServeConfig,
 }
 
-/// `[paths]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Paths {
-    /// The box's home; inferproxy's own directory is `<home>/infer`.
-    pub home: PathBuf,
-}
+/// `[paths]`: the box's home, as every daemon has it.
+pub use bxharden::config::Paths;
 
 /// `[sockets]`: empty or absent means the default under home.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -247,12 +242,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), String> {
         self.serve.check(&[bxcore::layout::INFER])?;
-        if !self.paths.home.is_absolute() {
-            return Err(format!(
-                "[paths] home must be an absolute path, not {}",
-                self.paths.home.display()
-            ));
-        }
+        self.paths.check()?;
         if let Some(p) = &self.sockets.infer {
             if !p.as_os_str().is_empty() && !p.is_absolute() {
                 return Err(format!(

@@ -43,13 +43,8 @@ pub struct Config {
     pub serve: bxharden::ServeConfig,
 }
 
-/// `[paths]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Paths {
-    /// The box's home: `/var/lib/boxmaker` on the device. Must be absolute.
-    pub home: PathBuf,
-}
+/// `[paths]`: the box's home, as every daemon has it.
+pub use bxharden::config::Paths;
 
 /// `[loop]`: how long a turn may run and how large a session may grow.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -200,12 +195,7 @@ impl Config {
         if let Err(e) = self.peers.check_sockets(&[layout::LOOP.file().as_str()]) {
             return Err(format!("[peers]: {e}"));
         }
-        if !self.paths.home.is_absolute() {
-            return Err(format!(
-                "[paths] home must be an absolute path, not {:?}",
-                self.paths.home
-            ));
-        }
+        self.paths.check()?;
         if self.turns.max_tool_rounds == 0 {
             return Err("[loop] max_tool_rounds must be at least 1".to_string());
         }

@@ -57,7 +57,7 @@ pub const USAGE: Usage = Usage {
 
 /// `loopd serve`: returns only with the reason loopd did not start (logged).
 pub fn run_serve(config: &Path) -> ExitCode {
-    daemon::run(|| start(config))
+    daemon::run(SPEC, || start(config))
 }
 
 fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {

@@ -10,7 +10,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use bxcore::{CallId, Message, Outcome, TurnEvent};
@@ -30,14 +30,8 @@ impl Drop for Guard {
 fn serve(bin: &Path, home: &Path, name: &str, cfg: &str, socket: &Path) -> Guard {
     let config = home.join(format!("{name}.toml"));
     std::fs::write(&config, cfg).unwrap();
-    let log = std::fs::File::create(home.join(format!("{name}.log"))).unwrap();
-    let child = Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env_remove("JOURNAL_STREAM")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
+    let log = home.join(format!("{name}.log"));
+    let child = bxtest::daemon_command(bin, "serve", &config, &log)
         .spawn()
         .unwrap();
     let guard = Guard(child);

@@ -47,13 +47,8 @@ pub struct Config {
     pub serve: ServeConfig,
 }
 
-/// `[paths]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Paths {
-    /// The box's home; memoryd's own directory is `<home>/memory`.
-    pub home: PathBuf,
-}
+/// `[paths]`: the box's home, as every daemon has it.
+pub use bxharden::config::Paths;
 
 /// `[sockets]`: an empty or absent path means the default under home (`bxcore::layout`).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -176,12 +171,7 @@ impl bxharden::daemon::DaemonConfig for Config {
     /// The home absolute, every bound in range, the routes whole and safe, `[peers]` and
     /// `[serve]` naming memoryd's sockets; then the default socket paths.
     fn check(&mut self) -> Result<(), String> {
-        if !self.paths.home.is_absolute() {
-            return Err(format!(
-                "[paths] home = {:?} is not an absolute path",
-                self.paths.home
-            ));
-        }
+        self.paths.check()?;
         let l = &self.limits;
         for (key, v) in [
             ("state_timeout_ms", l.state_timeout_ms),

@@ -20,6 +20,17 @@ use proxy::{Fault, Proxy};
 use support::*;
 
 /// A fresh main-memory workspace name (quarantine is `<it>-quarantine`).
+/// The Honcho server's URL, a fresh home and the real brokerd answering on it: what a test of
+/// memoryd filing into Honcho needs first. `None` (the test skips) without a Honcho server or
+/// without brokerd's binary.
+fn honcho_and_brokerd() -> Option<(String, Home, Proc)> {
+    let url = bxtest::honcho_url()?;
+    let bin = brokerd_bin()?;
+    let h = Home::new();
+    let b = brokerd(&h, &bin);
+    Some((url, h, b))
+}
+
 fn workspace(test: &str) -> String {
     bxtest::unique_name(test)
 }
@@ -117,12 +128,9 @@ fn recalled(h: &Home, s: &str, query: &str) -> Vec<bxcore::Memory> {
 #[test]
 fn turns_from_private_untrusted_and_secret_sessions_land_in_honchos_main_memory_quarantine_and_nowhere()
  {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, _b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let _b = brokerd(&h, &bin);
     let w = workspace("routes");
     let _m = memoryd(&h, &config(&url, &w));
     h.set_state("priv", "private", false);
@@ -177,12 +185,9 @@ fn turns_from_private_untrusted_and_secret_sessions_land_in_honchos_main_memory_
 
 #[test]
 fn no_secret_text_ever_reaches_honcho_neither_on_the_wire_nor_in_its_database() {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, _b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let _b = brokerd(&h, &bin);
     let p = Proxy::start(&url);
     let w = workspace("secret");
     let _m = memoryd(&h, &config(&p.url(), &w));
@@ -224,12 +229,9 @@ fn no_secret_text_ever_reaches_honcho_neither_on_the_wire_nor_in_its_database() 
 
 #[test]
 fn recall_for_a_secret_session_or_one_brokerd_does_not_answer_for_never_asks_honcho() {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, mut b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let mut b = brokerd(&h, &bin);
     let p = Proxy::start(&url);
     let w = workspace("recall-secret");
     let _m = memoryd(&h, &config(&p.url(), &w));
@@ -249,12 +251,9 @@ fn recall_for_a_secret_session_or_one_brokerd_does_not_answer_for_never_asks_hon
 
 #[test]
 fn recall_from_honcho_brings_an_earlier_main_memory_turn_and_never_a_quarantined_one() {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, _b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let _b = brokerd(&h, &bin);
     let w = workspace("recall");
     let _m = memoryd(&h, &config(&url, &w));
     h.set_state("earlier", "private", false);
@@ -334,12 +333,9 @@ fn assert_each_turn_once(url: &str, w: &str, turns: u64) {
 
 #[test]
 fn killing_memoryd_mid_batch_loses_no_turn_and_files_none_twice_in_honcho() {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, _b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let _b = brokerd(&h, &bin);
     h.set_state("a", "private", false);
     h.set_state("b", "private", true);
     let w = workspace("kill-memoryd");
@@ -380,12 +376,9 @@ fn killing_memoryd_mid_batch_loses_no_turn_and_files_none_twice_in_honcho() {
 #[test]
 fn honcho_going_down_mid_batch_or_losing_its_answer_after_filing_loses_no_turn_and_files_none_twice()
  {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, _b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let _b = brokerd(&h, &bin);
     h.set_state("a", "private", false);
     h.set_state("b", "private", true);
     let p = Proxy::start(&url);
@@ -435,12 +428,9 @@ fn honcho_going_down_mid_batch_or_losing_its_answer_after_filing_loses_no_turn_a
 
 #[test]
 fn a_500_mid_batch_and_a_hang_keep_the_turns_waiting_until_honcho_answers_and_file_them_once() {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, _b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let _b = brokerd(&h, &bin);
     h.set_state("a", "private", false);
     h.set_state("b", "private", true);
     let p = Proxy::start(&url);
@@ -482,12 +472,9 @@ fn a_500_mid_batch_and_a_hang_keep_the_turns_waiting_until_honcho_answers_and_fi
 
 #[test]
 fn forget_deletes_the_session_in_honcho_through_its_api_and_hides_it_at_once() {
-    let Some(url) = bxtest::honcho_url() else {
+    let Some((url, h, _b)) = honcho_and_brokerd() else {
         return;
     };
-    let Some(bin) = brokerd_bin() else { return };
-    let h = Home::new();
-    let _b = brokerd(&h, &bin);
     let w = workspace("forget");
     let _m = memoryd(&h, &config(&url, &w));
     h.set_state("gone", "private", false);

@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use bxcore::deadline::Deadline;
@@ -128,16 +128,7 @@ impl Brokerd {
     pub fn spawn(home: &Home) -> Brokerd {
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let log = home.log(n);
-        let err = fs::File::create(&log).unwrap();
-        let child = Command::new(brokerd_bin())
-            .args(["serve", "--config"])
-            .arg(&home.config)
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("LISTEN_PID")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
+        let child = bxtest::daemon_command(Path::new(brokerd_bin()), "serve", &home.config, &log)
             .spawn()
             .unwrap();
         Brokerd { child, log }

@@ -385,16 +385,9 @@ impl Gatewayd {
         let cfg = home.path().join("gatewayd.toml");
         std::fs::write(&cfg, text).unwrap();
         let log = home.path().join("gatewayd.log");
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_gatewayd"));
         let child = bxtest::Bounded::spawn(
-            Command::new(env!("CARGO_BIN_EXE_gatewayd"))
-                .args(["serve", "--config"])
-                .arg(&cfg)
-                .env_remove("JOURNAL_STREAM")
-                .env_remove("LISTEN_FDS")
-                .env_remove("NOTIFY_SOCKET")
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap()),
+            &mut bxtest::daemon_command(bin, "serve", &cfg, &log),
             "gatewayd",
         )?;
         let socket = home.path().join("run/broker-gateway/gateway.sock");

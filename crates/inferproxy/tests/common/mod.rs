@@ -439,17 +439,9 @@ impl Daemon {
         let cfg = home.path().join("inferproxy.toml");
         std::fs::write(&cfg, text).unwrap();
         let log = home.path().join("inferproxy.log");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_inferproxy"))
-            .args(["serve", "--config"])
-            .arg(&cfg)
-            .env_remove("CREDENTIALS_DIRECTORY")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("LISTEN_FDS")
-            .env_remove("NOTIFY_SOCKET")
+        let bin = std::path::Path::new(env!("CARGO_BIN_EXE_inferproxy"));
+        let child = bxtest::daemon_command(bin, "serve", &cfg, &log)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         let socket = home.path().join("run/loop-infer/infer.sock");

@@ -4,7 +4,7 @@
 use bxtest::OutputBounded;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use super::wait_until;
@@ -75,22 +75,8 @@ impl Loopd {
         let config = home.join("loopd.toml");
         fs::write(&config, config_text).unwrap();
         let log = home.join(format!("loopd-{}.log", std::process::id()));
-        let err = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_loopd"))
-            .arg(command)
-            .arg("--config")
-            .arg(&config)
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("LISTEN_FDS")
-            .env_remove("LISTEN_PID")
-            .env_remove("NOTIFY_SOCKET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err)
+        let bin = Path::new(env!("CARGO_BIN_EXE_loopd"));
+        let child = bxtest::daemon_command(bin, command, &config, &log)
             .spawn()
             .unwrap();
         Loopd {

@@ -10,7 +10,7 @@
 use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use bxcore::client::{self, ClientError};
@@ -115,17 +115,7 @@ impl Drop for Proc {
 }
 
 fn spawn(bin: &Path, config: &Path, log: PathBuf) -> Proc {
-    let err = fs::File::create(&log).unwrap();
-    let child = Command::new(bin)
-        .args(["serve", "--config"])
-        .arg(config)
-        .env_remove("JOURNAL_STREAM")
-        .env_remove("LISTEN_PID")
-        .env_remove("LISTEN_FDS")
-        .env_remove("NOTIFY_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err)
+    let child = bxtest::daemon_command(bin, "serve", config, &log)
         .spawn()
         .unwrap();
     Proc { child, log }
