@@ -304,6 +304,14 @@ pub struct UpArgs {
     /// For openai and anthropic: the file that holds the API key.
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// File main memory and quarantine into the Honcho server at this base (http://host:port;
+    /// memoryd adds /v3) [default: the embedded store for a new home; a reused home keeps its own].
+    #[arg(long, value_name = "URL")]
+    pub honcho_url: Option<String>,
+    /// With --honcho-url: the file that holds Honcho's bearer token (mode 0600); copied into
+    /// memoryd's own directory, readable by memoryd alone.
+    #[arg(long, value_name = "FILE")]
+    pub honcho_key_file: Option<PathBuf>,
 }
 
 impl Cli {
@@ -542,11 +550,18 @@ pub fn run(cli: Cli) -> ExitCode {
                     api_key_file: args.api_key_file.clone(),
                     script: args.script.clone(),
                 },
+                honcho: dev::HonchoFlags {
+                    url: args.honcho_url.clone(),
+                    key_file: args.honcho_key_file.clone(),
+                },
             };
             match dev::up(&opts, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,
                 // A flag that is wrong, or does not go with the others: exit 2, as clap's own.
                 Err(e @ dev::DevError::Usage(_)) => usage(&e.to_string()),
+                Err(e @ dev::DevError::Honcho(_)) => {
+                    usage(&bxcore::runbook::Anchored::pointed(&e).to_string())
+                }
                 Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
             }
         }

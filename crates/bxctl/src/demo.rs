@@ -422,6 +422,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
             script: Some(script),
             ..ModelFlags::default()
         },
+        honcho: dev::HonchoFlags::default(),
     };
     dev::up(&opts, out).map_err(DemoError::Up)?;
     let talk = conversation(&home, out);

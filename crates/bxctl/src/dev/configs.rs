@@ -13,6 +13,7 @@ use toml::{Table, Value};
 
 use super::daemons::ROWS;
 use super::home::{DevHome, Provider};
+use super::honcho::{self, HonchoChoice};
 
 /// The shipped default script: answers any text.
 pub const DEFAULT_SCRIPT: &str = include_str!("../../scripts/default.toml");
@@ -199,6 +200,15 @@ impl ModelFlags {
     }
 }
 
+/// Everything a fresh home is made with that its daemons' configs follow from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    /// How inferproxy reaches its model.
+    pub model: ModelChoice,
+    /// memoryd's Honcho store; `None`: the embedded store.
+    pub honcho: Option<HonchoChoice>,
+}
+
 /// Who runs the daemons and who may connect to each socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Who {
@@ -305,7 +315,7 @@ pub fn common(home: &DevHome, who: &Who, daemon: &str) -> Table {
 }
 
 /// brokerd's own tables: the workspace roots.
-pub fn brokerd(home: &DevHome, _model: &ModelChoice) -> Table {
+pub fn brokerd(home: &DevHome, _choice: &Choice) -> Table {
     let mut t = Table::new();
     let roots = ROOTS
         .iter()
@@ -331,12 +341,13 @@ pub fn brokerd(home: &DevHome, _model: &ModelChoice) -> Table {
 
 /// gatewayd's own tables: none. Its allow-list is empty: `web_fetch` is offered, and every host
 /// is refused until the owner adds a `[[hosts]]` entry to `etc/gatewayd.toml` (docs/gateway.md).
-pub fn gatewayd(_home: &DevHome, _model: &ModelChoice) -> Table {
+pub fn gatewayd(_home: &DevHome, _choice: &Choice) -> Table {
     Table::new()
 }
 
 /// inferproxy's own tables: the provider and the main slot.
-pub fn inferproxy(home: &DevHome, model: &ModelChoice) -> Table {
+pub fn inferproxy(home: &DevHome, choice: &Choice) -> Table {
+    let model = &choice.model;
     let mut t = Table::new();
     let mut provider = Table::new();
     provider.insert("kind".into(), s(model.provider.to_string()));
@@ -370,7 +381,7 @@ pub fn inferproxy(home: &DevHome, model: &ModelChoice) -> Table {
 }
 
 /// loopd's own tables: where brokerd and memoryd are.
-pub fn loopd(home: &DevHome, _model: &ModelChoice) -> Table {
+pub fn loopd(home: &DevHome, _choice: &Choice) -> Table {
     let mut t = Table::new();
     t.insert(
         "broker".into(),
@@ -383,14 +394,20 @@ pub fn loopd(home: &DevHome, _model: &ModelChoice) -> Table {
     t
 }
 
-/// memoryd's own tables: none. Its embedded store (no `[honcho]`), its sockets and brokerd's
-/// state socket at their defaults under the home.
-pub fn memoryd(_home: &DevHome, _model: &ModelChoice) -> Table {
-    Table::new()
+/// memoryd's own tables: `[honcho]` when the home has a Honcho store (its key the copy in
+/// memoryd's own directory, `dev::honcho`), else none: the embedded store. Its sockets and
+/// brokerd's state socket are at their defaults under the home.
+pub fn memoryd(home: &DevHome, choice: &Choice) -> Table {
+    let mut t = Table::new();
+    if let Some(h) = &choice.honcho {
+        t.insert("honcho".into(), Value::Table(honcho::table(home, h)));
+    }
+    t
 }
 
 /// Write every config, the script, and the workspace roots with their sample files.
-pub fn write_all(home: &DevHome, who: &Who, model: &ModelChoice) -> io::Result<()> {
+pub fn write_all(home: &DevHome, who: &Who, choice: &Choice) -> io::Result<()> {
+    let model = &choice.model;
     // The logs and the pid files are for whoever runs `dev up` alone; the configs, as
     // /etc/boxmaker on the device, anyone may read (`loopd selftest` runs as loopd's user).
     for (dir, mode) in [("etc", 0o755), ("logs", 0o700), ("dev", 0o700)] {
@@ -400,7 +417,7 @@ pub fn write_all(home: &DevHome, who: &Who, model: &ModelChoice) -> io::Result<(
     }
     for row in ROWS {
         let mut config = common(home, who, row.daemon);
-        config.extend((row.tables)(home, model));
+        config.extend((row.tables)(home, choice));
         let text = toml::to_string(&config).map_err(io::Error::other)?;
         fs::write(home.config(row.daemon), text)?;
     }

@@ -5,7 +5,7 @@
 
 use toml::Table;
 
-use super::configs::{self, ModelChoice};
+use super::configs::{self, Choice};
 use super::home::DevHome;
 
 /// One daemon of the dev box.
@@ -15,7 +15,7 @@ pub struct Row {
     pub daemon: &'static str,
     /// Its own configuration tables, beside `[paths]`, `[peers]` and `[sandbox]`
     /// (`configs::common`).
-    pub tables: fn(&DevHome, &ModelChoice) -> Table,
+    pub tables: fn(&DevHome, &Choice) -> Table,
     /// Directories of the home, besides its state directory, that are its own (as root: given
     /// to its user).
     pub owns: &'static [&'static str],

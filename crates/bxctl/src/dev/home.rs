@@ -45,6 +45,9 @@ pub struct Marker {
     /// refused (`dev up` saying so), not mixed with users per daemon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// memoryd's Honcho store; `None`: the embedded store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub honcho: Option<super::honcho::HonchoChoice>,
 }
 
 /// `made_by` in every marker.

@@ -8,6 +8,7 @@
 pub mod configs;
 pub mod daemons;
 pub mod home;
+pub mod honcho;
 pub mod procs;
 pub mod user;
 
@@ -31,6 +32,7 @@ use crate::check::manifest::Ids;
 pub use configs::{ModelChoice, ModelFlags};
 pub use daemons::{DAEMONS, ROWS};
 pub use home::{DevHome, MADE_BY, Marker, Provider};
+pub use honcho::{HonchoChoice, HonchoFlags};
 pub use procs::Stopped;
 pub use user::DevUser;
 
@@ -46,6 +48,9 @@ pub struct UpOptions {
     /// The model flags given (none at all: a fresh home gets the scripted provider, a reused
     /// home keeps what it has).
     pub model: ModelFlags,
+    /// The Honcho flags given (none: a fresh home gets the embedded store, a reused home keeps
+    /// what it has).
+    pub honcho: HonchoFlags,
 }
 
 /// The runbook entry of a dev box that did not come up: a daemon ended, did not say ready or
@@ -83,6 +88,9 @@ pub enum DevError {
     /// Options that do not go together.
     #[error("{0}")]
     Usage(String),
+    /// A Honcho flag that cannot be used (`dev::honcho`).
+    #[error(transparent)]
+    Honcho(Box<honcho::HonchoFlagError>),
     #[error(transparent)]
     User(user::UserError),
     #[error("{what}: {error}")]
@@ -141,12 +149,19 @@ impl Anchored for DevError {
             | DevError::NotReady { .. }
             | DevError::NoAnswer { .. } => START_ANCHOR,
             DevError::User(e) => e.anchor(),
+            DevError::Honcho(e) => e.anchor(),
             DevError::NotADevBox(_)
             | DevError::Running { .. }
             | DevError::Mismatch { .. }
             | DevError::Usage(_)
             | DevError::Io { .. } => REFUSED_ANCHOR,
         }
+    }
+}
+
+impl DevError {
+    fn honcho(e: honcho::HonchoFlagError) -> DevError {
+        DevError::Honcho(Box::new(e))
     }
 }
 
@@ -209,10 +224,19 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     }
     // Every flag is checked before anything is written, made or started.
     let choice = match &marker {
-        None => Some(opts.model.resolve().map_err(DevError::Usage)?),
+        None => {
+            let model = opts.model.resolve().map_err(DevError::Usage)?;
+            opts.honcho.check_each().map_err(DevError::honcho)?;
+            Some(model)
+        }
         Some(m) => {
             opts.model.check_each().map_err(DevError::Usage)?;
-            let differ = opts.model.differences(&home, m.provider);
+            let mut differ = opts.model.differences(&home, m.provider);
+            differ.extend(
+                opts.honcho
+                    .differences(m.honcho.as_ref())
+                    .map_err(DevError::honcho)?,
+            );
             if !differ.is_empty() {
                 return Err(DevError::Mismatch {
                     home: home.root().into(),
@@ -277,8 +301,8 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
         users: users.0.iter().map(|(d, u)| (*d, u.name.clone())).collect(),
     };
 
-    let reused = match &marker {
-        Some(_) => {
+    let (reused, store) = match &marker {
+        Some(m) => {
             let pids = running(&home);
             if pids.len() == DAEMONS.len() {
                 return Err(DevError::Running {
@@ -287,7 +311,14 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
                 });
             }
             let _ = writeln!(out, "reusing the dev box in {}", home.root().display());
-            true
+            // The same key file given again: its copy is made anew (a token changed in place).
+            if let (Some(h), Some(_)) = (&m.honcho, &opts.honcho.key_file) {
+                honcho::install_key(&home, h).map_err(io_err(format!(
+                    "cannot copy the Honcho key into {}",
+                    honcho::key_copy(&home).display()
+                )))?;
+            }
+            (true, m.honcho.clone())
         }
         None => {
             // As root the daemons' users walk through the home to their own directories; as
@@ -300,18 +331,36 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
             fs::set_permissions(home.root(), fs::Permissions::from_mode(mode))
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
-            let Some(choice) = &choice else {
+            let Some(model) = &choice else {
                 unreachable!("a fresh home always has its resolved choice")
             };
-            configs::write_all(&home, &who, choice).map_err(io_err(format!(
+            // Main memory's Honcho workspace is this home's own: the box's id as root, else
+            // one drawn for it.
+            let id = match &box_id {
+                Some(id) => id.clone(),
+                None => user::random_id(user::BOX_ID_LEN)
+                    .map_err(io_err("cannot draw an id for the Honcho workspace"))?,
+            };
+            let choice = configs::Choice {
+                model: model.clone(),
+                honcho: opts.honcho.resolve(&id).map_err(DevError::honcho)?,
+            };
+            configs::write_all(&home, &who, &choice).map_err(io_err(format!(
                 "cannot write the configs in {}",
                 home.root().display()
             )))?;
+            if let Some(h) = &choice.honcho {
+                honcho::install_key(&home, h).map_err(io_err(format!(
+                    "cannot copy the Honcho key into {}",
+                    honcho::key_copy(&home).display()
+                )))?;
+            }
             let m = Marker {
                 made_by: MADE_BY.into(),
-                provider: choice.provider,
+                provider: model.provider,
                 box_id: box_id.clone(),
                 user: None,
+                honcho: choice.honcho.clone(),
             };
             let text = toml::to_string(&m).map_err(|e| DevError::Io {
                 what: "cannot write the marker".into(),
@@ -319,7 +368,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             })?;
             fs::write(home.marker(), text).map_err(io_err("cannot write the marker"))?;
             let _ = writeln!(out, "made a dev box in {}", home.root().display());
-            false
+            (false, choice.honcho)
         }
     };
     if box_id.is_some() {
@@ -350,6 +399,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
         );
     }
     let _ = writeln!(out, "the dev box is up in {r}");
+    let _ = writeln!(out, "  memory:  {}", honcho::describe(store.as_ref()));
     let _ = writeln!(out, "  chat:    bxctl chat --home {r} \"hello\"");
     let _ = writeln!(out, "  status:  bxctl status --home {r}");
     let _ = writeln!(out, "  logs:    {r}/logs/<daemon>.log");
@@ -614,6 +664,7 @@ pub fn restart(home: &Path, out: &mut dyn Write) -> Result<Up, DevError> {
         &UpOptions {
             home: home.to_path_buf(),
             model: ModelFlags::default(),
+            honcho: HonchoFlags::default(),
         },
         out,
     )

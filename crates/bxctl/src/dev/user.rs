@@ -135,16 +135,9 @@ fn lock_users() -> Result<Flock<fs::File>, UserError> {
 /// A new box id: random, and no user of any daemon of the layout has it yet (under the lock,
 /// so a concurrent `dev up` cannot draw the same id and take this box's users).
 pub fn draw_box_id() -> Result<String, UserError> {
-    const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let _lock = lock_users()?;
-    let mut urandom = fs::File::open("/dev/urandom").map_err(UserError::Random)?;
     loop {
-        let mut bytes = [0u8; BOX_ID_LEN];
-        urandom.read_exact(&mut bytes).map_err(UserError::Random)?;
-        let id: String = bytes
-            .iter()
-            .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
-            .collect();
+        let id = random_id(BOX_ID_LEN).map_err(UserError::Random)?;
         let taken = layout::DAEMONS
             .iter()
             .filter_map(|d| name(&id, d.name))
@@ -153,6 +146,17 @@ pub fn draw_box_id() -> Result<String, UserError> {
             return Ok(id);
         }
     }
+}
+
+/// `len` random lowercase letters and digits, from `/dev/urandom`.
+pub fn random_id(len: usize) -> io::Result<String> {
+    const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = vec![0u8; len];
+    fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect())
 }
 
 /// The users of box `box_id`, one per daemon of the layout (those without a dev box daemon
