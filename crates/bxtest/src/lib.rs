@@ -28,7 +28,7 @@ use nix::unistd::Pid;
 mod serve;
 mod threads;
 
-pub use serve::{Listener, Server, Stream, accept, accept_within};
+pub use serve::{HttpRequest, Listener, Server, Stream, accept, accept_within, read_http_request};
 pub use threads::{Barrier, gate, join, join_within, recv, recv_within};
 
 /// Generous deadlines: a loaded two-core machine builds and starts slowly, and nothing here

@@ -3,7 +3,7 @@
 //! [`DEADLINE`](crate::DEADLINE), so no helper thread outlives its test waiting on a peer that
 //! went away.
 
-use std::io;
+use std::io::{self, BufRead};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -166,5 +166,93 @@ impl Drop for Server {
         // or gives up at its deadline); nothing here waits for it.
         self.stop.store(true, Ordering::Relaxed);
         drop(self.accepting.take());
+    }
+}
+
+/// One HTTP/1.1 request as a test's stand-in server reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    /// In the order sent: names lower-cased, values trimmed.
+    pub headers: Vec<(String, String)>,
+    /// `content-length` bytes.
+    pub body: Vec<u8>,
+}
+
+impl HttpRequest {
+    /// The first value of the header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Read one request from `reader`, whose connection reads with a timeout (a [`Server`] gives
+/// every connection one): `Ok(None)` when the peer closed before a request line, an error when
+/// it closed or went silent inside one.
+pub fn read_http_request(reader: &mut impl BufRead) -> io::Result<Option<HttpRequest>> {
+    let mut line = String::new();
+    if reader.read_line(&mut line)? == 0 {
+        return Ok(None);
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let path = parts.next().unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    let mut length = 0usize;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((n, v)) = h.split_once(':') {
+            let n = n.trim().to_ascii_lowercase();
+            let v = v.trim().to_string();
+            if n == "content-length" {
+                length = v.parse().unwrap_or(0);
+            }
+            headers.push((n, v));
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body)?;
+    Ok(Some(HttpRequest {
+        method,
+        path,
+        headers,
+        body,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_is_read_with_its_headers_and_its_body() {
+        let raw = "POST /v3/x HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nAuthorization:  Bearer t \r\n\r\nbodyNEXT";
+        let mut r = io::BufReader::new(raw.as_bytes());
+        let req = read_http_request(&mut r).unwrap().unwrap();
+        assert_eq!((req.method.as_str(), req.path.as_str()), ("POST", "/v3/x"));
+        assert_eq!(req.header("AUTHORIZATION"), Some("Bearer t"));
+        assert_eq!(req.headers[0], ("host".to_string(), "h".to_string()));
+        assert_eq!(req.body, b"body");
+    }
+
+    #[test]
+    fn a_closed_connection_is_no_request_and_a_cut_one_an_error() {
+        let mut r = io::BufReader::new(&b""[..]);
+        assert!(read_http_request(&mut r).unwrap().is_none());
+        let mut r = io::BufReader::new(&b"GET / HTTP/1.1\r\nHost: h\r\n"[..]);
+        assert!(read_http_request(&mut r).is_err());
+        let mut r = io::BufReader::new(&b"GET / HTTP/1.1\r\ncontent-length: 9\r\n\r\nabc"[..]);
+        assert!(read_http_request(&mut r).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //! 500 in the middle of a batch, hang, answer too much, redirect, refuse the token, or not be
 //! there at all. The double speaks just enough HTTP/1.1 for one request per connection.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -89,38 +89,15 @@ fn serve(
     released: &Mutex<mpsc::Receiver<()>>,
 ) {
     let mut reader = BufReader::new(conn.try_clone().unwrap());
-    let mut line = String::new();
     // bounded: bxtest::Server gave the connection a read timeout.
-    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+    let Ok(Some(http)) = bxtest::read_http_request(&mut reader) else {
         return;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("").to_string();
-    let mut headers = Vec::new();
-    let mut length = 0usize;
-    loop {
-        let mut h = String::new();
-        // bounded: bxtest::Server gave the connection a read timeout.
-        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-            break;
-        }
-        if let Some((n, v)) = h.trim_end().split_once(':') {
-            if n.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().unwrap_or(0);
-            }
-            headers.push((n.to_string(), v.trim().to_string()));
-        }
-    }
-    let mut body = vec![0; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
+    };
     let req = Request {
-        method,
-        path,
-        headers,
-        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        method: http.method,
+        path: http.path,
+        headers: http.headers,
+        body: serde_json::from_slice(&http.body).unwrap_or(Value::Null),
     };
     seen.lock().unwrap().push(req.clone());
     let mut conn = conn;

@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -178,39 +178,16 @@ fn serve_one(
     let conn = rustls::ServerConnection::new(config).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     let mut reader = BufReader::new(&mut tls);
-    let mut first = String::new();
     // bounded: the connection has read and write timeouts (bxtest::Server)
-    if reader.read_line(&mut first).unwrap_or(0) == 0 {
+    let Ok(Some(bxtest::HttpRequest {
+        method,
+        path,
+        headers,
+        body,
+    })) = bxtest::read_http_request(&mut reader)
+    else {
         return;
-    }
-    let mut parts = first.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let path = parts.next().unwrap_or("").to_string();
-    let mut headers = Vec::new();
-    let mut len = 0usize;
-    loop {
-        let mut line = String::new();
-        // bounded: the connection has read and write timeouts (bxtest::Server)
-        match reader.read_line(&mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        if let Some((n, v)) = line.split_once(':') {
-            let n = n.trim().to_ascii_lowercase();
-            if n == "content-length" {
-                len = v.trim().parse().unwrap_or(0);
-            }
-            headers.push((n, v.trim().to_string()));
-        }
-    }
-    let mut body = vec![0; len];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
+    };
     seen.lock().unwrap().push(Seen {
         method,
         path: path.clone(),

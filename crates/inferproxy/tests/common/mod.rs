@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -156,34 +156,16 @@ fn serve(
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut out = conn;
     loop {
-        let mut line = String::new();
         // bounded: the connection's read timeout (bxtest::Server)
-        if reader.read_line(&mut line)? == 0 {
+        let Some(bxtest::HttpRequest {
+            method,
+            path,
+            headers,
+            body,
+        }) = bxtest::read_http_request(&mut reader)?
+        else {
             return Ok(());
-        }
-        let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let path = parts.next().unwrap_or("").to_string();
-        let mut headers = Vec::new();
-        let mut len = 0usize;
-        loop {
-            let mut h = String::new();
-            reader.read_line(&mut h)?; // bounded: the connection's read timeout
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((n, v)) = h.split_once(':') {
-                let n = n.trim().to_ascii_lowercase();
-                let v = v.trim().to_string();
-                if n == "content-length" {
-                    len = v.parse().unwrap_or(0);
-                }
-                headers.push((n, v));
-            }
-        }
-        let mut body = vec![0; len];
-        reader.read_exact(&mut body)?;
+        };
         // The answer is taken before the request is recorded: once a test sees a request, its
         // answer is spoken for.
         let answer = queue.lock().unwrap().next().unwrap_or(Answer::json(
