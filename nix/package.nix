@@ -9,6 +9,9 @@
 }:
 let
   workspace = lib.importTOML ../Cargo.toml;
+  # The environment every cargo build of the repository has (SQLite's compile-time options for
+  # memoryd; docs/performance.md): read from the one file, so the device builds the same.
+  cargoEnv = (lib.importTOML ../.cargo/config.toml).env;
 in
 rustPlatform.buildRustPackage {
   pname = "boxmaker";
@@ -27,6 +30,8 @@ rustPlatform.buildRustPackage {
       ../tests
     ];
   };
+
+  inherit (cargoEnv) LIBSQLITE3_FLAGS;
 
   # No vendor hash to keep in step: the lock file pins every crate and its checksum.
   cargoLock.lockFile = ../Cargo.lock;
