@@ -13,7 +13,10 @@
 #   3. each daemon, killed with SIGKILL, is brought back by systemd, the audit chain verified;
 #   4. loopd, stopped, is started again by the first connection on loop.sock;
 #   5. two chat turns as the owner through `bxctl chat`;
-#   6. the device check passes again, and its output is kept in target/twin/check.txt.
+#   6. a workspace root and the run tool, configured as an owner would: workspace_read reads
+#      the root under brokerd's unit, and run starts a program from the store that reads it
+#      and is refused /etc by its own sandbox; the chain verifies;
+#   7. the device check passes again, and its output is kept in target/twin/check.txt.
 #
 # The Debian root (debootstrap minbase bookworm, Debian's own packages) is made once under
 # target/twin/base and copied for each run. It needs root, systemd-nspawn, nsenter, debootstrap
@@ -339,7 +342,65 @@ t2="$(as_owner bxctl chat --session twin-chat "What time is it?" 2>&1)" || fail 
 grep -q "time_now" <<<"$t2" || fail "chat turn 2 made no time_now call: $t2"
 say "two chat turns as $owner through bxctl chat"
 
-# --- 6. the device check once more, kept for docs/install.md -------------------------------
+# --- 6. a workspace root and the run tool under brokerd's unit -------------------------------
+# `services.boxmaker.settings.brokerd.run` with a workspace root, as an owner would set them: a
+# program from the store (the unit lets nothing else execute), run by a scripted turn. It reads
+# the root and is refused /etc by its own Landlock; the unit's RestrictNamespaces= leaves it
+# without a network namespace of its own, which brokerd says once (seccomp still refuses it
+# every network socket); the chain verifies.
+tools=/nix/store/twin00000000000000000000000000000-run-tools
+mkdir -p "$root$tools/bin" "$root/srv/twin-notes"
+cp "$root/usr/bin/cat" "$root$tools/bin/cat"
+patchelf --set-interpreter "$libs/lib/$(basename "$interp")" --set-rpath "$libs/lib" "$root$tools/bin/cat"
+echo "twin notes: hello from the owner" >"$root/srv/twin-notes/hello.txt"
+brokerd_conf="$(jq -r '.services[] | select(.daemon == "brokerd") | .config' "$manifest")"
+cp "$root$brokerd_conf" "$twin/brokerd.toml.before-run"
+printf '\n[run]\npath = ["%s/bin"]\nprograms = ["cat"]\n\n[[workspace.roots]]\npath = "/srv/twin-notes"\nclass = "private"\n' \
+  "$tools" >>"$root$brokerd_conf"
+script="$pkg/share/boxmaker/twin-run-script.toml"
+python3 - "$repo/crates/inferproxy/scripts/default.toml" "$root$script" <<'EOF2'
+import sys
+text = open(sys.argv[1]).read()
+first = text.index("[[rule]]")
+second = text.index("[[rule]]", first + 1)
+rule = r"""[[rule]]
+user = "(?i)\\brun cat\\b"
+text = "Let me run cat."
+tool_calls = [{ tool = "run", args = { argv = ["cat", "/srv/twin-notes/hello.txt", "/etc/boxmaker/brokerd.toml"], cwd = "/srv/twin-notes" } }]
+
+[[rule]]
+user = "(?i)\\bread the notes\\b"
+text = "Let me read them."
+tool_calls = [{ tool = "workspace_read", args = { path = "/srv/twin-notes/hello.txt" } }]
+
+"""
+open(sys.argv[2], "w").write(text[:second] + rule + text[second:])
+EOF2
+infer_conf="$(jq -r '.services[] | select(.daemon == "inferproxy") | .config' "$manifest")"
+sed -i "s|^\"script\" = .*|\"script\" = \"$script\"|" "$root$infer_conf"
+grep -qF "$script" "$root$infer_conf" || fail "the twin's inferproxy.toml names no script to replace"
+since="$(in_twin date +%s)"
+for d in brokerd inferproxy; do
+  u="$(jq -r --arg d "$d" '.services[] | select(.daemon == $d) | .unit' "$manifest")"
+  switch_unit "$u" || fail "$u did not start with the run tool configured: $(in_twin journalctl --no-pager -o cat -u "$u" -n 20)"
+  wait_for "$u to be active with the run tool configured" 30 in_twin systemctl is-active "$u"
+done
+# The unit's RestrictSUIDSGID= refuses openat2 (ENOSYS): brokerd walks beneath the root itself.
+t3="$(as_owner bxctl chat --new --session twin-read "read the notes" 2>&1)" || fail "the read turn: $t3"
+grep -qF "twin notes: hello from the owner" <<<"$t3" || fail "workspace_read did not read the root under brokerd's unit: $t3"
+t3="$(as_owner bxctl chat --new --session twin-run "run cat" 2>&1)" || fail "the run turn: $t3"
+grep -qF "twin notes: hello from the owner" <<<"$t3" || fail "the run tool did not read the workspace root: $t3"
+grep -qF "/etc/boxmaker/brokerd.toml: Permission denied" <<<"$t3" ||
+  fail "the run tool's program was not refused /etc by its sandbox: $t3"
+namespace() {
+  in_twin journalctl --no-pager -o cat --since="@$since" RUNBOOK=run-no-network-namespace SYSLOG_IDENTIFIER=brokerd | grep -q .
+}
+wait_for "journalctl RUNBOOK=run-no-network-namespace SYSLOG_IDENTIFIER=brokerd" 15 namespace
+as_owner bxctl audit verify >/dev/null || fail "after the run turn the audit chain does not verify: $(as_owner bxctl audit verify 2>&1)"
+say "workspace_read read a root under brokerd's unit (openat2 refused by RestrictSUIDSGID=; the walk beneath the root instead)"
+say "run: a program from the store ran under brokerd's unit, read its root, was refused /etc; no network namespace of its own (said once, RUNBOOK=run-no-network-namespace); the chain verified"
+
+# --- 7. the device check once more, kept for docs/install.md -------------------------------
 out="$(check 2>&1)" || fail "the device check failed at the end:"$'\n'"$out"
 printf '%s\n' "$out" >"$twin/check.txt"
 check --json >"$twin/check.json" || fail "bxctl check --json failed"

@@ -304,7 +304,9 @@ fn open_root(root: &Root) -> Result<OwnedFd, ToolError> {
 }
 
 /// `openat2` beneath `dir`: `..` out, absolute symlinks, relative symlinks out and magic links are
-/// refused by the kernel (`EXDEV`, `ELOOP`).
+/// refused by the kernel (`EXDEV`, `ELOOP`). Where `openat2` is refused with `ENOSYS` (systemd's
+/// `RestrictSUIDSGID=` does that to the whole unit, since its mode cannot be filtered), the same
+/// walk is done one component at a time by [`walk_beneath`].
 pub fn open_beneath(
     dir: &OwnedFd,
     rest: &Path,
@@ -315,8 +317,128 @@ pub fn open_beneath(
         .flags(flags | OFlag::O_CLOEXEC)
         .mode(mode)
         .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    let fd = openat2(dir.as_raw_fd(), rest, how)?;
-    // SAFETY: `openat2` returned a new descriptor that nothing else owns.
+    match openat2(dir.as_raw_fd(), rest, how) {
+        // SAFETY: `openat2` returned a new descriptor that nothing else owns.
+        Ok(fd) => Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
+        Err(Errno::ENOSYS) => walk_beneath(dir, rest, flags, mode),
+        Err(e) => Err(e),
+    }
+}
+
+/// The most symlinks one walk follows, as the kernel's own limit.
+const MAX_LINKS: usize = 40;
+
+/// What `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)` does, done with `openat` one component
+/// at a time: every directory on the way is opened `O_NOFOLLOW` and kept on a stack, so `..` goes
+/// back to the directory the walk came from and past `dir` is `EXDEV`; a symlink is read and its
+/// target walked in its place (absolute: `EXDEV`; more than 40: `ELOOP`); only the last component
+/// is opened with `flags` (and `O_NOFOLLOW`, so nothing is created through a symlink). Last, the
+/// object's own path must lie beneath `dir`'s, which a rename racing the walk cannot defeat.
+pub fn walk_beneath(
+    dir: &OwnedFd,
+    rest: &Path,
+    flags: OFlag,
+    mode: Mode,
+) -> Result<OwnedFd, Errno> {
+    use std::collections::VecDeque;
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStrExt;
+
+    let dup = |fd: &OwnedFd| fd.try_clone().map_err(|_| Errno::EMFILE);
+    // The path's names as the kernel reads them (`Path::components` would drop a `.` and a
+    // trailing `/`, both of which ask for a directory): a trailing `/` walks on to `.`.
+    let components = |p: &Path| -> Result<Vec<OsString>, Errno> {
+        let bytes = p.as_os_str().as_bytes();
+        if bytes.starts_with(b"/") {
+            return Err(Errno::EXDEV);
+        }
+        let mut names: Vec<OsString> = bytes
+            .split(|b| *b == b'/')
+            .filter(|c| !c.is_empty())
+            .map(|c| OsStr::from_bytes(c).to_os_string())
+            .collect();
+        if bytes.ends_with(b"/") {
+            names.push(OsString::from("."));
+        }
+        Ok(names)
+    };
+    let mut stack: Vec<OwnedFd> = vec![dup(dir)?];
+    let mut todo: VecDeque<OsString> = components(rest)?.into();
+    let mut links = 0;
+    let last_flags = flags | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+    let opened = loop {
+        let Some(name) = todo.pop_front() else {
+            // The path ended at a directory on the stack (empty, `.`, or `..`).
+            let top = stack.last().ok_or(Errno::EXDEV)?;
+            break openat_fd(top, Path::new("."), flags | OFlag::O_CLOEXEC, mode)?;
+        };
+        match name.as_bytes() {
+            b"." => continue,
+            b".." => {
+                if stack.len() == 1 {
+                    return Err(Errno::EXDEV);
+                }
+                stack.pop();
+                continue;
+            }
+            _ => {}
+        }
+        let top = stack.last().ok_or(Errno::EXDEV)?;
+        let last = todo.is_empty();
+        let st = nix::sys::stat::fstatat(
+            Some(top.as_raw_fd()),
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        );
+        let is_link = st.as_ref().is_ok_and(|st| {
+            SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFLNK
+        });
+        if is_link {
+            if last && flags.contains(OFlag::O_CREAT | OFlag::O_EXCL) {
+                return Err(Errno::EEXIST);
+            }
+            if last && flags.contains(OFlag::O_NOFOLLOW) {
+                return Err(Errno::ELOOP);
+            }
+            links += 1;
+            if links > MAX_LINKS {
+                return Err(Errno::ELOOP);
+            }
+            let target = nix::fcntl::readlinkat(Some(top.as_raw_fd()), name.as_os_str())?;
+            for c in components(Path::new(&target))?.into_iter().rev() {
+                todo.push_front(c);
+            }
+            continue;
+        }
+        match st {
+            Err(Errno::ENOENT) if last => {}
+            Err(e) => return Err(e),
+            Ok(_) => {}
+        }
+        let name = Path::new(&name);
+        if last {
+            break openat_fd(top, name, last_flags, mode)?;
+        }
+        let next = openat_fd(
+            top,
+            name,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        stack.push(next);
+    };
+    let beneath = |fd: &OwnedFd| {
+        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(|_| Errno::ENOENT)
+    };
+    if !beneath(&opened)?.starts_with(beneath(dir)?) {
+        return Err(Errno::EXDEV);
+    }
+    Ok(opened)
+}
+
+fn openat_fd(dir: &OwnedFd, name: &Path, flags: OFlag, mode: Mode) -> Result<OwnedFd, Errno> {
+    let fd = nix::fcntl::openat(Some(dir.as_raw_fd()), name, flags, mode)?;
+    // SAFETY: `openat` returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
