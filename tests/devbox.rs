@@ -48,12 +48,9 @@ fn down_with_a_daemon_already_dead_says_so_and_stops_the_others() {
     b.up(&[]);
     let dead = b.pid("inferproxy").unwrap();
     kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
-    // Wait until it is gone (reaped by init, or a zombie with no command line).
-    let until = std::time::Instant::now() + boxmaker_e2e::DEADLINE;
-    while fs::read(format!("/proc/{dead}/cmdline")).is_ok_and(|c| !c.is_empty()) {
-        assert!(std::time::Instant::now() < until, "inferproxy did not die");
-        std::thread::yield_now();
-    }
+    bxtest::wait_for("the killed inferproxy to be gone", bxtest::DEADLINE, || {
+        bxtest::gone(dead)
+    });
     let down = b.down();
     assert!(down.status.success(), "{}", said(&down));
     let (out, _) = text(&down);
@@ -280,7 +277,7 @@ fn up_after_a_daemon_died_starts_only_that_daemon() {
     let dead = b.pid("inferproxy").unwrap();
     kill(Pid::from_raw(dead as i32), Signal::SIGKILL).unwrap();
     bxtest::wait_for("the killed inferproxy to be gone", bxtest::DEADLINE, || {
-        fs::read(format!("/proc/{dead}/cmdline")).map_or(true, |c| c.is_empty())
+        bxtest::gone(dead)
     });
     let again = b.up(&[]);
     let (out, _) = text(&again);
@@ -493,7 +490,7 @@ fn status_on_a_removed_live_home_says_the_home_is_gone_and_lists_no_daemon_of_an
     for pid in pids {
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
         bxtest::wait_for("an orphaned daemon to die", bxtest::DEADLINE, || {
-            fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| c.is_empty())
+            bxtest::gone(pid)
         });
     }
     if let Some(id) = box_id {

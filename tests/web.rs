@@ -129,10 +129,7 @@ fn a_scripted_model_cannot_send_a_secret_out_or_read_the_metadata_service() {
     )
     .unwrap();
     bxtest::wait_for("the old gatewayd to end", bxtest::DEADLINE, || {
-        !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            || fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map(|s| s.contains(") Z "))
-                .unwrap_or(true)
+        bxtest::gone(pid)
     });
     let out = b.up(&[]);
     assert!(said(&out).contains("gatewayd: up"), "{}", said(&out));

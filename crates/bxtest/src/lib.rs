@@ -183,6 +183,17 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Whether process `pid` has ended: gone from `/proc`, or a zombie (`Z`, `X`), whose files, and
+/// so the sockets it served, the kernel has closed. An empty `/proc/<pid>/cmdline` is not
+/// enough: the memory goes first, while the files are still open.
+pub fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state == 'Z' || state == 'X')
+    })
+}
+
 /// Wait until `ready` returns true, polling, for at most `deadline`; past it, panic saying
 /// `what` was awaited.
 #[track_caller]
