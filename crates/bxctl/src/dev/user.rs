@@ -109,6 +109,15 @@ fn lookup(name: &str) -> Option<DevUser> {
 /// The machine-wide lock for creating and removing users, held until the returned value is
 /// dropped.
 fn lock_users() -> Result<Flock<fs::File>, UserError> {
+    lock_users_within(LOCK_WAIT)
+}
+
+/// How long a `dev up` or `dev down` waits for another one to finish with the users: making a
+/// box's five users takes seconds; a lock held longer is held by something stuck.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// [`lock_users`], waiting at most `wait` for whoever holds it.
+pub fn lock_users_within(wait: std::time::Duration) -> Result<Flock<fs::File>, UserError> {
     let path = Path::new(USERS_LOCK);
     let err = |error| UserError::Lock {
         path: path.to_path_buf(),
@@ -129,7 +138,27 @@ fn lock_users() -> Result<Flock<fs::File>, UserError> {
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
         .open(path)
         .map_err(err)?;
-    Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| err(io::Error::from(e)))
+    let until = std::time::Instant::now() + wait;
+    let mut file = file;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((back, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < until => {
+                file = back;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                return Err(err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "another `bxctl dev up` or `dev down` has held it for {wait:?} (see who \
+                         with `fuser {USERS_LOCK}`)"
+                    ),
+                )));
+            }
+            Err((_, e)) => return Err(err(io::Error::from(e))),
+        }
+    }
 }
 
 /// A new box id: random, and no user of any daemon of the layout has it yet (under the lock,
@@ -314,6 +343,26 @@ mod tests {
             let n = name("k3f9q2", d.name).unwrap();
             assert!(n.len() <= 32, "{n} is too long for useradd");
         }
+    }
+
+    #[test]
+    fn a_users_lock_held_past_the_wait_is_an_answer_not_a_stall() {
+        if !nix::unistd::Uid::effective().is_root() {
+            bxtest::skip("the users' lock lives in /run/lock (root)");
+            return;
+        }
+        let held = lock_users().unwrap();
+        match lock_users_within(std::time::Duration::from_millis(200)) {
+            Err(e @ UserError::Lock { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("has held it for 200ms"), "{text}");
+                assert!(text.contains(USERS_LOCK), "{text}");
+            }
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("the lock was taken twice"),
+        }
+        drop(held);
+        drop(lock_users_within(std::time::Duration::from_secs(60)).unwrap());
     }
 
     #[test]
