@@ -9,8 +9,7 @@ use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::lock::AuditLock;
 use brokerd::serve::{self, CONFIG_ANCHOR};
 use bxcore::runbook::Anchored;
-use bxharden::daemon::{self, Cli, Command, Usage};
-use clap::Subcommand;
+use bxharden::daemon::{self, Args, Body, Cli, Cmd, Command, More, Usage};
 
 /// The words of brokerd's command line.
 const USAGE: Usage = Usage {
@@ -19,46 +18,57 @@ const USAGE: Usage = Usage {
     check: "Load and check the configuration and the files it names, print what would be served",
 };
 
-/// brokerd's own command beside `serve` and `check`.
-#[derive(Debug, Subcommand)]
-enum More {
-    /// The audit chain.
-    Audit {
-        #[command(subcommand)]
-        command: AuditCommand,
-    },
+/// brokerd's own commands beside `serve` and `check`: the audit chain.
+#[derive(Debug)]
+enum Audit {
+    /// `audit verify --config FILE`.
+    Verify { config: PathBuf },
+    /// `audit accept --config FILE --at SEQ`.
+    Accept { config: PathBuf, at: u64 },
 }
 
-#[derive(Debug, Subcommand)]
-enum AuditCommand {
-    /// Verify the whole chain: the number of records and the head hash; exit 1 on a break.
-    Verify {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Accept the break at SEQ, after looking at it, so that brokerd starts again.
-    Accept {
-        #[arg(long)]
-        config: PathBuf,
-        #[arg(long)]
-        at: u64,
-    },
+impl More for Audit {
+    const COMMANDS: &'static [Cmd] = &[Cmd {
+        name: "audit",
+        about: "The audit chain",
+        body: Body::Commands(&[
+            Cmd {
+                name: "verify",
+                about: "Verify the whole chain: the number of records and the head hash; exit 1 on a break",
+                body: Body::Options(&["config"]),
+            },
+            Cmd {
+                name: "accept",
+                about: "Accept the break at SEQ, after looking at it, so that brokerd starts again",
+                body: Body::Options(&["config", "at"]),
+            },
+        ]),
+    }];
+
+    fn from_args(args: &Args) -> Result<Self, String> {
+        match args.path() {
+            ["audit", "verify"] => Ok(Audit::Verify {
+                config: args.path_of("config"),
+            }),
+            ["audit", "accept"] => Ok(Audit::Accept {
+                config: args.path_of("config"),
+                at: args.parse("at")?,
+            }),
+            other => Err(format!("no command {}", other.join(" "))),
+        }
+    }
 }
 
 fn main() -> ExitCode {
     bxharden::log::init(serve::SPEC.daemon);
-    match Cli::<More>::parse(serve::SPEC, &USAGE) {
+    match Cli::<Audit>::parse(serve::SPEC, &USAGE) {
         Command::Serve { config } => match serve::start(&config) {
             Ok(started) => started.run(),
             Err(e) => daemon::exit(&e),
         },
         Command::Check { config } => check(&config),
-        Command::More(More::Audit {
-            command: AuditCommand::Verify { config },
-        }) => verify(&config),
-        Command::More(More::Audit {
-            command: AuditCommand::Accept { config, at },
-        }) => accept(&config, at),
+        Command::More(Audit::Verify { config }) => verify(&config),
+        Command::More(Audit::Accept { config, at }) => accept(&config, at),
     }
 }
 

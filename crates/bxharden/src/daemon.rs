@@ -10,12 +10,13 @@
 //! 5. [`Start::sandbox`]: privilege drop, `no_new_privs`, Landlock, seccomp, in `main` before any
 //!    thread; it returns the [`Running`] daemon, the only thing that can start threads;
 //! 6. [`Running::serve`] per socket (the one accept path, `crate::serve`), then
-//!    [`Running::ready`]: readiness to the service manager, and the daemon serves until a signal
-//!    ends it (`SIGTERM`'s default action: every record is durable before it is answered, so
-//!    there is nothing to flush).
+//!    [`Running::ready`]: the heap the start-up freed given back, readiness to the service
+//!    manager, and the daemon serves until a signal ends it (`SIGTERM`'s default action: every
+//!    record is durable before it is answered, so there is nothing to flush).
 //!
-//! Every daemon's command line is one [`Cli`]: `serve --config FILE`, `check --config FILE`,
-//! and the commands of its own (brokerd's `audit`, loopd's `selftest`), worded by its [`Usage`].
+//! Every daemon's command line is one [`Cli`] (`crate::cli`): `serve --config FILE`, `check
+//! --config FILE`, and the commands of its own (brokerd's `audit`, loopd's `selftest`), worded by
+//! its [`Usage`].
 //!
 //! Every step fails with a [`StartError`], which knows its runbook anchor ([`Anchored`]); [`exit`]
 //! logs it once, through the logger that adds the pointer and `RUNBOOK=`, and exits 1.
@@ -30,6 +31,7 @@ use bxcore::layout::SocketSpec;
 use bxcore::runbook::Anchored;
 use serde::de::DeserializeOwned;
 
+pub use crate::cli::{Args, Body, Cli, CliEnd, Cmd, Command, More, NoMore, Usage};
 use crate::config::{Peers, SandboxConfig, ServeConfig};
 use crate::dirs::{DirError, STATE_DIR_ANCHOR};
 use crate::identity::{Identity, LookupError, Owner};
@@ -319,89 +321,17 @@ impl Running {
             })
     }
 
-    /// Tell the service manager the daemon is ready, then serve until a signal ends the process
+    /// Give back the heap the start-up freed ([`crate::heap`]), tell the service manager the
+    /// daemon is ready, then serve until a signal ends the process
     /// (an accept thread that loses its socket ends it too, with status 1).
     pub fn ready(self) -> ! {
+        // What the start-up freed goes back to the system before the daemon idles.
+        crate::heap::give_back();
         if let Err(e) = crate::notify::ready() {
             crate::log::notice(&format!("cannot tell the service manager it is ready: {e}"));
         }
         loop {
             std::thread::park();
         }
-    }
-}
-
-/// The words of a daemon's command line beside its name and version: what the daemon is, what
-/// `serve` serves and what `check` checks, as `--help` shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Usage {
-    pub about: &'static str,
-    pub serve: &'static str,
-    pub check: &'static str,
-}
-
-/// No command beyond `serve` and `check`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Subcommand)]
-pub enum NoMore {}
-
-/// Every daemon's command line: `serve` or `check`, each with `--config FILE`, and the daemon's
-/// own commands `E`. Read it with [`Cli::parse`], which names it by the daemon's [`Spec`] and
-/// words it by its [`Usage`].
-#[derive(Debug, clap::Parser)]
-pub struct Cli<E: clap::Subcommand = NoMore> {
-    #[command(subcommand)]
-    pub command: Command<E>,
-}
-
-/// What the command line asks for.
-#[derive(Debug, PartialEq, Eq, clap::Subcommand)]
-pub enum Command<E: clap::Subcommand = NoMore> {
-    /// Serve the daemon's sockets.
-    Serve {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// Load and check the configuration, print what would be served.
-    Check {
-        #[arg(long)]
-        config: PathBuf,
-    },
-    /// The daemon's own commands.
-    #[command(flatten)]
-    More(E),
-}
-
-impl<E: clap::Subcommand> Cli<E> {
-    /// The clap command of `spec`'s daemon: its name, its version, and `usage`'s words.
-    pub fn command(spec: Spec, usage: &Usage) -> clap::Command {
-        <Self as clap::CommandFactory>::command()
-            .name(spec.daemon.name)
-            .version(spec.daemon.version)
-            .about(usage.about)
-            .mut_subcommand("serve", |c| c.about(usage.serve))
-            .mut_subcommand("check", |c| c.about(usage.check))
-    }
-
-    /// Read the command line from `args` (the program's name first).
-    pub fn try_parse_from<I, T>(
-        spec: Spec,
-        usage: &Usage,
-        args: I,
-    ) -> Result<Command<E>, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        let mut cmd = Self::command(spec, usage);
-        let mut matches = cmd.try_get_matches_from_mut(args)?;
-        <Self as clap::FromArgMatches>::from_arg_matches_mut(&mut matches)
-            .map(|cli| cli.command)
-            .map_err(|e| e.format(&mut cmd))
-    }
-
-    /// Read the process's command line; a usage error, `--help` or `--version` is printed and
-    /// ends the process as clap ends it (status 2 for an error, 0 otherwise).
-    pub fn parse(spec: Spec, usage: &Usage) -> Command<E> {
-        Self::try_parse_from(spec, usage, std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 }

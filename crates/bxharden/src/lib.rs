@@ -8,9 +8,11 @@
 //! with a [`daemon::StartError`] that knows its runbook anchor.
 
 pub mod child_sandbox;
+pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod dirs;
+pub mod heap;
 pub mod identity;
 pub mod landlock_layer;
 pub mod log;

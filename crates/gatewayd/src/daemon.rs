@@ -13,10 +13,9 @@ use bxcore::runbook::Anchored;
 use bxcore::{Envelope, Message};
 use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
 use bxharden::{Daemon, Profile, SeccompProfile, serve};
-use ureq::tls::RootCerts;
 
 use crate::config::{CONFIG_ANCHOR, Config};
-use crate::fetch::{Gateway, quote};
+use crate::fetch::{Gateway, Trust, quote};
 use crate::secrets::Secret;
 
 /// gatewayd, for the start-up every daemon runs.
@@ -47,15 +46,14 @@ fn own(e: impl std::fmt::Display) -> StartError {
     StartError::own(CONFIG_ANCHOR, e)
 }
 
-/// The certificates a fetch trusts: `ca_file`'s, else the first system bundle that exists
-/// (`bxtls`), else (a machine with none) the Mozilla roots built into the client.
-pub fn load_roots(ca_file: Option<&Path>) -> Result<(String, RootCerts), bxtls::CaError> {
+/// The certificates a fetch trusts, as the notice says it: `ca_file`'s, else the first system
+/// bundle that exists (`bxtls`), else (a machine with none) the Mozilla roots built into the
+/// client. A bundle is read whole here, so a broken one refuses the start; the fetches read it
+/// again when they first need it ([`Trust`]).
+pub fn load_roots(ca_file: Option<&Path>) -> Result<(String, Trust), bxtls::CaError> {
     Ok(match bxtls::load(ca_file)? {
-        Some(b) => (
-            b.path.display().to_string(),
-            RootCerts::Specific(std::sync::Arc::new(b.certs)),
-        ),
-        None => ("the built-in Mozilla roots".into(), RootCerts::WebPki),
+        Some(b) => (b.path.display().to_string(), Trust::Bundle(b.path)),
+        None => ("the built-in Mozilla roots".into(), Trust::BuiltIn),
     })
 }
 
@@ -97,8 +95,8 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, StartError> {
         ));
     }
     let ca_file = match &roots {
-        RootCerts::Specific(_) => Some(PathBuf::from(&ca)),
-        _ => None,
+        Trust::Bundle(path) => Some(path.clone()),
+        Trust::BuiltIn => None,
     };
     let gateway = Gateway::new(
         cfg.hosts.clone(),
@@ -203,6 +201,7 @@ fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     let gateway = std::sync::Arc::new(prepared.gateway);
     running.serve(socket, move |stream, env| handle(stream, env, &gateway))?;
     bxharden::log::notice(&format!("serving {what}"));
+    // The bundle's certificates, read to check it, are given back as the daemon gets ready.
     running.ready()
 }
 
@@ -254,22 +253,7 @@ fn handle(mut stream: UnixStream, env: Envelope, gateway: &Gateway) {
         );
     }
     // What a large page took is given back, so the idle daemon stays small.
-    trim();
-}
-
-/// Return freed heap memory to the system (glibc keeps it otherwise).
-fn trim() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only walks glibc's own heap, under its own locks.
-    unsafe {
-        libc_malloc_trim(0);
-    }
-}
-
-#[cfg(target_env = "gnu")]
-unsafe extern "C" {
-    #[link_name = "malloc_trim"]
-    fn libc_malloc_trim(pad: usize) -> i32;
+    bxharden::heap::give_back();
 }
 
 /// The command line's words: `serve` or `check`, each with `--config FILE`.

@@ -11,6 +11,8 @@
 use std::cell::RefCell;
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bxcore::runbook::Anchored;
@@ -84,6 +86,9 @@ pub enum FetchError {
     Lookup(#[from] LookupError),
     #[error("{url}: {why}")]
     Unreachable { url: String, why: String },
+    /// The CA bundle, read at start, no longer reads at the first fetch that needs it.
+    #[error("{0}")]
+    Trust(#[from] bxtls::CaError),
 }
 
 impl Anchored for FetchError {
@@ -98,6 +103,7 @@ impl Anchored for FetchError {
             FetchError::TooManyRedirects { .. } => REDIRECT_ANCHOR,
             FetchError::Timeout { .. } | FetchError::HeadTooLarge { .. } => LIMIT_ANCHOR,
             FetchError::Lookup(_) | FetchError::Unreachable { .. } => UNREACHABLE_ANCHOR,
+            FetchError::Trust(_) => crate::config::CONFIG_ANCHOR,
         }
     }
 
@@ -107,7 +113,8 @@ impl Anchored for FetchError {
             FetchError::Timeout { .. }
             | FetchError::HeadTooLarge { .. }
             | FetchError::Lookup(_)
-            | FetchError::Unreachable { .. } => ErrorCode::Unavailable,
+            | FetchError::Unreachable { .. }
+            | FetchError::Trust(_) => ErrorCode::Unavailable,
             _ => ErrorCode::Forbidden,
         }
     }
@@ -287,6 +294,17 @@ const CALLER_MAY_NOT_SET: [&str; 9] = [
     "expect",
 ];
 
+/// Where the certificates a fetch trusts come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trust {
+    /// A PEM bundle: read (and refused if broken) at start, then again when the first fetch
+    /// needs the client, so an idle gatewayd holds none of its certificates (about 160 kB of
+    /// heap for a system bundle: docs/performance.md). The sandbox keeps it readable.
+    Bundle(PathBuf),
+    /// The Mozilla roots built into the client (a machine with no system bundle).
+    BuiltIn,
+}
+
 /// The gateway: the allow-list, the secrets, the name servers, the limits and the client.
 pub struct Gateway {
     hosts: Vec<HostEntry>,
@@ -295,7 +313,9 @@ pub struct Gateway {
     dns: Vec<SocketAddr>,
     dns_timeout: Duration,
     limits: Limits,
-    agent: ureq::Agent,
+    trust: Trust,
+    /// The client, made by the first fetch ([`Gateway::agent`]).
+    agent: Mutex<Option<ureq::Agent>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -304,21 +324,43 @@ impl std::fmt::Debug for Gateway {
             .field("hosts", &self.hosts.len())
             .field("dns", &self.dns)
             .field("limits", &self.limits)
+            .field("trust", &self.trust)
             .finish_non_exhaustive()
     }
 }
 
 impl Gateway {
-    /// A gateway for `hosts` (with `secrets` aligned to them), asking `dns`, trusting `roots`.
-    /// The certificates are parsed once, here.
+    /// A gateway for `hosts` (with `secrets` aligned to them), asking `dns`, trusting `trust`.
     pub fn new(
         hosts: Vec<HostEntry>,
         secrets: Vec<Option<Secret>>,
         dns: Vec<SocketAddr>,
         dns_timeout: Duration,
         limits: Limits,
-        roots: RootCerts,
+        trust: Trust,
     ) -> Gateway {
+        Gateway {
+            hosts,
+            secrets,
+            dns,
+            dns_timeout,
+            limits,
+            trust,
+            agent: Mutex::new(None),
+        }
+    }
+
+    /// The client, made the first time it is needed with the certificates of [`Trust`]. A
+    /// bundle that no longer reads fails this fetch (and the next one tries again).
+    fn agent(&self) -> Result<ureq::Agent, FetchError> {
+        let mut slot = self.agent.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(agent) = slot.as_ref() {
+            return Ok(agent.clone());
+        }
+        let roots = match &self.trust {
+            Trust::Bundle(path) => RootCerts::Specific(Arc::new(bxtls::read(path)?.certs)),
+            Trust::BuiltIn => RootCerts::WebPki,
+        };
         let cfg = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .proxy(None)
@@ -328,19 +370,13 @@ impl Gateway {
             // address checked for an earlier hop, and nothing held while idle.
             .max_idle_connections(0)
             .max_idle_connections_per_host(0)
-            .max_response_header_size(limits.max_header_bytes)
+            .max_response_header_size(self.limits.max_header_bytes)
             .user_agent(concat!("boxmaker-gatewayd/", env!("CARGO_PKG_VERSION")))
             .tls_config(TlsConfig::builder().root_certs(roots).build())
             .build();
         let agent = ureq::Agent::with_parts(cfg, DefaultConnector::default(), Pinned);
-        Gateway {
-            hosts,
-            secrets,
-            dns,
-            dns_timeout,
-            limits,
-            agent,
-        }
+        *slot = Some(agent.clone());
+        Ok(agent)
     }
 
     /// The entry (and its index) that lets `t` through: host on the list, scheme and port
@@ -476,6 +512,7 @@ impl Gateway {
         };
 
         let mut target = Target::parse(&req.url)?;
+        let agent = self.agent()?;
         let first_host = target.host.clone();
         let mut body = req.body.clone().into_bytes();
         let mut hops = 0u8;
@@ -510,13 +547,11 @@ impl Gateway {
             if left.is_zero() {
                 return Err(self.timeout("before a request was sent"));
             }
-            let request = self
-                .agent
+            let request = agent
                 .configure_request(request)
                 .timeout_global(Some(left))
                 .build();
-            let response = self
-                .agent
+            let response = agent
                 .run(request)
                 .map_err(|e| self.transport(e, &target, until))?;
 

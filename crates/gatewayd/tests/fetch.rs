@@ -385,3 +385,43 @@ fn a_redirect_loop_ends_after_five_redirects() {
     );
     assert_eq!(origin.paths().len(), 6, "{:?}", origin.paths());
 }
+
+#[test]
+fn a_ca_bundle_gone_after_start_fails_the_fetch_with_its_pointer_and_the_next_one_reads_it_again() {
+    if !in_own_netns(
+        "a_ca_bundle_gone_after_start_fails_the_fetch_with_its_pointer_and_the_next_one_reads_it_again",
+    ) {
+        return;
+    }
+    // The bundle lives in the home, so the test can take it away; start reads it whole.
+    let origin = Origin::start();
+    let dns = NameServer::start(&[("origin.test", vec![loopback()])]);
+    let ca = std::fs::read_to_string(fixture("ca.pem")).unwrap();
+    let text = config(&origin, &dns, "")
+        .replace(&fixture("ca.pem").display().to_string(), "{home}/ca.pem");
+    let g = Gatewayd::start(
+        &text,
+        &[("origin-token", &format!("{TOKEN}\n")), ("ca.pem", &ca)],
+    )
+    .unwrap_or_else(|e| panic!("gatewayd did not start: {e}"));
+    let bundle = g.home.path().join("ca.pem");
+    let aside = g.home.path().join("ca.pem.aside");
+    std::fs::rename(&bundle, &aside).unwrap();
+
+    let url = format!("https://origin.test:{}/page", origin.port);
+    let w = refused(g.get(&url));
+    says(
+        &g,
+        &w,
+        ErrorCode::Unavailable,
+        &format!("cannot read the CA bundle {}", bundle.display()),
+        "gateway-config-invalid",
+    );
+    assert!(origin.seen().is_empty(), "{:?}", origin.paths());
+
+    // Not remembered as broken: the bundle back, the next fetch reads it and goes through.
+    std::fs::rename(&aside, &bundle).unwrap();
+    let r = g.get(&url).unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(origin.seen().len(), 1);
+}

@@ -3,28 +3,36 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use bxharden::daemon::{Cli, Command};
+use bxharden::daemon::{Args, Body, Cli, Cmd, Command, More};
 use loopd::daemon::{SPEC, USAGE};
 
-/// loopd's own command beside `serve` and `check`.
-#[derive(Debug, clap::Subcommand)]
-enum More {
-    /// Check, then ask every socket loopd uses who answers (no model request).
-    Selftest {
-        #[arg(long)]
-        config: PathBuf,
-    },
+/// loopd's own command beside `serve` and `check`: `selftest --config FILE`.
+#[derive(Debug)]
+struct Selftest {
+    config: PathBuf,
+}
+
+impl More for Selftest {
+    const COMMANDS: &'static [Cmd] = &[Cmd {
+        name: "selftest",
+        about: "Check, then ask every socket loopd uses who answers (no model request)",
+        body: Body::Options(&["config"]),
+    }];
+
+    fn from_args(args: &Args) -> Result<Self, String> {
+        Ok(Selftest {
+            config: args.path_of("config"),
+        })
+    }
 }
 
 fn main() -> ExitCode {
-    let command = Cli::<More>::parse(SPEC, &USAGE);
+    let command = Cli::<Selftest>::parse(SPEC, &USAGE);
     bxharden::log::init(SPEC.daemon);
     let code = match command {
         Command::Serve { config } => return loopd::daemon::run_serve(&config),
         Command::Check { config } => loopd::daemon::run_selftest_check(&config, false),
-        Command::More(More::Selftest { config }) => {
-            loopd::daemon::run_selftest_check(&config, true)
-        }
+        Command::More(Selftest { config }) => loopd::daemon::run_selftest_check(&config, true),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }

@@ -108,6 +108,9 @@ impl LocalStore {
         db.execute_batch(SCHEMA).map_err(|e| at(&e))?;
         db.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(|e| at(&e))?;
+        // The pages the set-up read are not kept for a daemon that may idle for hours; the
+        // first query reads what it needs (docs/performance.md).
+        db.release_memory().map_err(|e| at(&e))?;
         Ok(LocalStore {
             path,
             db: Mutex::new(db),
