@@ -218,21 +218,18 @@ impl Fingerprints {
         found
     }
 
-    /// Replace the file atomically: a temporary file, fsync, rename, fsync the directory.
+    /// Replace the file durably (`bxcore::durable`).
     fn write(&self, inner: &Inner) -> Result<(), StoreError> {
-        let fail = |what: &str, e: io::Error| StoreError {
-            path: self.path.clone(),
-            why: format!("cannot be written ({what}): {e}"),
-        };
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let tmp = dir.join(".fingerprints.bin.tmp");
         let mut body = Vec::with_capacity(16 + 8 * inner.order.len());
         body.extend_from_slice(MAGIC);
         body.extend_from_slice(&inner.base.to_le_bytes());
         for fp in &inner.order {
             body.extend_from_slice(&fp.to_le_bytes());
         }
-        crate::state::replace(dir, &tmp, &self.path, &body).map_err(|(what, e)| fail(what, e))
+        bxcore::durable::replace(&self.path, &body).map_err(|e| StoreError {
+            path: self.path.clone(),
+            why: e.to_string(),
+        })
     }
 }
 

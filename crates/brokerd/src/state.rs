@@ -3,9 +3,8 @@
 //! a file that exists and cannot be read is an error, never the default, so damage can only make
 //! the broker refuse, never forget a taint.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use bxcore::SessionId;
@@ -67,41 +66,17 @@ impl StateStore {
         })
     }
 
-    /// Replace the session's state atomically: a temporary file in the same directory, fsync,
-    /// rename, fsync the directory. A reader sees the old state or the new one, whole.
+    /// Replace the session's state durably (`bxcore::durable`): a reader sees the old state or
+    /// the new one, whole.
     pub fn write(&self, session: &SessionId, state: &SessionState) -> Result<(), StateError> {
         let path = self.path(session);
-        let fail = |what: &str, e: io::Error| StateError {
+        let body = serde_json::to_vec(state).map_err(|e| StateError {
             path: path.clone(),
-            why: format!("cannot be written ({what}): {e}"),
-        };
-        let tmp = self.dir.join(format!(".{}.json.tmp", session.as_str()));
-        let body = serde_json::to_vec(state).map_err(|e| fail("encode", io::Error::other(e)))?;
-        replace(&self.dir, &tmp, &path, &body).map_err(|(what, e)| fail(what, e))
+            why: format!("cannot be written (encode): {e}"),
+        })?;
+        bxcore::durable::replace(&path, &body).map_err(|e| StateError {
+            why: e.to_string(),
+            path,
+        })
     }
-}
-
-/// Replace `path` (in `dir`) with `body` atomically, through `tmp` in the same directory:
-/// write (0600), fsync, rename, fsync the directory. A reader sees the old file or the new one,
-/// whole. The error names the step that failed.
-pub(crate) fn replace(
-    dir: &Path,
-    tmp: &Path,
-    path: &Path,
-    body: &[u8],
-) -> Result<(), (&'static str, io::Error)> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(tmp)
-        .map_err(|e| ("create", e))?;
-    f.write_all(body).map_err(|e| ("write", e))?;
-    f.sync_all().map_err(|e| ("fsync", e))?;
-    drop(f);
-    fs::rename(tmp, path).map_err(|e| ("rename", e))?;
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| ("fsync the directory", e))
 }

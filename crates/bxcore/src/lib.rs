@@ -10,6 +10,7 @@ pub mod canonical;
 mod class;
 pub mod client;
 pub mod deadline;
+pub mod durable;
 mod error;
 mod frame;
 mod ids;

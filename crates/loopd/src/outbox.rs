@@ -1,16 +1,16 @@
 //! The memory hand-off: each finished turn goes to memoryd as a `turn_record`, through a durable
 //! outbox in `<home>/loop/outbox/`.
 //!
-//! A turn is written to the outbox (atomically: temp file, fsync, rename, fsync the directory)
+//! A turn is written to the outbox (durably, `bxcore::durable`: temp file, fsync, rename, fsync)
 //! before its channel hears `turn_done`, and a background thread sends the outbox in order,
 //! deleting each record only when memoryd answers `turn_filed` for it. memoryd being down, slow
 //! or refusing never blocks or fails a turn, and loses nothing: records wait, retried with
 //! backoff. A record is sent at least once; memoryd files idempotently, so a resend after a
 //! crash between `turn_filed` and the delete never duplicates a memory.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -83,17 +83,8 @@ impl Outbox {
         let body = serde_json::to_vec(record).map_err(io::Error::other)?;
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         let n = *next;
-        let tmp = self.dir.join(format!(".{n:020}.tmp"));
         let path = self.dir.join(format!("{n:020}.json"));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-        fs::rename(&tmp, &path)?;
-        File::open(&self.dir)?.sync_all()?;
+        bxcore::durable::replace(&path, &body)?;
         *next = n + 1;
         drop(next);
         *self.fresh.lock().unwrap_or_else(|p| p.into_inner()) = true;

@@ -1,15 +1,14 @@
 //! memoryd's outbox, `<home>/memory/outbox/`: every turn loopd hands over is durable here before
 //! it is answered `turn_filed`, and stays until a store has filed it.
 //!
-//! One file per turn, `<session>.<turn>.json`, written atomically (temp file, fsync, rename,
-//! fsync the directory), so a crash leaves a whole record or none, and a turn handed over twice
+//! One file per turn, `<session>.<turn>.json`, written durably (`bxcore::durable`: temp file,
+//! fsync, rename, fsync the directory), so a crash leaves a whole record or none, and a turn handed over twice
 //! (loopd resends after a crash between `turn_filed` and its own delete) is one file, not two.
 //! A stale temp file is an unacknowledged write: removed at start. A record that does not parse
 //! is set aside as `*.damaged` and logged, never filed by a guess and never lost.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, File};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -149,22 +148,7 @@ impl Outbox {
                 record: record.clone(),
             })
             .map_err(|e| werr(io::Error::other(e)))?;
-            let tmp = self.dir.join(format!(".{name}.tmp"));
-            let write = || -> io::Result<()> {
-                let mut f = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&tmp)?;
-                f.write_all(&body)?;
-                f.sync_all()?;
-                fs::rename(&tmp, &path)?;
-                File::open(&self.dir)?.sync_all()
-            };
-            if let Err(e) = write() {
-                let _ = fs::remove_file(&tmp);
-                return Err(werr(e));
-            }
+            bxcore::durable::replace(&path, &body).map_err(|e| werr(e.into()))?;
         }
         drop(_g);
         *self.fresh.lock().unwrap_or_else(|p| p.into_inner()) = true;

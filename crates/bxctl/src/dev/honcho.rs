@@ -12,8 +12,8 @@
 //! the box noticing until it is made again.
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
 
 use bxcore::layout;
@@ -180,11 +180,11 @@ pub fn table(home: &DevHome, choice: &HonchoChoice) -> Table {
     t
 }
 
-/// Copy the key of `choice` (when it has one) into memoryd's directory: a new file, 0600 from
-/// its creation, written and synced, then renamed over the copy. As root, `dev up` gives the
-/// directory to memoryd's user afterwards. The directory may be memoryd's user's already, so
-/// nothing in it is followed: the temporary name is removed and created anew (`O_EXCL` does
-/// not follow a link), and a rename replaces a link instead of writing through it.
+/// Copy the key of `choice` (when it has one) into memoryd's directory, durably and 0600 from
+/// its creation (`bxcore::durable`). As root, `dev up` gives the directory to memoryd's user
+/// afterwards. The directory may be memoryd's user's already, so nothing in it is followed:
+/// the temporary name is removed and created anew (`O_EXCL` does not follow a link), and a
+/// rename replaces a link instead of writing through it.
 pub fn install_key(home: &DevHome, choice: &HonchoChoice) -> io::Result<()> {
     let Some(source) = &choice.key_file else {
         return Ok(());
@@ -196,27 +196,11 @@ pub fn install_key(home: &DevHome, choice: &HonchoChoice) -> io::Result<()> {
         Err(e) => return Err(e),
     }
     let mut key = fs::read(source)?;
-    let tmp = dir.join(format!("{KEY_FILE}.new"));
-    match fs::remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    let written = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&key)?;
-        f.sync_all()
-    })();
+    let written = bxcore::durable::replace(&key_copy(home), &key);
     // The token's bytes do not outlive the copy.
     key.iter_mut().for_each(|b| *b = 0);
     std::hint::black_box(&key);
-    written?;
-    fs::rename(&tmp, key_copy(home))?;
-    fs::File::open(&dir)?.sync_all()
+    written.map_err(Into::into)
 }
 
 /// What `dev up` says about memoryd's store (never the key).

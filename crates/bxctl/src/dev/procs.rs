@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::fs;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -183,7 +183,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Write `pid` and its start time to `path` atomically: `<pid> <start time>`.
+/// Write `pid` and its start time to `path` durably (`bxcore::durable`): `<pid> <start time>`.
 pub fn write_pid(path: &Path, pid: u32) -> io::Result<()> {
     let start = start_time(pid).ok_or_else(|| {
         io::Error::new(
@@ -191,11 +191,7 @@ pub fn write_pid(path: &Path, pid: u32) -> io::Result<()> {
             format!("process {pid} ended before its pid file was written"),
         )
     })?;
-    let tmp = path.with_extension("pid.tmp");
-    let mut f = fs::File::create(&tmp)?;
-    writeln!(f, "{pid} {start}")?;
-    f.sync_all()?;
-    fs::rename(&tmp, path)
+    bxcore::durable::replace(path, format!("{pid} {start}\n").as_bytes()).map_err(Into::into)
 }
 
 /// What a pid file says: the process `dev up` started.
