@@ -33,6 +33,17 @@ pub struct Limits {
     pub max_pending: usize,
 }
 
+impl Default for Limits {
+    /// The bounds of brokerd.toml's `[approvals]` when it says none: sized for one owner.
+    fn default() -> Limits {
+        Limits {
+            max_args_bytes: 256 * 1024,
+            max_per_session: 8,
+            max_pending: 64,
+        }
+    }
+}
+
 /// The pending approvals.
 #[derive(Debug)]
 pub struct Approvals {
@@ -115,7 +126,7 @@ pub struct Waiter {
 impl Default for Approvals {
     /// An empty table with the default bounds of brokerd.toml.
     fn default() -> Approvals {
-        Approvals::new(crate::config::ApprovalsConfig::default().limits())
+        Approvals::new(Limits::default())
     }
 }
 

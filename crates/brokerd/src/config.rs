@@ -53,11 +53,12 @@ pub const MAX_PENDING: usize = 256;
 
 impl Default for ApprovalsConfig {
     fn default() -> Self {
+        let limits = crate::approvals::Limits::default();
         ApprovalsConfig {
             ttl_ms: DEFAULT_TTL_MS,
-            max_args_bytes: 256 * 1024,
-            max_pending_per_session: 8,
-            max_pending: 64,
+            max_args_bytes: limits.max_args_bytes,
+            max_pending_per_session: limits.max_per_session,
+            max_pending: limits.max_pending,
         }
     }
 }

@@ -61,7 +61,7 @@ impl More for Audit {
 
 fn main() -> ExitCode {
     bxharden::log::init(serve::SPEC.daemon);
-    match Cli::<Audit>::parse(serve::SPEC, &USAGE) {
+    match Cli::<Audit>::parse(serve::SPEC.daemon, &USAGE) {
         Command::Serve { config } => match serve::start(&config) {
             Ok(started) => started.run(),
             Err(e) => daemon::exit(&e),

@@ -3,10 +3,7 @@
 //! command that answers them), or printed as JSON lines with `--json`.
 
 use std::io::{self, IsTerminal, Read, Write};
-use std::net::Shutdown;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -15,6 +12,8 @@ use nix::sys::signal::{SigSet, Signal};
 use bxcore::client::{ClientError, Exchange};
 use bxcore::visible::{Mode, Shown};
 use bxcore::{ErrorCode, Message, Outcome, SessionId, Timestamp, Turn, TurnEvent, Usage};
+
+use crate::in_flight::{InFlight, cancel_in_flight};
 
 /// The longest a turn may take as seen from the channel: a turn may wait for the owner's
 /// approval, which expires after ten minutes by default.
@@ -155,19 +154,6 @@ pub struct Waiting {
     /// Cancel the turn when no frame arrives for this long, except while it waits for the
     /// owner's approval.
     pub model_timeout: Option<Duration>,
-}
-
-/// The connection of the turn in flight, so that Ctrl-C can cancel it from the signal thread.
-static IN_FLIGHT: Mutex<Option<UnixStream>> = Mutex::new(None);
-
-/// Cancel the turn in flight, as the protocol says: shut down the writing half of its
-/// connection and read on until loopd's final `cancelled`. False when no turn is in flight.
-pub fn cancel_in_flight() -> bool {
-    let slot = IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner());
-    match slot.as_ref() {
-        Some(s) => s.shutdown(Shutdown::Write).is_ok(),
-        None => false,
-    }
 }
 
 /// Ctrl-C in `chat`: the first cancels the turn in flight (the next message is accepted as
@@ -342,22 +328,6 @@ pub fn turn_waiting(
     drop(rx);
     let _ = reader.join();
     result
-}
-
-/// The turn's connection is the one Ctrl-C cancels while this lives.
-struct InFlight;
-
-impl InFlight {
-    fn set(stream: &UnixStream) -> InFlight {
-        *IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner()) = stream.try_clone().ok();
-        InFlight
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        *IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
 }
 
 /// A spinner on stderr, drawn and cleared on the same line; nothing when it is off.

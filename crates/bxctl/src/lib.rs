@@ -12,6 +12,7 @@ pub mod context;
 #[cfg(feature = "devbox")]
 pub mod demo;
 pub mod dev;
+pub mod in_flight;
 pub mod logs;
 pub mod memory;
 pub mod model;
@@ -22,6 +23,7 @@ pub mod prompt;
 pub mod selftest;
 pub mod status;
 pub mod target;
+pub mod thread_ids;
 
 /// How a subcommand ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

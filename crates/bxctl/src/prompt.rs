@@ -15,7 +15,7 @@ use bxcore::{ApprovalDecision, ApprovalId, Message, Timestamp};
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
-use crate::chat::cancel_in_flight;
+use crate::in_flight::cancel_in_flight;
 
 /// What `/help` prints.
 pub const HELP: &str = "\

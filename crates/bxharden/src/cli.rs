@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::daemon::Spec;
+use crate::log::Daemon;
 
 /// The words of a daemon's command line beside its name and version: what the daemon is, what
 /// `serve` serves and what `check` checks, as `--help` shows them.
@@ -153,18 +153,22 @@ impl CliEnd {
 }
 
 /// Every daemon's command line: `serve` or `check`, each with `--config FILE`, and the daemon's
-/// own commands `E`, named by its [`Spec`] and worded by its [`Usage`].
+/// own commands `E`, named by its [`Daemon`] (name and version) and worded by its [`Usage`].
 #[derive(Debug)]
 pub struct Cli<E = NoMore>(std::marker::PhantomData<E>);
 
 impl<E: More> Cli<E> {
     /// Read the command line from `args` (the program's name first).
-    pub fn try_parse_from<I, T>(spec: Spec, usage: &Usage, args: I) -> Result<Command<E>, CliEnd>
+    pub fn try_parse_from<I, T>(
+        daemon: Daemon,
+        usage: &Usage,
+        args: I,
+    ) -> Result<Command<E>, CliEnd>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        let table = Table::<E>::new(spec, usage);
+        let table = Table::<E>::new(daemon, usage);
         let args = table.read(lexopt::Parser::from_iter(args))?;
         match args.path.as_slice() {
             ["serve"] => Ok(Command::Serve {
@@ -181,14 +185,14 @@ impl<E: More> Cli<E> {
 
     /// Read the process's command line; a usage error, `--help` or `--version` is printed and
     /// ends the process (status 2 for an error, 0 otherwise).
-    pub fn parse(spec: Spec, usage: &Usage) -> Command<E> {
-        Self::try_parse_from(spec, usage, std::env::args_os()).unwrap_or_else(|end| end.exit())
+    pub fn parse(daemon: Daemon, usage: &Usage) -> Command<E> {
+        Self::try_parse_from(daemon, usage, std::env::args_os()).unwrap_or_else(|end| end.exit())
     }
 }
 
 /// The whole table of one daemon's commands.
 struct Table<E> {
-    spec: Spec,
+    daemon: Daemon,
     about: &'static str,
     top: Vec<Cmd>,
     more: std::marker::PhantomData<E>,
@@ -197,7 +201,7 @@ struct Table<E> {
 const CONFIG: &[&str] = &["config"];
 
 impl<E: More> Table<E> {
-    fn new(spec: Spec, usage: &Usage) -> Self {
+    fn new(daemon: Daemon, usage: &Usage) -> Self {
         let mut top = vec![
             Cmd {
                 name: "serve",
@@ -212,7 +216,7 @@ impl<E: More> Table<E> {
         ];
         top.extend_from_slice(E::COMMANDS);
         Self {
-            spec,
+            daemon,
             about: usage.about,
             top,
             more: std::marker::PhantomData,
@@ -232,7 +236,7 @@ impl<E: More> Table<E> {
                 Ok(Some(Arg::Short('V') | Arg::Long("version"))) if path.is_empty() => {
                     return Err(CliEnd::Version(format!(
                         "{} {}\n",
-                        self.spec.daemon.name, self.spec.daemon.version
+                        self.daemon.name, self.daemon.version
                     )));
                 }
                 Ok(Some(Arg::Value(v))) => v,
@@ -324,7 +328,7 @@ impl<E: More> Table<E> {
 
     /// `Usage: NAME PATH ...` for the command at `path`.
     fn usage_line(&self, path: &[&str]) -> String {
-        let mut line = format!("Usage: {}", self.spec.daemon.name);
+        let mut line = format!("Usage: {}", self.daemon.name);
         for name in path {
             line.push(' ');
             line.push_str(name);

@@ -104,10 +104,14 @@ pub struct ServeConfig {
     pub connections: BTreeMap<String, usize>,
 }
 
+/// The default frame budget: the bytes of frames being read at once, over every socket of the
+/// daemon. Four whole frames of `MAX_FRAME`; never less than one.
+pub const DEFAULT_FRAME_BUDGET: usize = 4 * bxcore::MAX_FRAME;
+
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
-            frame_budget: crate::serve::DEFAULT_FRAME_BUDGET,
+            frame_budget: DEFAULT_FRAME_BUDGET,
             connections: BTreeMap::new(),
         }
     }

@@ -31,9 +31,8 @@ pub const BUSY_ANCHOR: &str = "socket-busy";
 /// The stack of each connection's thread: a tenth of std's 2 MiB default, ample for one request
 /// (serde's recursion is bounded at 128 levels), so a socket at its cap costs little.
 pub const CONNECTION_STACK: usize = 512 * 1024;
-/// The default frame budget: the bytes of frames being read at once, over every socket of the
-/// daemon. Four whole frames of `MAX_FRAME`; never less than one.
-pub const DEFAULT_FRAME_BUDGET: usize = 4 * bxcore::MAX_FRAME;
+/// The default frame budget (`[serve] frame_budget`), until the start-up sets the configured one.
+pub use crate::config::DEFAULT_FRAME_BUDGET;
 /// How long a peer has to send its whole first frame, and to take each frame written to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {

@@ -74,7 +74,7 @@ impl More for Own {
 
 fn parse<E: More>(args: &[&str]) -> Result<Command<E>, CliEnd> {
     Cli::<E>::try_parse_from(
-        SPEC,
+        SPEC.daemon,
         &USAGE,
         std::iter::once("exampled").chain(args.iter().copied()),
     )

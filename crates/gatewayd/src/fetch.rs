@@ -382,10 +382,11 @@ impl Gateway {
     /// The entry (and its index) that lets `t` through: host on the list, scheme and port
     /// allowed.
     fn allowed(&self, t: &Target) -> Result<usize, FetchError> {
-        let i =
-            hosts::entry_for(&self.hosts, &t.host).ok_or_else(|| FetchError::HostNotAllowed {
+        let i = hosts::entry_for(self.hosts.iter().map(|h| &h.name), &t.host).ok_or_else(|| {
+            FetchError::HostNotAllowed {
                 host: quote(&t.host),
-            })?;
+            }
+        })?;
         let e = &self.hosts[i];
         if !t.tls && !e.http {
             return Err(FetchError::PlainHttp {

@@ -8,8 +8,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::config::HostEntry;
-
 /// A `[[hosts]] name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pattern {
@@ -95,12 +93,13 @@ impl Pattern {
     }
 }
 
-/// The index of the entry that applies to `host` (normalized), if any.
-pub fn entry_for(hosts: &[HostEntry], host: &str) -> Option<usize> {
-    hosts
-        .iter()
+/// The index of the pattern (of the allow-list's entries, in order) that applies to `host`
+/// (normalized), if any: an exact name before a suffix, a longer suffix before a shorter.
+pub fn entry_for<'a>(patterns: impl IntoIterator<Item = &'a Pattern>, host: &str) -> Option<usize> {
+    patterns
+        .into_iter()
         .enumerate()
-        .filter_map(|(i, h)| h.name.rank(host).map(|r| (r, i)))
+        .filter_map(|(i, p)| p.rank(host).map(|r| (r, i)))
         .max_by_key(|(r, _)| *r)
         .map(|(_, i)| i)
 }
@@ -109,17 +108,8 @@ pub fn entry_for(hosts: &[HostEntry], host: &str) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn entry(name: &str) -> HostEntry {
-        HostEntry {
-            name: name.parse().unwrap(),
-            http: false,
-            ports: vec![],
-            addresses: vec![],
-            header: None,
-            prefix: None,
-            secret_file: None,
-            credential: None,
-        }
+    fn entry(name: &str) -> Pattern {
+        name.parse().unwrap()
     }
 
     #[test]
@@ -145,7 +135,7 @@ mod tests {
             entry("*.example.org"),
             entry("api.example.org"),
         ];
-        let name = |h: &str| hosts[entry_for(&hosts, h).unwrap()].name.to_string();
+        let name = |h: &str| hosts[entry_for(&hosts, h).unwrap()].to_string();
         assert_eq!(name("api.example.org"), "api.example.org");
         assert_eq!(name("www.example.org"), "*.example.org");
         assert_eq!(name("other.org"), "*.org");

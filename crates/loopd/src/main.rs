@@ -27,7 +27,7 @@ impl More for Selftest {
 }
 
 fn main() -> ExitCode {
-    let command = Cli::<Selftest>::parse(SPEC, &USAGE);
+    let command = Cli::<Selftest>::parse(SPEC.daemon, &USAGE);
     bxharden::log::init(SPEC.daemon);
     let code = match command {
         Command::Serve { config } => return loopd::daemon::run_serve(&config),

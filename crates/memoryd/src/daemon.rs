@@ -387,7 +387,7 @@ pub const USAGE: Usage = Usage {
 
 /// The whole program.
 pub fn main() -> ExitCode {
-    match Cli::<NoMore>::parse(SPEC, &USAGE) {
+    match Cli::<NoMore>::parse(SPEC.daemon, &USAGE) {
         Command::Serve { config } => serve(&config),
         Command::Check { config } => check(&config),
         Command::More(no) => match no {},

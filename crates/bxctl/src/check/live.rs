@@ -18,7 +18,7 @@ use bxharden::proc_status;
 use super::Verdict;
 use super::manifest::{Ids, Manifest, Service, Socket, resolve};
 use crate::chat::{self, Style};
-use crate::peer::as_ids;
+use crate::thread_ids::as_ids;
 
 /// How long one answer on a socket may take.
 const ANSWER: Duration = Duration::from_secs(10);

@@ -120,12 +120,8 @@ impl Manifest {
     }
 }
 
-/// A user and group resolved to ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ids {
-    pub uid: u32,
-    pub gid: u32,
-}
+/// A user and group resolved to ids (`crate::thread_ids`).
+pub use crate::thread_ids::Ids;
 
 /// The ids of `user` and `group`, or why they have none.
 pub fn resolve(user: &str, group: &str) -> Result<Ids, String> {

@@ -27,7 +27,7 @@ use bxcore::runbook::Anchored;
 use bxharden::Owner;
 use nix::unistd::{geteuid, getuid};
 
-use crate::check::manifest::Ids;
+use crate::thread_ids::{Ids, as_ids};
 
 pub use configs::{ModelChoice, ModelFlags};
 pub use daemons::{DAEMONS, ROWS};
@@ -637,7 +637,7 @@ fn wait_for_ping(
             return Err(died(home, l, status));
         }
         let answer = match users.client_ids(spec) {
-            Some(ids) => crate::peer::as_ids(ids, ping).map_err(|e| e.to_string()),
+            Some(ids) => as_ids(ids, ping).map_err(|e| e.to_string()),
             None => Ok(ping()),
         };
         let why = match answer {
