@@ -168,7 +168,7 @@ impl<E: More> Cli<E> {
         I: IntoIterator<Item = T>,
         T: Into<OsString>,
     {
-        let table = Table::<E>::new(daemon, usage);
+        let table = Table::new(daemon, usage, E::COMMANDS);
         let args = table.read(lexopt::Parser::from_iter(args))?;
         match args.path.as_slice() {
             ["serve"] => Ok(Command::Serve {
@@ -191,17 +191,17 @@ impl<E: More> Cli<E> {
 }
 
 /// The whole table of one daemon's commands.
-struct Table<E> {
+struct Table {
     daemon: Daemon,
     about: &'static str,
     top: Vec<Cmd>,
-    more: std::marker::PhantomData<E>,
 }
 
 const CONFIG: &[&str] = &["config"];
 
-impl<E: More> Table<E> {
-    fn new(daemon: Daemon, usage: &Usage) -> Self {
+impl Table {
+    /// `serve` and `check`, then the daemon's own `more`.
+    fn new(daemon: Daemon, usage: &Usage, more: &[Cmd]) -> Self {
         let mut top = vec![
             Cmd {
                 name: "serve",
@@ -214,12 +214,11 @@ impl<E: More> Table<E> {
                 body: Body::Options(CONFIG),
             },
         ];
-        top.extend_from_slice(E::COMMANDS);
+        top.extend_from_slice(more);
         Self {
             daemon,
             about: usage.about,
             top,
-            more: std::marker::PhantomData,
         }
     }
 
@@ -231,7 +230,7 @@ impl<E: More> Table<E> {
         let options = loop {
             let here = match p.next() {
                 Ok(Some(Arg::Short('h') | Arg::Long("help"))) => {
-                    return Err(CliEnd::Help(self.help(&path, commands)));
+                    return Err(CliEnd::Help(self.help(&path)));
                 }
                 Ok(Some(Arg::Short('V') | Arg::Long("version"))) if path.is_empty() => {
                     return Err(CliEnd::Version(format!(
@@ -264,7 +263,7 @@ impl<E: More> Table<E> {
         loop {
             match p.next() {
                 Ok(Some(Arg::Short('h') | Arg::Long("help"))) => {
-                    return Err(CliEnd::Help(self.help(&path, commands)));
+                    return Err(CliEnd::Help(self.help(&path)));
                 }
                 Ok(Some(Arg::Long(long))) => {
                     let Some(name) = options.iter().copied().find(|o| *o == long) else {
@@ -300,12 +299,12 @@ impl<E: More> Table<E> {
         let missing: Vec<String> = options
             .iter()
             .filter(|o| !values.iter().any(|(n, _)| n == *o))
-            .map(|o| format!("  {}\n", option_usage(o)))
+            .map(|o| format!("  {}", option_usage(o)))
             .collect();
         if !missing.is_empty() {
             let why = format!(
                 "the following required arguments were not provided:\n{}",
-                missing.concat().trim_end()
+                missing.join("\n")
             );
             return Err(self.usage_error(&why, &path));
         }
@@ -353,26 +352,29 @@ impl<E: More> Table<E> {
     }
 
     /// `--help` at `path`: what it does, its usage, then its commands or its options.
-    fn help(&self, path: &[&str], commands: &[Cmd]) -> String {
+    fn help(&self, path: &[&str]) -> String {
         let here = self.find(path);
         let mut text = String::new();
         let _ = writeln!(text, "{}\n", here.map_or(self.about, |c| c.about));
         let _ = writeln!(text, "{}\n", self.usage_line(path));
         let mut rows: Vec<(String, &str)> = Vec::new();
-        match here.map(|c| c.body) {
+        let commands: &[Cmd] = match here.map(|c| c.body) {
             Some(Body::Options(options)) => {
-                text.push_str("Options:\n");
                 rows.extend(options.iter().map(|o| (option_usage(o), "")));
+                &[]
             }
-            _ => {
-                let width = commands.iter().map(|c| c.name.len()).max().unwrap_or(0);
-                text.push_str("Commands:\n");
-                for c in commands {
-                    let _ = writeln!(text, "  {:width$}  {}", c.name, c.about);
-                }
-                text.push_str("\nOptions:\n");
+            Some(Body::Commands(below)) => below,
+            None => &self.top,
+        };
+        if !commands.is_empty() {
+            let width = commands.iter().map(|c| c.name.len()).max().unwrap_or(0);
+            text.push_str("Commands:\n");
+            for c in commands {
+                let _ = writeln!(text, "  {:width$}  {}", c.name, c.about);
             }
+            text.push('\n');
         }
+        text.push_str("Options:\n");
         rows.push(("-h, --help".into(), "Print help"));
         if path.is_empty() {
             rows.push(("-V, --version".into(), "Print version"));
