@@ -119,6 +119,17 @@ pub struct TurnLog {
 }
 
 impl TurnLog {
+    /// The assistant's text of the turn, its pieces joined as they streamed.
+    pub fn text(&self) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                TurnEvent::AssistantText { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The outages behind its failed tool calls, in order.
     pub fn outages(&self) -> Vec<&str> {
         self.events

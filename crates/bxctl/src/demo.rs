@@ -423,14 +423,7 @@ fn memory_steps(home: &Path, style: Style, out: &mut dyn Write) -> Result<(), De
         |_| {},
     )
     .map_err(|e| fail(e.to_string()))?;
-    let answer: String = log
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::AssistantText { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let answer = log.text();
     let from = format!("[session {}, turn 1]", first.as_str());
     if !answer.contains(&from) || !answer.contains(REMEMBERED) {
         return Err(fail(format!(
@@ -471,14 +464,7 @@ fn check(
     approval: Option<&(ApprovalId, bool)>,
     workspace: &Path,
 ) -> Result<String, String> {
-    let texts: String = log
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            TurnEvent::AssistantText { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
+    let texts = log.text();
     let want_state = |class: DataClass, untrusted: bool| -> Result<(), String> {
         if state.class == class && state.untrusted == untrusted {
             Ok(())

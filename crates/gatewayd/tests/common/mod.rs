@@ -85,23 +85,7 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 /// One request as the origin saw it.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    pub method: String,
-    pub path: String,
-    /// Names lowercased.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Seen {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub type Seen = bxtest::HttpRequest;
 
 /// An HTTPS origin on 127.0.0.1 (a certificate for `origin.test`, `other.test`,
 /// `*.rebind.test`, 127.0.0.1, 169.254.169.254 and ::ffff:127.0.0.1 from the test CA),
@@ -179,21 +163,11 @@ fn serve_one(
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     let mut reader = BufReader::new(&mut tls);
     // bounded: the connection has read and write timeouts (bxtest::Server)
-    let Ok(Some(bxtest::HttpRequest {
-        method,
-        path,
-        headers,
-        body,
-    })) = bxtest::read_http_request(&mut reader)
-    else {
+    let Ok(Some(request)) = bxtest::read_http_request(&mut reader) else {
         return;
     };
-    seen.lock().unwrap().push(Seen {
-        method,
-        path: path.clone(),
-        headers: headers.clone(),
-        body,
-    });
+    seen.lock().unwrap().push(request.clone());
+    let Seen { path, headers, .. } = request;
     let whole = |status: &str, extra: &str, ctype: &str, body: &str| {
         format!(
             "HTTP/1.1 {status}\r\n{extra}content-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
