@@ -10,7 +10,7 @@ use std::time::Duration;
 use bxcore::runbook::{Anchored, Pointed};
 use bxcore::{
     Approval, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Message, SessionId, Timestamp,
-    ToolRequest, ToolResponse, Tools, WireError, canonical,
+    ToolRequest, ToolResponse, Tools, WireError, WorkspaceRoot, canonical,
 };
 use serde_json::{Value, json};
 use toolkit::{Effect, Entry, Env, Plan, Reads, Registry, ToolError};
@@ -20,6 +20,7 @@ pub use bxharden::serve::send;
 use crate::approvals::{Approvals, Verdict};
 use crate::config::Config;
 use crate::fingerprints::{Fingerprints, LEAK_ANCHOR};
+use crate::leases::{Covers, Leases};
 use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
 use crate::policy::{self, AskRule, Carried, Decision, SessionState};
@@ -45,6 +46,7 @@ pub struct Broker {
     env: Env,
     ledger: Ledger,
     approvals: Approvals,
+    leases: Leases,
     fingerprints: Fingerprints,
 }
 
@@ -58,12 +60,14 @@ impl Broker {
         fingerprints: Fingerprints,
     ) -> Broker {
         let approvals = Approvals::new(cfg.approvals.limits());
+        let leases = Leases::new(cfg.approvals.lease_limits());
         Broker {
             cfg,
             registry,
             env,
             ledger,
             approvals,
+            leases,
             fingerprints,
         }
     }
@@ -84,6 +88,50 @@ impl Broker {
         &self.approvals
     }
 
+    pub fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    /// Where a call of `tool` with `args` lands, as a lease names it (`root notes`, `any`).
+    pub fn place(&self, tool: &str, args: &Value) -> String {
+        self.registry
+            .get(tool)
+            .map_or_else(|| "any".to_string(), |e| e.place(args, &self.env))
+    }
+
+    /// What the model may be offered now: every enabled tool, and the workspace roots they
+    /// reach. `web_fetch` names the hosts gatewayd allows, and is left out while it allows
+    /// none (every fetch would be refused); a gateway that cannot be asked leaves it offered
+    /// as it is, so the outage shows where a fetch fails.
+    pub fn offer(&self) -> Tools {
+        let mut tools = self.registry.defs();
+        if let Some(socket) = &self.env.gateway {
+            let web = toolkit::Tool::name(&toolkit::WebFetch);
+            match toolkit::web_fetch::allowed_hosts(socket) {
+                Ok(hosts) if hosts.is_empty() => tools.retain(|t| t.name != web),
+                Ok(hosts) => {
+                    for t in tools.iter_mut().filter(|t| t.name == web) {
+                        t.description = toolkit::web_fetch::description_for(&hosts);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        let workspace = self
+            .env
+            .roots
+            .iter()
+            .map(|r| WorkspaceRoot {
+                name: r.name().to_string(),
+                path: r.path.display().to_string(),
+                class: r.class,
+                writable: r.writable,
+                untrusted: r.untrusted,
+            })
+            .collect();
+        Tools { tools, workspace }
+    }
+
     /// Log one line that already ends with its runbook pointer.
     pub fn log(&self, anchor: &str, line: &str) {
         bxharden::log::line(anchor, line);
@@ -102,8 +150,7 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
     match envelope.msg {
         Message::ToolRequest(req) => tool_request(&mut stream, broker, id, req),
         Message::ToolsList {} => {
-            let tools = broker.registry.defs();
-            let _ = send(&mut stream, id, true, Message::Tools(Tools { tools }));
+            let _ = send(&mut stream, id, true, Message::Tools(broker.offer()));
         }
         other => bxharden::serve::unhandled(&mut stream, id, &other),
     }
@@ -176,10 +223,10 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
         Decision::Allow { entry, plan } => c.allow(requested, entry, &plan),
         Decision::Ask {
             entry,
-            plan: _,
+            plan,
             rule,
             reason,
-        } => c.ask(requested, state, entry, rule, reason),
+        } => c.ask(requested, state, entry, &plan, rule, reason),
     }
 }
 
@@ -258,10 +305,36 @@ impl Call<'_> {
         requested: Draft,
         state: SessionState,
         entry: &Entry,
+        plan: &Plan,
         rule: AskRule,
         reason: String,
     ) {
         let broker = self.broker;
+        let scope = entry.place(&self.args, &broker.env);
+        // A lease the owner gave for calls like this one answers the ask: recorded as approved
+        // by it, before the call runs. Only an ask: a denial never reaches here.
+        let covers = Covers {
+            session: &self.session,
+            tool: &self.tool,
+            scope: &scope,
+            rule: rule.as_str(),
+        };
+        if let Some(lease) = broker.leases.find(&covers) {
+            let approved = self.draft(
+                Event::Approved,
+                json!({
+                    "lease": lease.lease,
+                    "by": lease.by,
+                    "rule": rule.as_str(),
+                    "digest": canonical::digest(&self.args),
+                }),
+            );
+            if let Err(e) = broker.ledger.record(vec![requested, approved]) {
+                broker.fault(&e);
+                return self.internal(&e);
+            }
+            return run(self, entry, plan);
+        }
         let now = Timestamp::now();
         let ttl = broker.cfg.approvals.ttl_ms;
         let approval = Approval {
@@ -275,6 +348,7 @@ impl Call<'_> {
             untrusted: state.untrusted,
             rule: rule.as_str().to_string(),
             reason: reason.clone(),
+            lease_scope: lease_scope(&self.tool, &scope, rule),
             requested: now,
             expires: now.plus_millis(ttl),
         };
@@ -385,18 +459,13 @@ fn wait_watching(
     waiter: crate::approvals::Waiter,
     approval: &ApprovalId,
 ) -> Verdict {
-    use std::io::Read;
-    let (Ok(mut clone), Ok(own)) = (stream.try_clone(), stream.try_clone()) else {
+    let (Ok(clone), Ok(own)) = (stream.try_clone(), stream.try_clone()) else {
         return broker.approvals.wait(waiter);
     };
     std::thread::scope(|s| {
         let watcher = std::thread::Builder::new().spawn_scoped(s, move || {
-            let mut byte = [0u8; 1];
-            while let Err(e) = clone.read(&mut byte) {
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    break;
-                }
-            }
+            // A timeout is not the requester going away: only its end of input (or a byte) is.
+            bxcore::deadline::wait_for_hangup(&clone);
             broker.approvals.withdraw(approval);
         });
         let verdict = broker.approvals.wait(waiter);
@@ -463,6 +532,21 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
             c.fail(Vec::new(), e.to_string(), touched);
         }
     }
+}
+
+/// What a lease given with an approval would cover, for a person.
+pub fn lease_scope(tool: &str, scope: &str, rule: AskRule) -> String {
+    let place = if scope == "any" {
+        format!("any call of {tool}")
+    } else {
+        format!("{tool} calls in {scope}")
+    };
+    let when = match rule {
+        AskRule::UntrustedEffect => "while the session has read third-party content",
+        AskRule::Always => "that always ask the owner",
+        AskRule::WhileUntrusted => "that ask while the session has read third-party content",
+    };
+    format!("{place} {when}, for the rest of this session")
 }
 
 /// What the chain holds about a failure: the digest and length of its message, never the text,

@@ -43,6 +43,12 @@ pub struct ApprovalsConfig {
     pub max_pending_per_session: usize,
     /// The most approvals pending at once in all.
     pub max_pending: usize,
+    /// How long a lease (the owner's "allow for this session") lives, in milliseconds.
+    pub lease_ttl_ms: u64,
+    /// The most leases one session may hold at once.
+    pub max_leases_per_session: usize,
+    /// The most leases held at once in all.
+    pub max_leases: usize,
 }
 
 /// The largest `max_args_bytes`: one whole approval (`approval_show`) fits in a frame.
@@ -51,19 +57,35 @@ pub const MAX_ARGS_BYTES: usize = bxcore::MAX_FRAME / 2;
 /// The largest `max_pending`: the list of summaries fits in a frame.
 pub const MAX_PENDING: usize = 256;
 
+/// The largest `max_leases`: the list of leases fits in a frame.
+pub const MAX_LEASES: usize = 1024;
+
 impl Default for ApprovalsConfig {
     fn default() -> Self {
         let limits = crate::approvals::Limits::default();
+        let leases = crate::leases::Limits::default();
         ApprovalsConfig {
             ttl_ms: DEFAULT_TTL_MS,
             max_args_bytes: limits.max_args_bytes,
             max_pending_per_session: limits.max_per_session,
             max_pending: limits.max_pending,
+            lease_ttl_ms: leases.ttl_ms,
+            max_leases_per_session: leases.per_session,
+            max_leases: leases.total,
         }
     }
 }
 
 impl ApprovalsConfig {
+    /// The bounds of the leases table.
+    pub fn lease_limits(&self) -> crate::leases::Limits {
+        crate::leases::Limits {
+            ttl_ms: self.lease_ttl_ms,
+            per_session: self.max_leases_per_session,
+            total: self.max_leases,
+        }
+    }
+
     /// The bounds of the approvals table.
     pub fn limits(&self) -> crate::approvals::Limits {
         crate::approvals::Limits {
@@ -252,6 +274,19 @@ impl bxharden::daemon::DaemonConfig for Config {
             return Err(format!(
                 "[approvals] max_pending_per_session = {} is not between 1 and max_pending ({})",
                 a.max_pending_per_session, a.max_pending
+            ));
+        }
+        if a.lease_ttl_ms == 0 || a.lease_ttl_ms > MAX_TTL_MS {
+            return Err(format!(
+                "[approvals] lease_ttl_ms = {} is not between 1 and {MAX_TTL_MS} (a day)",
+                a.lease_ttl_ms
+            ));
+        }
+        if a.max_leases > MAX_LEASES || a.max_leases_per_session > a.max_leases {
+            return Err(format!(
+                "[approvals] max_leases = {} must be at most {MAX_LEASES}, and \
+                 max_leases_per_session = {} at most max_leases (0 turns leases off)",
+                a.max_leases, a.max_leases_per_session
             ));
         }
         if let Some(gw) = &self.gateway.socket {

@@ -18,6 +18,7 @@ fn env(dir: &std::path::Path) -> Env {
     Env {
         roots: Roots::new(vec![Root {
             path: dir.to_path_buf(),
+            name: None,
             class: DataClass::Private,
             writable: true,
             untrusted: false,
@@ -188,6 +189,7 @@ fn approval(ttl_ms: u64) -> Approval {
         untrusted: true,
         rule: "untrusted-effect".into(),
         reason: "r".into(),
+        lease_scope: "any call of the tool".into(),
         requested: now,
         expires: now.plus_millis(ttl_ms),
     }

@@ -77,7 +77,7 @@ pub const LOOP: SocketSpec = SocketSpec {
     dir: "channel-loop",
     server: "loopd",
     client: OWNER,
-    accepts: &["turn"],
+    accepts: &["turn", "health"],
     wrong_kind: WrongKind::BadMessage,
     max_connections: 16,
 };
@@ -95,7 +95,7 @@ pub const INFER: SocketSpec = SocketSpec {
     dir: "loop-infer",
     server: "inferproxy",
     client: "loopd",
-    accepts: &["infer_request"],
+    accepts: &["infer_request", "provider_probe"],
     wrong_kind: WrongKind::Forbidden,
     max_connections: 16,
 };
@@ -143,6 +143,8 @@ pub const ADMIN: SocketSpec = SocketSpec {
         "approval_decision",
         "audit_verify",
         "audit_verify_head",
+        "leases_list",
+        "lease_revoke",
     ],
     wrong_kind: WrongKind::Forbidden,
     max_connections: 8,
@@ -152,7 +154,7 @@ pub const GATEWAY: SocketSpec = SocketSpec {
     dir: "broker-gateway",
     server: "gatewayd",
     client: "brokerd",
-    accepts: &["fetch_request"],
+    accepts: &["fetch_request", "hosts_list"],
     wrong_kind: WrongKind::Forbidden,
     max_connections: 16,
 };

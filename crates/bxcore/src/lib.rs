@@ -26,12 +26,13 @@ pub use frame::{
     FrameError, MAX_FRAME, PROTOCOL_VERSION, read_frame, read_frame_body, read_frame_len,
     write_frame,
 };
-pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
+pub use ids::{ApprovalId, CallId, IdError, LeaseId, SessionId, Timestamp};
 pub use message::{
     Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary, Approvals, AuditHead,
-    AuditReport, ChatMessage, Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply,
-    InferRequest, Memories, Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent,
-    MemoryReport, MemoryRoute, MemorySearch, Message, Outcome, Pong, SUMMARY_TEXT_MAX,
+    AuditReport, ChatMessage, Envelope, FetchReply, FetchRequest, Header, HealthCheck,
+    HealthReport, Hosts, InferDelta, InferReply, InferRequest, Lease, LeaseRef, Leases, Memories,
+    Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent, MemoryReport, MemoryRoute,
+    MemorySearch, Message, Outcome, Pong, ProviderReport, RemoteHealth, SUMMARY_TEXT_MAX,
     SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
-    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage, WorkspaceRoot,
 };

@@ -38,6 +38,15 @@ pub struct Json {
     pub json: bool,
 }
 
+impl Json {
+    /// `--json` given before a subcommand's own name or after it.
+    pub fn either(a: Json, b: Json) -> Json {
+        Json {
+            json: a.json || b.json,
+        }
+    }
+}
+
 /// How to reach brokerd's admin socket, on the subcommands that talk to it.
 #[derive(Debug, Clone, Args)]
 pub struct Broker {
@@ -53,11 +62,15 @@ pub struct Broker {
 pub enum Command {
     /// Send a message to a session and show the turn as it happens.
     Chat(ChatArgs),
-    /// Show the tool calls waiting for your approval.
+    /// Show the tool calls waiting for your approval (or, with --leases, the leases you gave).
     Approvals {
         /// Keep watching, printing the list again whenever it changes.
         #[arg(long)]
         watch: bool,
+        /// The leases ("allow for this session") you gave that still live; `bxctl approvals
+        /// revoke LEASE` ends one.
+        #[arg(long, conflicts_with = "watch")]
+        leases: bool,
         #[command(flatten)]
         json: Json,
         #[command(flatten)]
@@ -69,6 +82,10 @@ pub enum Command {
     Approve {
         /// The approval's id (16 hex digits, from `bxctl approvals`).
         id: String,
+        /// Also allow the calls like it for the rest of the session (what the approval's
+        /// `lease` line says), until the lease expires or you revoke it.
+        #[arg(long)]
+        lease: bool,
         #[command(flatten)]
         json: Json,
         #[command(flatten)]
@@ -154,6 +171,15 @@ pub enum ApprovalsCommand {
     Show {
         /// The approval's id.
         id: String,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// End a lease you gave (its id from `bxctl approvals --leases`).
+    Revoke {
+        /// The lease's id.
+        lease: String,
+        #[command(flatten)]
+        json: Json,
     },
 }
 
@@ -301,7 +327,9 @@ pub struct UpArgs {
     /// For openai and anthropic: the model of the main slot.
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// For openai and anthropic: the file that holds the API key.
+    /// For openai and anthropic: the file that holds the API key (mode 0600); stored as an
+    /// absolute path. Leave it out for an OpenAI-compatible server that takes no key (a local
+    /// llama.cpp or vLLM).
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
     /// File main memory and quarantine into the Honcho server at this base (http://host:port;
@@ -312,6 +340,11 @@ pub struct UpArgs {
     /// memoryd's own directory, readable by memoryd alone.
     #[arg(long, value_name = "FILE")]
     pub honcho_key_file: Option<PathBuf>,
+    /// A host web_fetch may fetch from (`example.org`, or `*.example.org` for every name below
+    /// it), on gatewayd's allow-list; give it once per host [default: none, and web_fetch is
+    /// not offered until etc/gatewayd.toml names a host].
+    #[arg(long = "web-host", value_name = "HOST")]
+    pub web_hosts: Vec<String>,
 }
 
 impl Cli {
@@ -397,26 +430,51 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Approvals {
-            command: Some(ApprovalsCommand::Show { id }),
+            command: Some(ApprovalsCommand::Show { id, json: own }),
             json,
             broker,
             ..
-        } => exit(approvals::show_one(&cli.context(*json, Some(broker)), id)),
+        } => exit(approvals::show_one(
+            &cli.context(Json::either(*json, *own), Some(broker)),
+            id,
+        )),
+        Command::Approvals {
+            command: Some(ApprovalsCommand::Revoke { lease, json: own }),
+            json,
+            broker,
+            ..
+        } => exit(approvals::revoke(
+            &cli.context(Json::either(*json, *own), Some(broker)),
+            lease,
+        )),
+        Command::Approvals {
+            leases: true,
+            json,
+            broker,
+            command: None,
+            ..
+        } => exit(approvals::leases(&cli.context(*json, Some(broker)))),
         Command::Approvals {
             watch,
             json,
             broker,
             command: None,
+            ..
         } => exit(approvals::list(&cli.context(*json, Some(broker)), *watch)),
-        Command::Approve { id, json, broker } => exit(approvals::decide(
+        Command::Approve {
+            id,
+            lease,
+            json,
+            broker,
+        } => exit(approvals::decide(
             &cli.context(*json, Some(broker)),
             id,
-            true,
+            approvals::Answer::Allow { lease: *lease },
         )),
         Command::Deny { id, json, broker } => exit(approvals::decide(
             &cli.context(*json, Some(broker)),
             id,
-            false,
+            approvals::Answer::Deny,
         )),
         Command::Audit {
             command: AuditCommand::Verify { head, json, broker },
@@ -554,6 +612,7 @@ pub fn run(cli: Cli) -> ExitCode {
                     url: args.honcho_url.clone(),
                     key_file: args.honcho_key_file.clone(),
                 },
+                web_hosts: args.web_hosts.clone(),
             };
             match dev::up(&opts, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,

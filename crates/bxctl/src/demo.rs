@@ -22,7 +22,7 @@ use bxcore::{
 use crate::chat::{self, Style, TurnLog};
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 
-/// The shipped demo script (`@WORKSPACE@` is replaced when the dev box is made).
+/// The shipped demo script: its paths are relative to the workspace roots, as a real model's are.
 pub const DEMO_SCRIPT: &str = include_str!("../scripts/demo.toml");
 
 const ASK: Duration = Duration::from_secs(10);
@@ -166,6 +166,7 @@ fn decide(home: &Path, approval: &ApprovalId, allow: bool) -> Result<(), String>
     let msg = Message::ApprovalDecision(ApprovalDecision {
         approval: approval.clone(),
         allow,
+        lease: false,
     });
     match client::call(&layout::ADMIN.path(home), ASK, 1, msg, |_| {}) {
         Ok(Message::ApprovalAck(a)) if a.approval == *approval => Ok(()),
@@ -564,6 +565,10 @@ fn check(
     }
 }
 
+/// The host on the demo box's allow-list: the secret session's fetch is refused by the policy
+/// before it leaves, and the host is listed so that `web_fetch` is offered at all.
+pub const WEB_HOST: &str = "example.org";
+
 /// The whole demo: up on a temporary home, the conversation, down.
 pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
     let setup = |what: &str| {
@@ -597,6 +602,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
             ..ModelFlags::default()
         },
         honcho: dev::HonchoFlags::default(),
+        web_hosts: vec![WEB_HOST.to_string()],
     };
     dev::up(&opts, out).map_err(DemoError::Up)?;
     let talk = conversation(&home, out);

@@ -1,9 +1,11 @@
 //! `bxctl selftest`: what the owner cares about, each as one check: every socket of the box
-//! answers `ping` as its own daemon, every daemon runs confined, the model answers one minimal
-//! request through inferproxy, the audit chain verifies, and `loopd selftest` passes (in the dev
-//! box directly; on the device by starting its oneshot unit, which runs as loopd's user). A
-//! check that could not run (a socket that is not the caller's to reach) is `skipped`, and a
-//! skipped check is never `ok`: the verdict is `ok` only when every check passed.
+//! answers `ping` as its own daemon, every daemon runs confined, loopd finds every part a turn
+//! needs (`health` on loop.sock: inferproxy, the model provider, brokerd, memoryd), the model
+//! answers one minimal request through inferproxy, the audit chain verifies, and `loopd
+//! selftest` finds the sockets loopd's configuration names answering as loopd's user (in the
+//! dev box directly; on the device by starting its oneshot unit). A check that could not run (a
+//! socket that is not the caller's to reach) is `skipped`, and a skipped check is never `ok`:
+//! the verdict is `ok` only when every check passed. Each check is named for what it checked.
 
 use std::io::{self, Write};
 use std::process::Command;
@@ -228,6 +230,26 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
         };
         check(&mut checks, out, json, c);
     }
+    match status::health(target) {
+        Ok(found) => {
+            for h in found {
+                let c = Check {
+                    check: format!("loopd finds {}", status::part_name(&h.part)),
+                    state: if h.ok { State::Ok } else { State::Failed },
+                    detail: h.detail,
+                };
+                check(&mut checks, out, json, c);
+            }
+        }
+        Err(why) => {
+            let c = Check {
+                check: "loopd answers health".to_string(),
+                state: State::Failed,
+                detail: why,
+            };
+            check(&mut checks, out, json, c);
+        }
+    }
     let c = match &model {
         Err(why) => Check {
             check: "model answers".to_string(),
@@ -289,14 +311,15 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
         },
     };
     check(&mut checks, out, json, c);
+    let name = "loopd's own sockets".to_string();
     let c = match loopd_selftest(target) {
         Ok(line) => Check {
-            check: "loopd selftest".to_string(),
+            check: name,
             state: State::Ok,
             detail: line,
         },
         Err(why) => Check {
-            check: "loopd selftest".to_string(),
+            check: name,
             state: State::Failed,
             detail: why,
         },
@@ -340,12 +363,14 @@ fn loopd_selftest(target: &Target) -> Result<String, String> {
     .map_err(|e| format!("cannot run it: {e}"))?;
     let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     if output.status.success() {
-        let text = said(&output.stdout);
-        let last = text.lines().last().unwrap_or_default();
-        Ok(last
-            .strip_prefix("selftest: ")
-            .unwrap_or(last)
-            .replace("ok", "passed"))
+        // What it checked: the sockets loopd's configuration names, as loopd's user (not loopd
+        // itself, which `loopd answers health` is about).
+        Ok(if target.is_dev_box() {
+            "loopd selftest, as loopd's user: every socket its configuration names answers"
+                .to_string()
+        } else {
+            format!("{UNIT}, as loopd's user: every socket its configuration names answers")
+        })
     } else {
         let mut text = said(&output.stderr);
         if text.is_empty() {

@@ -51,7 +51,10 @@ fn serve_table(dir: &Path, policy: PeerPolicy, spec: SocketSpec, cap: usize) -> 
                 &mut stream,
                 env.id,
                 true,
-                Message::Tools(bxcore::Tools { tools: vec![] }),
+                Message::Tools(bxcore::Tools {
+                    tools: vec![],
+                    workspace: vec![],
+                }),
             );
         }
         other => serve::unhandled(&mut stream, env.id, &other),

@@ -208,8 +208,16 @@ fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
 /// One `fetch_request` (the only kind gateway.sock's table accepts): `fetch_reply`, or an
 /// `error` whose detail says why and ends with the runbook pointer, logged the same way.
 fn handle(mut stream: UnixStream, env: Envelope, gateway: &Gateway) {
-    let Message::FetchRequest(req) = env.msg else {
-        return serve::unhandled(&mut stream, env.id, &env.msg);
+    let req = match env.msg {
+        Message::FetchRequest(req) => req,
+        Message::HostsList {} => {
+            let hosts = Message::Hosts(bxcore::Hosts {
+                hosts: gateway.host_names(),
+            });
+            let _ = serve::send(&mut stream, env.id, true, hosts);
+            return;
+        }
+        other => return serve::unhandled(&mut stream, env.id, &other),
     };
     let answer = match gateway.fetch(&req) {
         Ok(f) => {

@@ -122,6 +122,10 @@ pub struct ProviderConfig {
     /// openai only: `max_tokens` (absent) or `max_completion_tokens`.
     #[serde(default)]
     pub max_tokens_key: Option<MaxTokensKey>,
+    /// openai only: the server takes no key (a local llama.cpp or vLLM), so none is read and
+    /// no auth header is sent. Without it a key is required.
+    #[serde(default)]
+    pub keyless: bool,
 }
 
 /// `[slots.<name>]`: what loopd names instead of a model.
@@ -266,6 +270,7 @@ impl Config {
                     (p.ca_file.is_some(), "ca_file"),
                     (p.plain_http, "plain_http"),
                     (p.max_tokens_key.is_some(), "max_tokens_key"),
+                    (p.keyless, "keyless"),
                 ] {
                     if set {
                         return Err(format!(
@@ -284,6 +289,20 @@ impl Config {
                 if p.kind == ProviderKind::Anthropic && p.max_tokens_key.is_some() {
                     return Err(
                         "[provider] max_tokens_key applies only to kind = \"openai\"".into(),
+                    );
+                }
+                if p.kind == ProviderKind::Anthropic && p.keyless {
+                    return Err(
+                        "[provider] keyless applies only to kind = \"openai\": Anthropic's API \
+                         always takes a key"
+                            .into(),
+                    );
+                }
+                if p.keyless && p.api_key_file.is_some() {
+                    return Err(
+                        "[provider] keyless = true and api_key_file say different things: a \
+                         keyless server is sent no key"
+                            .into(),
                     );
                 }
                 self.endpoint()?;

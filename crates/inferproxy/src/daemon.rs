@@ -48,12 +48,16 @@ fn describe(cfg: &Config, inference: &Inference) -> String {
         }
         Provider::Http(h) => {
             let e = h.endpoint();
+            let key = if cfg.provider.keyless {
+                "no key: keyless".to_string()
+            } else {
+                format!("key from {}", h.key_source().display())
+            };
             format!(
-                "{} at {} (TCP port {}, key from {})",
+                "{} at {} (TCP port {}, {key})",
                 cfg.provider.kind.name(),
                 e.url,
-                e.port,
-                h.key_source().display()
+                e.port
             )
         }
     };
@@ -118,11 +122,25 @@ fn start(config: &Path) -> Result<Infallible, StartError> {
     running.ready()
 }
 
-/// One `infer_request` (the only kind infer.sock's table accepts): its text streamed as
-/// `infer_delta` frames, then `infer_reply` or `error inference`.
+/// One `infer_request`: its text streamed as `infer_delta` frames, then `infer_reply` or `error
+/// inference`; or one `provider_probe`: whether the provider answers, without a token spent.
 fn handle(mut stream: UnixStream, env: Envelope, inference: &Inference) {
     match env.msg {
         Message::InferRequest(req) => answer(&mut stream, env.id, &req, inference),
+        Message::ProviderProbe {} => {
+            let report = inference.probe();
+            if !report.reachable {
+                bxharden::log::line(
+                    bxcore::runbook::split_pointer(&report.detail)
+                        .map_or(crate::error::UNREACHABLE_ANCHOR, |(_, a)| a),
+                    &format!(
+                        "inferproxy: the provider does not answer a probe: {}",
+                        report.detail
+                    ),
+                );
+            }
+            let _ = serve::send(&mut stream, env.id, true, Message::ProviderReport(report));
+        }
         other => serve::unhandled(&mut stream, env.id, &other),
     }
 }

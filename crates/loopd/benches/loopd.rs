@@ -42,7 +42,8 @@ where
             let mut s = s.unwrap();
             let answer = Arc::clone(&answer);
             std::thread::spawn(move || {
-                if let Ok(env) = read_frame(&mut Deadline::new(&s, Instant::now() + WAIT)) {
+                let read = read_frame(&mut Deadline::new(&s, Instant::now() + WAIT));
+                if let Ok(env) = read {
                     let msg = answer(&env);
                     reply(&mut s, env.id, msg);
                 }
@@ -84,6 +85,7 @@ fn broker(env: &Envelope) -> Message {
                 description: "echo".to_string(),
                 parameters: serde_json::json!({"type": "object"}),
             }],
+            workspace: Vec::new(),
         }),
         _ => Message::ToolResponse(ToolResponse::Result {
             content: "echoed".to_string(),

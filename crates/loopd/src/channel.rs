@@ -1,5 +1,6 @@
 //! The channel server on loop.sock: one connection, one `turn` frame in, `turn_event` frames out
 //! as they happen, then one final `turn_done` or `error`. A session runs one turn at a time.
+//! A `health` frame instead is answered with what `crate::health` finds.
 //!
 //! The server keeps no session state in memory but the set of busy sessions: everything else is
 //! in the session logs, so any connection can resume any session and a restart loses nothing.
@@ -207,6 +208,11 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
     let mut stream = stream;
     let turn = match env.msg {
         Message::Turn(t) => t,
+        Message::Health {} => {
+            let report = Message::HealthReport(crate::health::report(&ctx.cfg));
+            let _ = bxharden::serve::send(&mut stream, env.id, true, report);
+            return;
+        }
         other => {
             bxharden::serve::unhandled(&mut stream, env.id, &other);
             return;
@@ -267,12 +273,20 @@ fn error_message(e: &TurnError) -> Message {
 /// Open or create the session, run the turn, hand it to memory.
 fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone, TurnError> {
     let dir = ctx.cfg.sessions_dir();
+    // What the model is offered, asked before anything is written: a broker that cannot say
+    // ends the turn here, before a session is made or a model called.
+    let offer = ctx
+        .registry
+        .offer(ctx.port.as_ref())
+        .map_err(TurnError::Broker)?;
     let mut session = if turn.resume {
         Session::open(&dir, &turn.session, &|l| {
             bxharden::log::line(TORN_TAIL_ANCHOR, l)
         })?
     } else {
-        let baseline = Baseline::assemble(&ctx.cfg.loop_dir()).map_err(TurnError::Baseline)?;
+        let about = crate::prompt::about(&offer);
+        let baseline =
+            Baseline::assemble(&ctx.cfg.loop_dir(), &about).map_err(TurnError::Baseline)?;
         Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?
     };
     // While the turn runs, the channel's end of input cancels it (`cancel`): watched from the
@@ -289,7 +303,7 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
         recall: ctx.recall.as_ref(),
         emit: &mut emit,
     };
-    let finished = run_turn(&mut rt, &mut session, &turn.text)?;
+    let finished = run_turn(&mut rt, &mut session, &turn.text, &offer)?;
     if let Some(outbox) = &ctx.outbox {
         let record = TurnRecord {
             session: turn.session.clone(),

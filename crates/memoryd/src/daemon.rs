@@ -278,7 +278,10 @@ fn recall(stream: &mut UnixStream, id: u64, filer: &Filer, cfg: &Config, q: &Mem
         &q.session,
     )
     .ok();
-    match filer.stores.recall(state, &q.query, q.max_tokens) {
+    match filer
+        .stores
+        .recall(&q.session, state, &q.query, q.max_tokens)
+    {
         Ok(memories) => answer(stream, id, Message::Memories(Memories { memories })),
         Err(e) => fail(stream, id, &e),
     }
@@ -371,6 +374,7 @@ pub fn handle_owner(mut stream: UnixStream, env: Envelope, filer: &Filer) {
                     store: filer.stores.describe(),
                     outbox,
                     waiting,
+                    remote: filer.stores.probe_remote(),
                 }),
             )
         }

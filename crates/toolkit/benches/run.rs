@@ -62,6 +62,7 @@ fn main() {
     std::fs::create_dir(&notes).unwrap();
     let roots = Roots::new(vec![Root {
         path: notes.clone(),
+        name: None,
         class: DataClass::Private,
         writable: true,
         untrusted: false,

@@ -10,7 +10,7 @@ pub mod args;
 mod meta;
 mod registry;
 pub mod run;
-mod web_fetch;
+pub mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
@@ -111,6 +111,13 @@ pub trait Tool: Send + Sync + fmt::Debug {
     /// policy allowed it (or the owner approved it). A run that finds the world changed since the
     /// plan (a file moved into a stricter root) refuses rather than do what was not decided.
     fn run(&self, args: &Self::Args, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
+    /// Where this call lands, as a lease names it: `root notes`, `host example.org`, `program
+    /// git in root notes`. A lease the owner gives for one call covers the calls that land in
+    /// the same place; `None`: the tool has no place of its own (a lease covers any call).
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        let _ = (args, env);
+        None
+    }
 }
 
 /// A [`Tool`] behind one type, as the registry holds them: arguments arrive as JSON and are
@@ -124,6 +131,7 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn validate(&self, args: &Value) -> Result<(), String>;
     fn plan(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError>;
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
+    fn place(&self, args: &Value, env: &Env) -> Option<String>;
 }
 
 impl<T: Tool> AnyTool for T {
@@ -152,5 +160,9 @@ impl<T: Tool> AnyTool for T {
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
         Tool::run(self, &args, plan, env)
+    }
+    fn place(&self, args: &Value, env: &Env) -> Option<String> {
+        let args = args::parse(Tool::name(self), args).ok()?;
+        Tool::place(self, &args, env)
     }
 }

@@ -158,6 +158,14 @@ impl Entry {
     pub fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         self.tool.run(args, plan, env)
     }
+
+    /// Where this call lands, as a lease names it ([`crate::Tool::place`]); `any` for a tool
+    /// with no place of its own.
+    pub fn place(&self, args: &Value, env: &Env) -> String {
+        self.tool
+            .place(args, env)
+            .unwrap_or_else(|| "any".to_string())
+    }
 }
 
 /// The enabled tools, after tightening.

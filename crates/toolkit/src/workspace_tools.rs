@@ -50,6 +50,14 @@ fn check_opened(
     Ok(())
 }
 
+/// `root <name>`: the root a workspace path lands in, for a lease.
+fn root_place(path: &str, env: &Env) -> Option<String> {
+    env.roots
+        .locate(path)
+        .ok()
+        .map(|at| format!("root {}", at.root.name()))
+}
+
 fn is_kind(fd: &OwnedFd, kind: SFlag) -> Result<bool, ToolError> {
     let st = fstat(fd.as_raw_fd()).map_err(|e| ToolError::Failed(e.desc().to_string()))?;
     Ok(SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind)
@@ -69,6 +77,9 @@ impl Tool for WorkspaceList {
     }
     fn parameters(&self) -> Value {
         PathArgs::schema("directory")
+    }
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        root_place(&args.path, env)
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -125,6 +136,9 @@ impl Tool for WorkspaceRead {
     fn parameters(&self) -> Value {
         PathArgs::schema("file")
     }
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        root_place(&args.path, env)
+    }
     fn declared(&self) -> Declared {
         Declared {
             reads: Reads::Root,
@@ -175,6 +189,9 @@ impl Tool for WorkspaceWrite {
     }
     fn parameters(&self) -> Value {
         WriteArgs::schema()
+    }
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        root_place(&args.path, env)
     }
     fn declared(&self) -> Declared {
         Declared {

@@ -146,6 +146,7 @@ fn tightening_raises_reads_trust_and_approval() {
     let env = Env {
         roots: toolkit::Roots::new(vec![toolkit::Root {
             path: dir.path().to_path_buf(),
+            name: None,
             class: DataClass::Private,
             writable: false,
             untrusted: false,

@@ -26,6 +26,7 @@ struct Box_ {
 fn root(path: &Path, class: DataClass, writable: bool, untrusted: bool) -> Root {
     Root {
         path: path.to_path_buf(),
+        name: None,
         class,
         writable,
         untrusted,

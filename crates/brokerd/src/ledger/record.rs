@@ -24,6 +24,10 @@ pub enum Event {
     Recovered,
     Accepted,
     Started,
+    /// The owner granted a lease: calls like one approved run without asking, for a while.
+    Leased,
+    /// The owner revoked a lease.
+    LeaseRevoked,
 }
 
 impl Event {
@@ -42,6 +46,8 @@ impl Event {
             Event::Recovered => "recovered",
             Event::Accepted => "accepted",
             Event::Started => "started",
+            Event::Leased => "leased",
+            Event::LeaseRevoked => "lease_revoked",
         }
     }
 }

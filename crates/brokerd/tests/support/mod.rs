@@ -255,8 +255,7 @@ pub fn untrusted_write(
         ),
     )
     .unwrap();
-    let mut d = Deadline::within(&s, WAIT).unwrap();
-    let first = read_frame(&mut d).unwrap();
+    let first = read_frame(&mut Deadline::within(&s, WAIT).unwrap()).unwrap();
     (s, first)
 }
 

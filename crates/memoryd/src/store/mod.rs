@@ -106,6 +106,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn search(&self, query: &str, limit: usize) -> Result<Vec<Memory>, StoreError>;
     /// Delete (or hide and queue the deletion of) every turn of `session`.
     fn forget(&self, session: &SessionId) -> Result<Forgotten, StoreError>;
+    /// Whether the store answers now, asked with a question that changes nothing (for
+    /// `bxctl status`): what answered.
+    fn probe(&self) -> Result<String, StoreError> {
+        Ok(self.describe())
+    }
 }
 
 /// The stores of one memoryd: the local one always, a remote one when configured.
@@ -153,9 +158,26 @@ impl Stores {
         self.for_filing(filing).file(filing)
     }
 
-    /// Recall for a session in `state` (`None`: unknown, treated as secret).
+    /// The remote store's health, when one is configured: it is asked now.
+    pub fn probe_remote(&self) -> Option<bxcore::RemoteHealth> {
+        use bxcore::runbook::Anchored;
+        self.remote.as_ref().map(|r| match r.probe() {
+            Ok(what) => bxcore::RemoteHealth {
+                reachable: true,
+                detail: format!("{what} answers"),
+            },
+            Err(e) => bxcore::RemoteHealth {
+                reachable: false,
+                detail: e.pointed().to_string(),
+            },
+        })
+    }
+
+    /// Recall for `session` in `state` (`None`: unknown, treated as secret): main memory only,
+    /// and never the session's own turns, which its context holds already.
     pub fn recall(
         &self,
+        session: &SessionId,
         state: Option<SessionStateReply>,
         query: &str,
         max_tokens: u32,
@@ -166,7 +188,7 @@ impl Stores {
             _ => &*self.local,
         };
         let mut memories = store.recall(query, max_tokens)?;
-        memories.retain(|m| m.route == MemoryRoute::Main);
+        memories.retain(|m| m.route == MemoryRoute::Main && m.session != *session);
         Ok(within_tokens(memories, max_tokens))
     }
 

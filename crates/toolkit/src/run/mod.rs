@@ -195,6 +195,14 @@ impl Tool for Run {
     fn plan(&self, args: &RunArgs, env: &Env) -> Result<Plan, ToolError> {
         self.plan_seen(args, env, Seen::FRESH)
     }
+    fn place(&self, args: &RunArgs, env: &Env) -> Option<String> {
+        let root = env.roots.locate(&args.cwd).ok()?;
+        Some(format!(
+            "program {} in root {}",
+            args.argv.first()?,
+            root.root.name()
+        ))
+    }
     fn plan_seen(&self, args: &RunArgs, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
         let settings = env
             .run
