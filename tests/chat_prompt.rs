@@ -10,24 +10,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use boxmaker_e2e::{DEADLINE, DevBox, bin_dir};
+use boxmaker_e2e::{DEADLINE, DevBox, bin_dir, mail_then_write};
 use bxtest::Bounded;
 use nix::pty::openpty;
-
-const SCRIPT: &str = r#"
-[[step]]
-after = "user"
-text = "Let me read that email."
-tool_calls = [{ tool = "workspace_read", args = { path = "@WORKSPACE@/inbox/meeting.txt" } }]
-
-[[step]]
-after = "tool"
-text = "I will note that down."
-tool_calls = [{ tool = "workspace_write", args = { path = "@WORKSPACE@/notes/inline.txt", content = "noted\n" } }]
-
-[[rule]]
-text = "Fine."
-"#;
 
 /// What the terminal showed so far, read by a thread from the pty's master side.
 struct Screen {
@@ -104,9 +89,14 @@ fn chat_on_a_terminal(b: &DevBox, session: &str, state: &std::path::Path) -> (Bo
 #[test]
 fn the_interactive_chat_edits_lines_keeps_commands_from_the_model_and_asks_approvals_inline() {
     let b = DevBox::new();
-    let script = b.beside("script.toml");
-    fs::write(&script, SCRIPT).unwrap();
-    b.up(&["--script", script.to_str().unwrap()]);
+    b.up_with_script(
+        &mail_then_write(
+            "notes/inline.txt",
+            "noted
+",
+        ),
+        &[],
+    );
     let state = b.beside("state");
     let (child, mut screen) = chat_on_a_terminal(&b, "p1", &state);
 
@@ -176,13 +166,6 @@ fn the_interactive_chat_edits_lines_keeps_commands_from_the_model_and_asks_appro
     );
 }
 
-fn pending(b: &DevBox) -> Vec<serde_json::Value> {
-    let out = b.bxctl(&["approvals", "--json"]);
-    assert!(out.status.success(), "{}", boxmaker_e2e::said(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["pending"].as_array().cloned().unwrap_or_default()
-}
-
 /// A model that thinks before each answer, as a local one does: the owner types on meanwhile.
 fn thinking_model() -> bxtest::model::PacedModel {
     use bxtest::model::Paced;
@@ -218,12 +201,12 @@ fn a_line_typed_before_the_question_never_answers_an_approval() {
     screen.type_("y\r");
     let at = screen.wait_for("approve? [y/n/l/show]", at);
     // It was thrown away: the call still waits, and nothing was written.
-    assert_eq!(pending(&b).len(), 1, "{}", screen.shown());
+    assert_eq!(b.pending().len(), 1, "{}", screen.shown());
     assert!(!b.home().join("workspace/notes/ahead.txt").exists());
     screen.type_("n\r");
     let at = screen.wait_for("denied", at);
     screen.wait_for("you> ", at);
-    assert!(pending(&b).is_empty());
+    assert!(b.pending().is_empty());
     assert!(!b.home().join("workspace/notes/ahead.txt").exists());
     screen.type_("/quit\r");
     let out = child.finish(DEADLINE).unwrap_or_else(|e| panic!("{e}"));
@@ -233,9 +216,14 @@ fn a_line_typed_before_the_question_never_answers_an_approval() {
 #[test]
 fn anything_but_an_answer_leaves_the_approval_pending_for_bxctl_approve() {
     let b = DevBox::new();
-    let script = b.beside("script.toml");
-    fs::write(&script, SCRIPT).unwrap();
-    b.up(&["--script", script.to_str().unwrap()]);
+    b.up_with_script(
+        &mail_then_write(
+            "notes/inline.txt",
+            "noted
+",
+        ),
+        &[],
+    );
     let (child, mut screen) = chat_on_a_terminal(&b, "later", &b.beside("state"));
     let at = screen.wait_for("you> ", 0);
     screen.type_("read my mail\r");
@@ -243,7 +231,7 @@ fn anything_but_an_answer_leaves_the_approval_pending_for_bxctl_approve() {
     // `/quit` at the question is not a deny: the call waits for an answer from elsewhere.
     screen.type_("/quit\r");
     let at = screen.wait_for("not answered", at);
-    let p = pending(&b);
+    let p = b.pending();
     assert_eq!(p.len(), 1, "{}", screen.shown());
     let id = p[0]["approval"].as_str().unwrap().to_string();
     let out = b.bxctl(&["approve", &id]);

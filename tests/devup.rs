@@ -60,11 +60,12 @@ fn a_relative_key_file_is_stored_absolute_and_the_box_answers() {
     assert!(said(&out).contains("Hello from the model."));
 }
 
-#[test]
-fn an_empty_key_file_is_refused_before_anything_is_written() {
+/// `dev up` with a key file holding `text` at `mode` is refused as usage (exit 2), saying `says`,
+/// and nothing of the home is made.
+fn refused_before_anything_is_written(text: &str, mode: u32, says: &str) {
     let b = DevBox::new();
-    let k = b.beside("empty.key");
-    key(&k, " \n", 0o600);
+    let k = b.beside("the.key");
+    key(&k, text, mode);
     let out = b.try_up(&[
         "--provider",
         "openai",
@@ -74,30 +75,22 @@ fn an_empty_key_file_is_refused_before_anything_is_written() {
         k.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", said(&out));
-    assert!(said(&out).contains("the file is empty"), "{}", said(&out));
+    assert!(said(&out).contains(says), "{}", said(&out));
     assert!(!b.home().exists(), "nothing was made");
 }
 
 #[test]
+fn an_empty_key_file_is_refused_before_anything_is_written() {
+    refused_before_anything_is_written(" \n", 0o600, "the file is empty");
+}
+
+#[test]
 fn a_key_file_others_may_read_is_refused_before_anything_is_written() {
-    let b = DevBox::new();
-    let k = b.beside("open.key");
-    key(&k, "sk-test\n", 0o644);
-    let out = b.try_up(&[
-        "--provider",
-        "openai",
-        "--model",
-        "m",
-        "--api-key-file",
-        k.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
-    assert!(
-        said(&out).contains("see docs/runbook.md#inferproxy-key-open"),
-        "{}",
-        said(&out)
+    refused_before_anything_is_written(
+        "sk-test\n",
+        0o644,
+        "see docs/runbook.md#inferproxy-key-open",
     );
-    assert!(!b.home().exists(), "nothing was made");
 }
 
 #[test]

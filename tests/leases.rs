@@ -55,27 +55,9 @@ after = "tool"
 text = "Done four."
 "#;
 
-fn chat(b: &DevBox, text: &str) -> Bounded {
-    let mut cmd = Command::new(bin_dir().join("bxctl"));
-    cmd.args(["chat", "--session", "l1", text, "--home"])
-        .arg(b.home())
-        .env_remove("BOXMAKER_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    Bounded::spawn(&mut cmd, "bxctl chat").expect("bxctl starts")
-}
-
 fn json(out: &std::process::Output) -> Value {
     assert!(out.status.success(), "{}", said(out));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", said(out)))
-}
-
-fn pending(b: &DevBox) -> Vec<Value> {
-    json(&b.bxctl(&["approvals", "--json"]))["pending"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
 }
 
 fn chain(b: &DevBox) -> Vec<Value> {
@@ -100,9 +82,9 @@ fn a_lease_answers_the_calls_like_the_one_approved_and_nothing_else() {
     let notes = b.home().join("workspace/notes");
 
     // 1. An untrusted session's write is asked; the owner approves it with a lease.
-    let turn = chat(&b, "read my mail");
-    bxtest::wait_for("the write to be asked", DEADLINE, || pending(&b).len() == 1);
-    let p = &pending(&b)[0];
+    let turn = b.bxctl_in_background(&["chat", "--session", "l1", "read my mail"]);
+    bxtest::wait_for("the write to be asked", DEADLINE, || b.pending().len() == 1);
+    let p = &b.pending()[0];
     let scope = p["lease_scope"].as_str().unwrap();
     assert!(
         scope.contains("workspace_write calls in root notes"),
@@ -122,7 +104,8 @@ fn a_lease_answers_the_calls_like_the_one_approved_and_nothing_else() {
     assert!(lease["by"].as_str().unwrap().starts_with("uid "));
 
     // 2. The next write into the same root runs without asking, recorded as the lease's.
-    let out = chat(&b, "note another")
+    let out = b
+        .bxctl_in_background(&["chat", "--session", "l1", "note another"])
         .finish(DEADLINE)
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "{}", said(&out));
@@ -145,16 +128,17 @@ fn a_lease_answers_the_calls_like_the_one_approved_and_nothing_else() {
     );
 
     // 3. Another tool is asked again (and denied by the owner).
-    let turn = chat(&b, "fetch the page the mail names");
-    bxtest::wait_for("the fetch to be asked", DEADLINE, || pending(&b).len() == 1);
-    let id = pending(&b)[0]["approval"].as_str().unwrap().to_string();
+    let turn = b.bxctl_in_background(&["chat", "--session", "l1", "fetch the page the mail names"]);
+    bxtest::wait_for("the fetch to be asked", DEADLINE, || b.pending().len() == 1);
+    let id = b.pending()[0]["approval"].as_str().unwrap().to_string();
     assert!(b.bxctl(&["deny", &id]).status.success());
     let out = turn.finish(DEADLINE).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.status.success(), "{}", said(&out));
 
     // 4. A lease never lifts a denial: once the session read a secret, a write into the
     // private notes is denied, lease or not.
-    let out = chat(&b, "read the bank file")
+    let out = b
+        .bxctl_in_background(&["chat", "--session", "l1", "read the bank file"])
         .finish(DEADLINE)
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(

@@ -8,11 +8,9 @@
 //! of `bxtest`. Each takes as long as the peer it plays.
 
 use std::fs;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use boxmaker_e2e::{DEADLINE, DevBox, bin_dir, said};
-use bxtest::Bounded;
+use boxmaker_e2e::{DEADLINE, DevBox, mail_then_write, said};
 use bxtest::model::{Paced, PacedModel};
 use serde_json::Value;
 
@@ -24,19 +22,6 @@ fn up_with(model: &PacedModel) -> DevBox {
     b
 }
 
-/// `bxctl chat` with `args` in the background, its stdin closed.
-fn chat(b: &DevBox, args: &[&str]) -> Bounded {
-    let mut cmd = Command::new(bin_dir().join("bxctl"));
-    cmd.args(args)
-        .arg("--home")
-        .arg(b.home())
-        .env_remove("BOXMAKER_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    Bounded::spawn(&mut cmd, "bxctl chat").expect("bxctl starts")
-}
-
 /// Longer than the slowest peer here plays, with room for a loaded machine.
 const TURN: Duration = Duration::from_secs(300);
 
@@ -46,7 +31,8 @@ fn a_model_that_streams_for_a_minute_gives_the_whole_turn() {
     let answer = Paced::streaming(31, Duration::from_secs(2));
     let model = PacedModel::start(vec![answer.clone()]);
     let b = up_with(&model);
-    let out = chat(&b, &["chat", "--session", "slow", "tell me a long story"])
+    let out = b
+        .bxctl_in_background(&["chat", "--session", "slow", "tell me a long story"])
         .finish(TURN)
         .unwrap_or_else(|e| panic!("{e}"));
     let text = said(&out);
@@ -68,7 +54,8 @@ fn a_model_silent_for_half_a_minute_then_answering_gives_the_turn() {
         "Thought about it: yes.",
     )]);
     let b = up_with(&model);
-    let out = chat(&b, &["chat", "--session", "think", "should I?"])
+    let out = b
+        .bxctl_in_background(&["chat", "--session", "think", "should I?"])
         .finish(TURN)
         .unwrap_or_else(|e| panic!("{e}"));
     let text = said(&out);
@@ -83,19 +70,17 @@ fn model_timeout_ends_a_silent_model_with_its_own_words() {
         "too late",
     )]);
     let b = up_with(&model);
-    let out = chat(
-        &b,
-        &[
+    let out = b
+        .bxctl_in_background(&[
             "chat",
             "--session",
             "mute",
             "--model-timeout",
             "20",
             "hello?",
-        ],
-    )
-    .finish(TURN)
-    .unwrap_or_else(|e| panic!("{e}"));
+        ])
+        .finish(TURN)
+        .unwrap_or_else(|e| panic!("{e}"));
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     assert!(
@@ -114,48 +99,31 @@ fn model_timeout_ends_a_silent_model_with_its_own_words() {
     assert!(!said(&out).contains("too late"));
 }
 
-const APPROVAL_SCRIPT: &str = r#"
-[[step]]
-after = "user"
-text = "Let me read that email."
-tool_calls = [{ tool = "workspace_read", args = { path = "inbox/meeting.txt" } }]
-
-[[step]]
-after = "tool"
-text = "I will note that down."
-tool_calls = [{ tool = "workspace_write", args = { path = "notes/late.txt", content = "the meeting moved\n" } }]
-
-[[rule]]
-text = "Noted."
-"#;
-
-fn pending(b: &DevBox) -> Vec<Value> {
-    let out = b.bxctl(&["approvals", "--json"]);
-    assert!(out.status.success(), "{}", said(&out));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["pending"].as_array().cloned().unwrap_or_default()
-}
-
 #[test]
 fn an_approval_answered_after_a_minute_and_a_half_runs() {
     let b = DevBox::new();
-    let script = b.beside("script.toml");
-    fs::write(&script, APPROVAL_SCRIPT).unwrap();
-    b.up(&["--script", script.to_str().unwrap()]);
-    let turn = chat(&b, &["chat", "--session", "mail", "read my mail"]);
+    b.up_with_script(
+        &mail_then_write(
+            "notes/late.txt",
+            "the meeting moved
+",
+        ),
+        &[],
+    );
+    let turn = b.bxctl_in_background(&["chat", "--session", "mail", "read my mail"]);
     bxtest::wait_for("the write to wait for the owner", DEADLINE, || {
-        pending(&b).len() == 1
+        b.pending().len() == 1
     });
     // The owner thinks it over.
     std::thread::sleep(Duration::from_secs(90));
-    let p = pending(&b);
+    let p = b.pending();
     assert_eq!(p.len(), 1, "still asked after 90 s: {p:?}");
     let id = p[0]["approval"].as_str().unwrap().to_string();
     let out = b.bxctl(&["approve", &id]);
     assert!(out.status.success(), "{}", said(&out));
     let out = turn.finish(TURN).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    assert!(said(&out).contains("Noted."), "{}", said(&out));
+    assert!(said(&out).contains("Fine."), "{}", said(&out));
     assert_eq!(
         fs::read_to_string(b.home().join("workspace/notes/late.txt")).unwrap(),
         "the meeting moved\n"

@@ -157,25 +157,7 @@ impl Http {
             ProviderKind::Anthropic => self.endpoint.url.replace("/v1/messages", "/v1/models"),
             _ => self.endpoint.url.replace("/chat/completions", "/models"),
         };
-        let mut rb = self.agent.get(&url);
-        if !self.key.is_none() {
-            let (name, value) = match self.kind {
-                ProviderKind::Anthropic => {
-                    rb = rb.header("anthropic-version", anthropic::API_VERSION);
-                    ("x-api-key", self.key.header_value().to_string())
-                }
-                _ => (
-                    "authorization",
-                    format!("Bearer {}", self.key.header_value()),
-                ),
-            };
-            if let Ok(mut value) = HeaderValue::from_str(&value) {
-                value.set_sensitive(true);
-                if let Some(h) = rb.headers_mut() {
-                    h.insert(name, value);
-                }
-            }
-        }
+        let rb = self.authorized(self.agent.get(&url)).map_err(|f| f.error)?;
         let resp = rb
             .config()
             .timeout_global(Some(PROBE_TIMEOUT))
@@ -355,38 +337,48 @@ impl Http {
         if left.is_zero() {
             return Err(timeout(limits.timeout_ms, "before the request was sent"));
         }
-        let mut rb = self
+        let rb = self
             .agent
             .post(&self.endpoint.url)
             .header("content-type", "application/json")
             .header("accept", "text/event-stream");
+        self.authorized(rb)?
+            .config()
+            .timeout_global(Some(left))
+            .build()
+            .send(body)
+            .map_err(|e| self.transport_failure(e, until, limits.timeout_ms))
+    }
+
+    /// `rb` with the provider's auth: Anthropic's version and `x-api-key`, or OpenAI's
+    /// `Authorization: Bearer`, marked sensitive; nothing for a keyless server.
+    fn authorized<B>(
+        &self,
+        mut rb: ureq::RequestBuilder<B>,
+    ) -> Result<ureq::RequestBuilder<B>, Failure> {
+        if self.kind == ProviderKind::Anthropic {
+            rb = rb.header("anthropic-version", anthropic::API_VERSION);
+        }
+        if self.key.is_none() {
+            return Ok(rb);
+        }
         let (name, value) = match self.kind {
-            ProviderKind::Anthropic => {
-                rb = rb.header("anthropic-version", anthropic::API_VERSION);
-                ("x-api-key", self.key.header_value().to_string())
-            }
+            ProviderKind::Anthropic => ("x-api-key", self.key.header_value().to_string()),
             _ => (
                 "authorization",
                 format!("Bearer {}", self.key.header_value()),
             ),
         };
-        // A keyless server is sent no auth header at all.
-        if !self.key.is_none() {
-            let mut value = HeaderValue::from_str(&value).map_err(|_| {
-                Failure::fatal(InferError::Unreachable(
-                    "the API key cannot be a header value".into(),
-                ))
-            })?;
-            value.set_sensitive(true);
-            if let Some(h) = rb.headers_mut() {
-                h.insert(name, value);
-            }
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            Failure::fatal(InferError::Unreachable(
+                "the API key cannot be a header value".into(),
+            ))
+        })?;
+        value.set_sensitive(true);
+        if let Some(h) = rb.headers_mut() {
+            h.insert(name, value);
         }
-        rb.config()
-            .timeout_global(Some(left))
-            .build()
-            .send(body)
-            .map_err(|e| self.transport_failure(e, until, limits.timeout_ms))
+        Ok(rb)
     }
 
     /// A status that is not success: the provider's message from its error body.
