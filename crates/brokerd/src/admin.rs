@@ -9,7 +9,7 @@ use bxcore::{
     WireError,
 };
 
-use crate::approvals::Verdict;
+use crate::approvals::{By, Verdict};
 use crate::broker::{Broker, Redecision, send};
 use crate::ledger::chain;
 
@@ -31,7 +31,11 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
             }),
         },
         Message::ApprovalDecision(d) => {
-            let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            let uid = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            let by = By {
+                uid,
+                approver: d.approver.clone(),
+            };
             decide(broker, d, by)
         }
         Message::AuditVerify {} => verify(broker, None),
@@ -46,7 +50,7 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
 
 /// The owner's decision. An approval is decided again against the session's state now: a call
 /// the policy denies since it asked is denied, and the answer says why.
-fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
+pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
     let forbidden = |detail: String| {
         Message::Error(WireError {
             code: ErrorCode::Forbidden,

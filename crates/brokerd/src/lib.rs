@@ -10,6 +10,7 @@ pub mod admin;
 pub mod approvals;
 pub mod broker;
 pub mod config;
+pub mod decide;
 pub mod dirs;
 pub mod fingerprints;
 pub mod ledger;

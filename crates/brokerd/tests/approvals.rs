@@ -33,6 +33,7 @@ fn decide(h: &Home, id: &ApprovalId, allow: bool) -> Message {
         Message::ApprovalDecision(ApprovalDecision {
             approval: id.clone(),
             allow,
+            approver: None,
         }),
     );
     r[0].msg.clone()

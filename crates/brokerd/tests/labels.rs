@@ -306,6 +306,7 @@ fn an_approval_the_policy_now_denies_is_denied_with_the_new_reason_and_the_owner
         Message::ApprovalDecision(ApprovalDecision {
             approval: id.clone(),
             allow: true,
+            approver: None,
         }),
     );
     match &answer[0].msg {
@@ -348,6 +349,7 @@ fn an_approved_record_names_the_approver() {
         Message::ApprovalDecision(ApprovalDecision {
             approval: id,
             allow: true,
+            approver: None,
         }),
     );
     assert!(matches!(answer[0].msg, Message::ApprovalAck(_)));

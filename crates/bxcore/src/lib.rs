@@ -28,10 +28,11 @@ pub use frame::{
 };
 pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
 pub use message::{
-    Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary, Approvals, AuditHead,
-    AuditReport, ChatMessage, Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply,
-    InferRequest, Memories, Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent,
-    MemoryReport, MemoryRoute, MemorySearch, Message, Outcome, Pong, SUMMARY_TEXT_MAX,
-    SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
-    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    APPROVER_MAX, Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary,
+    Approvals, AuditHead, AuditReport, ChannelPair, ChannelPairing, ChannelReport, ChatMessage,
+    Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply, InferRequest, Memories,
+    Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent, MemoryReport, MemoryRoute,
+    MemorySearch, Message, Outcome, Pong, SUMMARY_TEXT_MAX, SessionState, SessionStateReply,
+    ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled,
+    TurnRecord, Usage,
 };

@@ -357,6 +357,7 @@ fn approval_decision() {
             Message::ApprovalDecision(ApprovalDecision {
                 approval: aid(),
                 allow: true,
+                approver: None,
             }),
         ),
         json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_decision","approval":"9f2c4a1b0d3e5f67","allow":true}}),

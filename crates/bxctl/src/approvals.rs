@@ -260,6 +260,7 @@ pub fn decide(ctx: &Context, id: &str, allow: bool) -> Outcome {
     let msg = Message::ApprovalDecision(ApprovalDecision {
         approval: approval.clone(),
         allow,
+        approver: None,
     });
     let verb = if allow { "approved" } else { "denied" };
     match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {}) {

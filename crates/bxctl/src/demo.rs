@@ -166,6 +166,7 @@ fn decide(home: &Path, approval: &ApprovalId, allow: bool) -> Result<(), String>
     let msg = Message::ApprovalDecision(ApprovalDecision {
         approval: approval.clone(),
         allow,
+        approver: None,
     });
     match client::call(&layout::ADMIN.path(home), ASK, 1, msg, |_| {}) {
         Ok(Message::ApprovalAck(a)) if a.approval == *approval => Ok(()),

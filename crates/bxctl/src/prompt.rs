@@ -164,6 +164,7 @@ impl Prompt {
                     let decision = Message::ApprovalDecision(ApprovalDecision {
                         approval: approval.clone(),
                         allow,
+                        approver: None,
                     });
                     let said = match client::call(admin, timeout, 2, decision, |_| {}) {
                         Ok(Message::ApprovalAck(_)) if allow => "approved: it runs".to_string(),
