@@ -24,7 +24,14 @@ pub fn bin_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("the test runs from target/<profile>/deps")
         .to_path_buf();
-    for b in ["bxctl", "loopd", "brokerd", "inferproxy", "memoryd"] {
+    for b in [
+        "bxctl",
+        "loopd",
+        "brokerd",
+        "inferproxy",
+        "memoryd",
+        "channeld",
+    ] {
         assert!(
             dir.join(b).is_file(),
             "{} is missing: build the workspace's binaries first (`cargo build --workspace \

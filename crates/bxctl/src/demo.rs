@@ -598,6 +598,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
             ..ModelFlags::default()
         },
         honcho: dev::HonchoFlags::default(),
+        matrix: None,
     };
     dev::up(&opts, out).map_err(DemoError::Up)?;
     let talk = conversation(&home, out);

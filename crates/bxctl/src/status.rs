@@ -81,6 +81,10 @@ pub struct Status {
     pub pending: Option<usize>,
     /// memoryd's store and outbox; `None` when memoryd is not part of the box or did not answer.
     pub memory: Option<MemoryLine>,
+    /// The Matrix channel, as channeld reports it; `None` when it is not part of the box or did
+    /// not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<bxcore::ChannelReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -233,6 +237,7 @@ pub fn gather(target: &Target) -> Status {
             audit: None,
             pending: None,
             memory: None,
+            channel: None,
         };
     }
     let mut problems = Vec::new();
@@ -309,6 +314,19 @@ pub fn gather(target: &Target) -> Status {
     } else {
         None
     };
+    // The Matrix channel, when the box has one: its homeserver down is a problem with its line.
+    let channel = if expected(target, "channeld") {
+        let r = crate::channel::report(&target.socket(&layout::CHANNEL), PING).ok();
+        if let Some(r) = r.as_ref().filter(|r| !r.connected) {
+            problems.push(format!(
+                "the Matrix channel is not syncing: {}",
+                Shown(&r.detail, Mode::Line)
+            ));
+        }
+        r
+    } else {
+        None
+    };
     Status {
         home: target.home().display().to_string(),
         home_exists: true,
@@ -320,6 +338,7 @@ pub fn gather(target: &Target) -> Status {
         audit,
         pending,
         memory,
+        channel,
     }
 }
 
@@ -410,6 +429,9 @@ pub fn render(s: &Status) -> String {
             out.push_str(&format!("memory waits: {}\n", Shown(why, Mode::Line)));
         }
     }
+    if let Some(c) = &s.channel {
+        out.push_str(&format!("channel: {}\n", crate::channel::describe(c)));
+    }
     out.push('\n');
     if s.healthy {
         out.push_str("status: healthy\n");
@@ -485,6 +507,7 @@ mod tests {
             audit: None,
             pending: None,
             memory: None,
+            channel: None,
         };
         let v = verdict(&s).unwrap();
         assert!(

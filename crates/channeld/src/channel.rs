@@ -386,13 +386,11 @@ fn event(ch: &Arc<Channel>, room: &str, e: &Value) {
     let kind = e["type"].as_str().unwrap_or("");
     let rel = relation(e);
     match kind {
-        "m.reaction" => {
-            if rel["rel_type"] == "m.annotation" {
-                let target = rel["event_id"].as_str().unwrap_or("");
-                let key = rel["key"].as_str().unwrap_or("");
-                if ch.is_owner(sender) {
-                    crate::approve::reaction(ch, room, sender, target, key);
-                }
+        "m.reaction" if rel["rel_type"] == "m.annotation" => {
+            let target = rel["event_id"].as_str().unwrap_or("");
+            let key = rel["key"].as_str().unwrap_or("");
+            if ch.is_owner(sender) {
+                crate::approve::reaction(ch, room, sender, target, key);
             }
         }
         "m.room.message" => {

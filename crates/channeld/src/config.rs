@@ -273,9 +273,10 @@ pub fn is_user_id(s: &str) -> bool {
     is_id(s, '@')
 }
 
-/// Whether `s` is a Matrix room id: `!opaque:server`.
+/// Whether `s` is a Matrix room id: `!opaque:server`, or (room version 12 and later) `!opaque`
+/// alone, printable ASCII, at most 255 bytes.
 pub fn is_room_id(s: &str) -> bool {
-    is_id(s, '!')
+    s.len() > 1 && s.len() <= 255 && s.starts_with('!') && s.bytes().all(|b| b.is_ascii_graphic())
 }
 
 fn is_id(s: &str, sigil: char) -> bool {
@@ -346,7 +347,7 @@ impl Config {
         }
         if let Some(r) = m.rooms.iter().find(|r| !is_room_id(r)) {
             return Err(format!(
-                "[matrix] rooms: {r:?} is not a room id (!id:server; an alias is not taken)"
+                "[matrix] rooms: {r:?} is not a room id (!id or !id:server; an alias is not taken)"
             ));
         }
         let p = &m.session_prefix;
@@ -432,6 +433,8 @@ mod tests {
         assert!(!is_user_id("@me"));
         assert!(!is_user_id("@m e:x"));
         assert!(is_room_id("!abc:example.org"));
+        assert!(is_room_id("!t7ZK2RxnXKQ_9Bwu1TspBqYJ0SGljJVpyjuGBa1v_Og"));
         assert!(!is_room_id("#alias:example.org"));
+        assert!(!is_room_id("!"));
     }
 }

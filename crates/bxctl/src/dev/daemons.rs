@@ -19,34 +19,48 @@ pub struct Row {
     /// Directories of the home, besides its state directory, that are its own (as root: given
     /// to its user).
     pub owns: &'static [&'static str],
+    /// Started only when the home has its configuration (`dev up --matrix` writes channeld's).
+    pub optional: bool,
 }
 
 /// The daemons of the dev box, in the order they are started (a daemon's server first).
-pub const ROWS: [Row; 5] = [
+pub const ROWS: [Row; 6] = [
     Row {
         daemon: "gatewayd",
         tables: configs::gatewayd,
         owns: &[],
+        optional: false,
     },
     Row {
         daemon: "brokerd",
         tables: configs::brokerd,
         owns: &["workspace"],
+        optional: false,
     },
     Row {
         daemon: "inferproxy",
         tables: configs::inferproxy,
         owns: &[],
+        optional: false,
     },
     Row {
         daemon: "memoryd",
         tables: configs::memoryd,
         owns: &[],
+        optional: false,
     },
     Row {
         daemon: "loopd",
         tables: configs::loopd,
         owns: &[],
+        optional: false,
+    },
+    // Last: a client of loopd and brokerd, which serve it.
+    Row {
+        daemon: "channeld",
+        tables: configs::channeld,
+        owns: &[],
+        optional: true,
     },
 ];
 

@@ -51,6 +51,9 @@ pub struct UpOptions {
     /// The Honcho flags given (none: a fresh home gets the embedded store, a reused home keeps
     /// what it has).
     pub honcho: HonchoFlags,
+    /// channeld's `[matrix]` (and `[limits]`) as a TOML file: the Matrix channel joins the box
+    /// (a new home only).
+    pub matrix: Option<PathBuf>,
 }
 
 /// The runbook entry of a dev box that did not come up: a daemon ended, did not say ready or
@@ -179,6 +182,15 @@ pub fn sockets_of(daemon: &str) -> Vec<SocketSpec> {
         .collect()
 }
 
+/// The daemons the dev box in `home` runs: every row's, but an optional daemon's (channeld)
+/// only when the home has its configuration.
+pub fn configured(home: &DevHome) -> Vec<&'static str> {
+    ROWS.iter()
+        .filter(|r| !r.optional || home.config(r.daemon).is_file())
+        .map(|r| r.daemon)
+        .collect()
+}
+
 /// The daemons of the dev box in `home` that are running now, with their pids: the processes
 /// its pid files name, with the start times they recorded.
 pub fn running(home: &DevHome) -> Vec<(String, u32)> {
@@ -223,6 +235,15 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
         )));
     }
     // Every flag is checked before anything is written, made or started.
+    let matrix = match (&opts.matrix, &marker) {
+        (Some(_), Some(_)) => {
+            return Err(DevError::Usage(
+                "--matrix is for a new home: a reused home keeps its etc/channeld.toml".into(),
+            ));
+        }
+        (Some(file), None) => Some(configs::matrix_tables(file).map_err(DevError::Usage)?),
+        (None, _) => None,
+    };
     let choice = match &marker {
         None => {
             let model = opts.model.resolve().map_err(DevError::Usage)?;
@@ -304,7 +325,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     let (reused, store) = match &marker {
         Some(m) => {
             let pids = running(&home);
-            if pids.len() == DAEMONS.len() {
+            if pids.len() == configured(&home).len() {
                 return Err(DevError::Running {
                     home: home.root().into(),
                     pids,
@@ -344,6 +365,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             let choice = configs::Choice {
                 model: model.clone(),
                 honcho: opts.honcho.resolve(&id).map_err(DevError::honcho)?,
+                matrix: matrix.clone(),
             };
             configs::write_all(&home, &who, &choice).map_err(io_err(format!(
                 "cannot write the configs in {}",
@@ -525,7 +547,7 @@ fn start_all(
     out: &mut dyn Write,
 ) -> Result<(), DevError> {
     let already = running(home);
-    for d in DAEMONS {
+    for d in configured(home) {
         // Only the daemons that are missing are started; the others keep running.
         if let Some((_, pid)) = already.iter().find(|(name, _)| name == d) {
             let _ = writeln!(out, "  {d}: runs already, pid {pid}");
@@ -665,6 +687,7 @@ pub fn restart(home: &Path, out: &mut dyn Write) -> Result<Up, DevError> {
             home: home.to_path_buf(),
             model: ModelFlags::default(),
             honcho: HonchoFlags::default(),
+            matrix: None,
         },
         out,
     )
@@ -683,7 +706,7 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     };
     let mut all = Vec::new();
     // The reverse of the start order: the loop first, so nothing calls a daemon that is gone.
-    for d in DAEMONS.iter().rev() {
+    for d in configured(&home).iter().rev() {
         let pid_file = home.pid_file(d);
         let stopped = match procs::read_started(&pid_file) {
             Some(which) => {
