@@ -516,6 +516,32 @@ fn approval_script() -> String {
     APPROVAL_SCRIPT.to_string()
 }
 
+/// What the owner asks for in the approval tests.
+const NOTE: &str = "please write a note about the meeting";
+
+/// A box on `hs` with its owner paired in a room of their own, whose turn for [`NOTE`] waits for
+/// the owner's approval: the box, the room, and the message that asks.
+fn turn_waiting_for_approval(
+    hs: &Synapse,
+    brokerd_extra: Option<&str>,
+) -> (Channel, String, Value) {
+    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
+    let room = owner.create_room(&[&bot]);
+    let c = channel_box(
+        &hs.url,
+        bot.clone(),
+        owner.clone(),
+        &[&room],
+        &approval_script(),
+        brokerd_extra,
+    );
+    c.wait_joined(&room);
+    c.pair(&room);
+    owner.say(&room, NOTE);
+    let asked = approval_message(&owner, &bot, &room, 0);
+    (c, room, asked)
+}
+
 /// The approval message the bot posted in `room`, once there.
 fn approval_message(owner: &User, bot: &User, room: &str, nth: usize) -> Value {
     let mut found = None;
@@ -560,7 +586,7 @@ fn an_approval_is_asked_in_its_room_only_and_answered_by_the_owners_reaction_alo
     c.wait_joined(&room);
     c.wait_joined(&other);
     c.pair(&room);
-    owner.say(&room, "please write a note about the meeting");
+    owner.say(&room, NOTE);
     let asked = approval_message(&owner, &bot, &room, 0);
     let body = asked["content"]["body"].as_str().unwrap();
     assert!(body.contains("Tool: workspace_write"), "{body}");
@@ -623,20 +649,8 @@ fn audit_chain(c: &Channel) -> String {
 #[test]
 fn an_answer_after_the_approval_expired_is_refused_and_nothing_runs() {
     let Some(hs) = synapse() else { return };
-    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
-    let room = owner.create_room(&[&bot]);
-    let c = channel_box(
-        &hs.url,
-        bot.clone(),
-        owner.clone(),
-        &[&room],
-        &approval_script(),
-        Some("\n[approvals]\nttl_ms = 3000\n"),
-    );
-    c.wait_joined(&room);
-    c.pair(&room);
-    owner.say(&room, "please write a note about the meeting");
-    let asked = approval_message(&owner, &bot, &room, 0);
+    let (c, room, asked) = turn_waiting_for_approval(&hs, Some("\n[approvals]\nttl_ms = 3000\n"));
+    let (bot, owner) = (&c.bot, &c.owner);
     // Past its expiry (3 s), seen in the turn's answer: the call was denied by then.
     let start = Instant::now();
     bxtest::wait_for("the approval to expire", WAIT, || {
@@ -648,7 +662,7 @@ fn an_answer_after_the_approval_expired_is_refused_and_nothing_runs() {
     });
     owner.react(&room, asked["event_id"].as_str().unwrap(), "✅");
     bxtest::wait_for("the late answer to be refused", WAIT, || {
-        notices_with(&owner, &bot, &room, "expired before this answer") == 1
+        notices_with(owner, bot, &room, "expired before this answer") == 1
     });
     assert!(!c.dev.home().join("workspace/notes/friday.txt").exists());
     assert!(!audit_chain(&c).contains("\"approver\""));
@@ -657,28 +671,15 @@ fn an_answer_after_the_approval_expired_is_refused_and_nothing_runs() {
 #[test]
 fn killing_channeld_mid_turn_loses_and_repeats_nothing() {
     let Some(hs) = synapse() else { return };
-    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
-    let room = owner.create_room(&[&bot]);
-    let c = channel_box(
-        &hs.url,
-        bot.clone(),
-        owner.clone(),
-        &[&room],
-        &approval_script(),
-        None,
-    );
-    c.wait_joined(&room);
-    c.pair(&room);
-    let text = "please write a note about the meeting";
-    owner.say(&room, text);
     // Mid-turn: the turn waits for the owner.
-    approval_message(&owner, &bot, &room, 0);
+    let (c, room, _) = turn_waiting_for_approval(&hs, None);
+    let (bot, owner, text) = (&c.bot, &c.owner, NOTE);
     let pid = c.dev.pid("channeld").unwrap();
     kill9(pid);
     let up = c.dev.up(&[]);
     assert!(up.status.success(), "{}", said(&up));
     bxtest::wait_for("the cut-short note after the restart", WAIT, || {
-        notices_with(&owner, &bot, &room, "was cut short") == 1
+        notices_with(owner, bot, &room, "was cut short") == 1
     });
     // The message was a turn once, and is not again after the restart.
     owner.say(&room, "hello again");
@@ -775,21 +776,8 @@ fn killing_synapse_mid_turn_loses_and_repeats_nothing_and_status_says_why() {
     let Some((own, hs)) = OwnSynapse::start() else {
         return;
     };
-    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
-    let room = owner.create_room(&[&bot]);
-    let c = channel_box(
-        &hs.url,
-        bot.clone(),
-        owner.clone(),
-        &[&room],
-        &approval_script(),
-        None,
-    );
-    c.wait_joined(&room);
-    c.pair(&room);
-    let text = "please write a note about the meeting";
-    owner.say(&room, text);
-    let asked = approval_message(&owner, &bot, &room, 0);
+    let (c, room, asked) = turn_waiting_for_approval(&hs, None);
+    let (bot, owner, text) = (&c.bot, &c.owner, NOTE);
     own.kill();
     bxtest::wait_for("the status to say the homeserver is down", WAIT, || {
         let out = c.dev.bxctl(&["channel", "status"]);
@@ -816,5 +804,5 @@ fn killing_synapse_mid_turn_loses_and_repeats_nothing_and_status_says_why() {
         .count();
     assert_eq!(answers, 1, "one answer, never a second: {events:?}");
     assert_eq!(c.turns_of(&room, text), 1, "{}", c.session_log(&room));
-    assert_eq!(notices_with(&owner, &bot, &room, "Approval needed"), 1);
+    assert_eq!(notices_with(owner, bot, &room, "Approval needed"), 1);
 }

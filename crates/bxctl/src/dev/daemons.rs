@@ -64,8 +64,35 @@ pub const ROWS: [Row; 6] = [
     },
 ];
 
-/// The daemons' names, in [`ROWS`]' order.
-pub const DAEMONS: [&str; ROWS.len()] = {
+/// How many rows are not optional.
+const fn always() -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < ROWS.len() {
+        if !ROWS[i].optional {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The daemons every dev box runs, in [`ROWS`]' order: the optional ones (channeld) left out.
+pub const DAEMONS: [&str; always()] = {
+    let mut names = [""; always()];
+    let (mut i, mut j) = (0, 0);
+    while i < ROWS.len() {
+        if !ROWS[i].optional {
+            names[j] = ROWS[i].daemon;
+            j += 1;
+        }
+        i += 1;
+    }
+    names
+};
+
+/// Every daemon a dev box may run, in [`ROWS`]' order, the optional ones included.
+pub const ALL_DAEMONS: [&str; ROWS.len()] = {
     let mut names = [""; ROWS.len()];
     let mut i = 0;
     while i < ROWS.len() {
@@ -86,7 +113,7 @@ mod tests {
 
     #[test]
     fn every_row_is_a_daemon_of_the_layout() {
-        for d in DAEMONS {
+        for d in ALL_DAEMONS {
             assert!(bxcore::layout::daemon(d).is_some(), "{d}");
         }
     }

@@ -30,7 +30,7 @@ use nix::unistd::{geteuid, getuid};
 use crate::thread_ids::{Ids, as_ids};
 
 pub use configs::{ModelChoice, ModelFlags};
-pub use daemons::{DAEMONS, ROWS};
+pub use daemons::{ALL_DAEMONS, DAEMONS, ROWS};
 pub use home::{DevHome, MADE_BY, Marker, Provider};
 pub use honcho::{HonchoChoice, HonchoFlags};
 pub use procs::Stopped;
@@ -194,7 +194,7 @@ pub fn configured(home: &DevHome) -> Vec<&'static str> {
 /// The daemons of the dev box in `home` that are running now, with their pids: the processes
 /// its pid files name, with the start times they recorded.
 pub fn running(home: &DevHome) -> Vec<(String, u32)> {
-    DAEMONS
+    ALL_DAEMONS
         .iter()
         .filter_map(|d| Some((d.to_string(), procs::running_from(&home.pid_file(d))?)))
         .collect()
@@ -445,14 +445,15 @@ fn own_dirs(home: &DevHome, daemon: &str) -> Vec<PathBuf> {
 /// client (a user made again since has another uid; nothing of a box stays with a uid that
 /// may now be someone else's).
 fn give_all(home: &DevHome, users: &Users) -> Result<(), user::UserError> {
-    for d in DAEMONS {
+    let daemons = configured(home);
+    for d in &daemons {
         if let Some(u) = users.0.get(d) {
             for dir in own_dirs(home, d) {
                 user::give(&dir, u.uid, u.gid)?;
             }
         }
     }
-    for spec in SOCKETS.iter().filter(|s| DAEMONS.contains(&s.server)) {
+    for spec in SOCKETS.iter().filter(|s| daemons.contains(&s.server)) {
         let dir = layout::run_dir(home.root()).join(spec.dir);
         let ids = users.client_ids(spec).unwrap_or(Ids { uid: 0, gid: 0 });
         user::give(&dir, ids.uid, ids.gid)?;
@@ -724,7 +725,7 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     }
     if let (Some(id), true) = (&marker.box_id, geteuid().is_root()) {
         give_all(&home, &Users::default()).map_err(DevError::User)?;
-        for d in DAEMONS {
+        for d in configured(&home) {
             for dir in own_dirs(&home, d) {
                 user::give(&dir, 0, 0).map_err(DevError::User)?;
             }
