@@ -72,6 +72,21 @@ impl Approvals {
         p
     }
 
+    /// Move the approvals whose time ran out to the answered ones (as past their expiry), so the
+    /// table holds at most what brokerd still has pending.
+    fn forget_expired(&self) {
+        let now = Timestamp::now();
+        let gone: Vec<String> = lock(&self.table)
+            .pending
+            .iter()
+            .filter(|(_, p)| p.expires <= now)
+            .map(|(e, _)| e.clone())
+            .collect();
+        for e in gone {
+            self.finish(&e, "past its expiry");
+        }
+    }
+
     fn done(&self, event: &str) -> Option<&'static str> {
         lock(&self.table)
             .done
@@ -160,6 +175,7 @@ pub fn post(ch: &Channel, room: &str, id: &ApprovalId, expires: Timestamp, sourc
     let within = Duration::from_millis(ch.cfg.limits.request_ms);
     if let Some(event) = crate::turn::send_retrying(ch, room, &txn, &content, within) {
         if !code.is_empty() {
+            ch.approvals.forget_expired();
             lock(&ch.approvals.table).pending.insert(
                 event,
                 Posted {

@@ -37,6 +37,10 @@ pub const LOOPD_ANCHOR: &str = "channel-loopd-unavailable";
 /// How many senders' first ignored message is logged, at most.
 const STRANGERS_LOGGED: usize = 64;
 
+/// How many of the owner's messages may wait for their room's turn; one more is not taken (the
+/// owner is told) and is never a turn.
+pub const MAX_WAITING: usize = 16;
+
 /// One message of the owner waiting for its room's turn.
 #[derive(Debug, Clone)]
 pub struct Queued {
@@ -208,6 +212,21 @@ impl Channel {
         let mut queues = lock(&self.queues);
         let waiting = queues.waiting.entry(room.to_string()).or_default();
         if waiting.iter().any(|w| w.event == q.event) {
+            return;
+        }
+        if waiting.len() >= MAX_WAITING {
+            drop(queues);
+            // Not taken, and said so: it is seen, so a resumed sync does not bring it back.
+            self.update(|s| s.mark_seen(&q.event));
+            self.notice(
+                room,
+                &format!("full-{}", crate::turn::txn_digest(&q.event)),
+                &format!(
+                    "Not taken: {MAX_WAITING} of your messages wait for this room's turn already. \
+                     Send it again once the answers have come."
+                ),
+                Duration::from_millis(self.cfg.limits.request_ms),
+            );
             return;
         }
         waiting.push_back(q);
