@@ -752,3 +752,18 @@ fn the_channel_frames_of_the_protocol_doc_parse_and_write_back_the_same() {
         );
     }
 }
+
+#[test]
+fn the_protocol_doc_has_an_example_frame_of_every_kind_a_socket_accepts() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    for spec in bxcore::layout::SOCKETS {
+        for kind in spec.accepts.iter().chain(&["ping"]) {
+            assert!(
+                doc.contains(&format!(r#""kind":"{kind}""#)),
+                "docs/protocol.md has no example frame of {kind} ({})",
+                spec.file()
+            );
+        }
+    }
+}

@@ -94,6 +94,8 @@ pub fn worker(ch: &Channel, room: &str) {
                 backoff = Duration::from_secs(1);
                 logged = false;
                 stream(ch, room, &q, ex);
+                // What a long answer took is given back, so the idle daemon stays small.
+                bxharden::heap::give_back();
             }
             Err(e) => {
                 if !logged {
