@@ -104,7 +104,9 @@ impl Synapse {
             .header("content-type", "application/json")
             .send(body.to_string().as_bytes())
             .unwrap();
-        let v: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+        // bounded: the agent's global timeout (60 s) ends the request and its body.
+        let text = resp.body_mut().read_to_string().unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
         User {
             id: v["user_id"].as_str().unwrap().to_string(),
             token: v["access_token"].as_str().unwrap().to_string(),
@@ -132,9 +134,11 @@ impl User {
                 .send(bytes.as_bytes()),
         };
         let mut resp = resp.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        // bounded: an HTTP status, not a child's; the agent's global timeout ends the request.
         let status = resp.status().as_u16();
-        let v: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap_or_default())
-            .unwrap_or(Value::Null);
+        // bounded: the agent's global timeout (60 s) ends the body's read too.
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         assert!(status < 300, "{method} {path}: HTTP {status}: {v}");
         v
     }
