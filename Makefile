@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: gate gate-fresh gate-load fmt clippy peers test runbook nix-check twin skips demo bench honcho
+.PHONY: gate gate-fresh gate-load fmt clippy peers test runbook nix-check twin skips demo bench honcho synapse
 
 # Every skip of the run is logged here (bxtest::skip, check-offline.sh, twin.sh) and summed up
 # before the gate's last line; one that .ci/allowed-skips does not list fails the gate.
@@ -48,6 +48,14 @@ honcho:
 	@url=$$(.ci/honcho-up) && echo "export HONCHO_URL=$$url HONCHO_DB=postgresql://postgres@127.0.0.1:$${HONCHO_PG_PORT:-55432}/honcho"
 	@url=$$(HONCHO_AUTH_STATE=$(HONCHO_AUTH_STATE) .ci/honcho-up --auth) && \
 		echo "export HONCHO_AUTH_URL=$$url HONCHO_AUTH_TOKEN_FILE=$(HONCHO_AUTH_STATE)/admin.jwt"
+
+# The Matrix channel's tests (tests/matrix.rs) need a real Synapse named by SYNAPSE_URL (with
+# SYNAPSE_SHARED_SECRET, SYNAPSE_REGISTER and SYNAPSE_VENV), and say `skipped:` without (a
+# failure under CI=true, where .ci/run brings it up). `make synapse` brings it up on loopback
+# (matrix-synapse from PyPI into target/synapse-venv) and prints the lines to paste before
+# `make gate` (docs/testing.md).
+synapse:
+	@.ci/synapse-up
 
 # Every runbook pointer in the source has its entry, and every entry is pointed at.
 runbook: test

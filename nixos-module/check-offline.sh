@@ -438,11 +438,22 @@ step_module() {
   local got
   got="$($om 2>/dev/null | jq -c '{services, sockets, switch: (.switch | map_values("\(.type) \(.notSocketActivated)")),
       run: (.tmpfiles | map(select(startswith("/run/")))), failedAssertions}')" || got="did not evaluate"
-  local want='{"services":["boxmaker-brokerd","boxmaker-gatewayd","boxmaker-inferproxy","boxmaker-loopd","boxmaker-memoryd","boxmaker-selftest"],"sockets":["boxmaker-admin","boxmaker-broker","boxmaker-gateway","boxmaker-infer","boxmaker-loop","boxmaker-memories","boxmaker-memory","boxmaker-state"],"switch":{"boxmaker-brokerd":"notify true","boxmaker-gatewayd":"notify true","boxmaker-inferproxy":"notify true","boxmaker-loopd":"notify true","boxmaker-memoryd":"notify true","boxmaker-selftest":"oneshot false"},"run":["/run/boxmaker","/run/boxmaker/broker-gateway","/run/boxmaker/channel-loop","/run/boxmaker/loop-broker","/run/boxmaker/loop-infer","/run/boxmaker/loop-memory","/run/boxmaker/memory-broker","/run/boxmaker/owner-broker","/run/boxmaker/owner-memory"],"failedAssertions":[]}'
+  local want='{"services":["boxmaker-brokerd","boxmaker-gatewayd","boxmaker-inferproxy","boxmaker-loopd","boxmaker-memoryd","boxmaker-selftest"],"sockets":["boxmaker-admin","boxmaker-bridge","boxmaker-broker","boxmaker-decide","boxmaker-gateway","boxmaker-infer","boxmaker-loop","boxmaker-memories","boxmaker-memory","boxmaker-state"],"switch":{"boxmaker-brokerd":"notify true","boxmaker-gatewayd":"notify true","boxmaker-inferproxy":"notify true","boxmaker-loopd":"notify true","boxmaker-memoryd":"notify true","boxmaker-selftest":"oneshot false"},"run":["/run/boxmaker","/run/boxmaker/bridge-broker","/run/boxmaker/bridge-loop","/run/boxmaker/broker-gateway","/run/boxmaker/channel-loop","/run/boxmaker/loop-broker","/run/boxmaker/loop-infer","/run/boxmaker/loop-memory","/run/boxmaker/memory-broker","/run/boxmaker/owner-broker","/run/boxmaker/owner-channel","/run/boxmaker/owner-memory"],"failedAssertions":[]}'
   if [[ "$got" == "$want" ]]; then
     echo "nix-check: default.nix: units, switch keys, /run/boxmaker and no failed assertion: ok"
   else
     fail "default.nix (offline-module.nix): got $got, want $want"
+  fi
+  # With the Matrix channel: channeld's unit, its owner socket, its configuration, its token as
+  # the credential and its IP reach the homeserver's address alone.
+  local matrix='{ channels.matrix = { enable = true; homeserver = "http://127.0.0.1:8008"; user = "@box:localhost"; tokenFile = "/run/keys/matrix-token"; owners = [ "@alice:localhost" ]; rooms = [ "!abc:localhost" ]; }; }'
+  got="$($om --arg boxmaker "$matrix" 2>/dev/null | jq -S -c '{channel: (.services | index("boxmaker-channeld") != null), socket: (.sockets | index("boxmaker-channel") != null),
+      channeld, matrix: .toml.channeld.matrix, failedAssertions}')" || got="did not evaluate"
+  want='{"channel":true,"channeld":{"IPAddressAllow":["127.0.0.1","localhost"],"LoadCredential":["matrix_token:/run/keys/matrix-token"],"User":"bx-channel"},"failedAssertions":[],"matrix":{"homeserver":"http://127.0.0.1:8008","owners":["@alice:localhost"],"rooms":["!abc:localhost"],"user":"@box:localhost"},"socket":true}'
+  if [[ "$got" == "$want" ]]; then
+    echo "nix-check: default.nix: channels.matrix gives channeld its unit, socket, config, credential and IP reach: ok"
+  else
+    fail "default.nix with channels.matrix: got $got, want $want"
   fi
   got="$($om --arg declareOwner false 2>/dev/null | jq -r '.failedAssertions[]')" || got="did not evaluate"
   if grep -q "owner .alice. is not an account of this configuration" <<<"$got"; then
@@ -471,11 +482,11 @@ step_module() {
 # that belong inside it, or a settings.<daemon> that is not a free-form TOML submodule.
 options_in_settings() {
   local shape="$1"
-  jq -e '.beside == ["enable","gateway","home","inference","memory","owner","package"] and .inference == ["apiKeyFile"]
-      and .gateway == ["credentialFiles"] and .memory == ["honcho"]
-      and ([.settings[] | select(.type == "submodule" and .freeform == "toml")] | length) == 5' \
+  jq -e '.beside == ["channels","enable","gateway","home","inference","memory","owner","package"] and .inference == ["apiKeyFile"]
+      and .gateway == ["credentialFiles"] and .memory == ["honcho"] and .channels == ["matrix"]
+      and ([.settings[] | select(.type == "submodule" and .freeform == "toml")] | length) == 6' \
     <<<"$shape" >/dev/null || {
-    echo "typed options beside settings.<daemon> (only enable, gateway.credentialFiles, home, inference.apiKeyFile, memory.honcho, owner and package belong there), or a settings.<daemon> that is not a free-form TOML submodule: $shape"
+    echo "typed options beside settings.<daemon> (only channels.matrix, enable, gateway.credentialFiles, home, inference.apiKeyFile, memory.honcho, owner and package belong there), or a settings.<daemon> that is not a free-form TOML submodule: $shape"
     return 1
   }
 }

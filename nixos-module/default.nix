@@ -65,7 +65,13 @@ let
   roots = cfg.settings.brokerd.workspace.roots or [ ];
   underHome = p: lib.any (h: p == h || lib.hasPrefix "${h}/" p) [ "/home" "/root" "/run/user" ];
 
+  matrix = cfg.channels.matrix;
+  # channeld and its channel.sock exist on the device only with the Matrix channel.
+  without = lib.optional (!matrix.enable) "channeld";
+  runningDaemons = units.runningDaemons without;
+
   rendered = units.render {
+    inherit without;
     home = cfg.home;
     runbook = "${cfg.package}/share/doc/boxmaker/runbook.md";
     inherit ownerUser ownerGroup configFile;
@@ -74,12 +80,15 @@ let
       inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
       memoryd = lib.optional (honcho.apiKeyFile != null) "honcho_key:${honcho.apiKeyFile}";
       gatewayd = map (n: "${n}:${cfg.gateway.credentialFiles.${n}}") (builtins.attrNames cfg.gateway.credentialFiles);
+      channeld = lib.optional (matrix.tokenFile != null) "matrix_token:${matrix.tokenFile}";
     };
     ipAddresses = {
       inferproxy = units.ipAddressesOfProvider provider.base_url;
       gatewayd = units.ipAddressesOfGateway (units.gatewayAllows cfg.settings.gatewayd);
       # memoryd has no network (layout.json) unless Honcho is configured; then IP to it only,
       # as inferproxy to its provider.
+      # The homeserver only: its address when the URL names one, else all but link-local.
+      channeld = if matrix.enable then units.ipAddressesOfProvider matrix.homeserver else { };
       memoryd =
         if honcho.url == null then
           { }
@@ -375,7 +384,52 @@ in
       '';
     };
 
+    # The Matrix channel (docs/channels.md): channeld, its user and unit, only when enabled.
+    # They fill settings.channeld.matrix (a value there wins); the token is a secret, so no
+    # configuration key: systemd hands the file to channeld alone as the credential
+    # `matrix_token`.
+    channels.matrix = {
+      enable = mkEnableOption "the Matrix channel: the owner talks to the box, and answers its approvals, from their Matrix rooms";
+      homeserver = mkOption {
+        type = types.str;
+        default = "";
+        example = "https://matrix.example.org";
+        description = "The homeserver's base URL: https://, or http:// to a loopback address only.";
+      };
+      user = mkOption {
+        type = types.str;
+        default = "";
+        example = "@box:example.org";
+        description = "The box's own Matrix account; its events are never turns.";
+      };
+      tokenFile = mkOption {
+        type = types.nullOr types.str;
+        default = null;
+        example = "/run/keys/box-matrix-token";
+        description = ''
+          A file holding the box account's access token, outside the Nix store. systemd hands
+          it to channeld alone as the credential `matrix_token`; no other unit can read it.
+        '';
+      };
+      owners = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [ "@alice:example.org" ];
+        description = ''
+          The Matrix ids that may be paired as the owner (`bxctl channel pair`) and whose
+          invites to a configured room are taken. Nobody is the owner before pairing.
+        '';
+      };
+      rooms = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [ "!abcdef:example.org" ];
+        description = "The room ids the channel serves; a message anywhere else is never a turn.";
+      };
+    };
+
     settings = {
+      channeld = settingsOption "channeld" { };
       loopd = settingsOption "loopd" loopdOptions;
       brokerd = settingsOption "brokerd" brokerdOptions;
       inferproxy = settingsOption "inferproxy" inferproxyOptions;
@@ -457,6 +511,19 @@ in
           message = "services.boxmaker.gateway.credentialFiles must be absolute paths outside the Nix store (the store is world-readable).";
         }
         {
+          assertion =
+            !matrix.enable
+            || (
+              matrix.homeserver != ""
+              && matrix.user != ""
+              && matrix.rooms != [ ]
+              && matrix.tokenFile != null
+              && absolute matrix.tokenFile
+              && !(lib.hasPrefix builtins.storeDir matrix.tokenFile)
+            );
+          message = "services.boxmaker.channels.matrix needs homeserver, user, rooms and tokenFile (an absolute path outside the Nix store, which is world-readable).";
+        }
+        {
           assertion = cfg.settings.inferproxy.slots ? main;
           message = "services.boxmaker.settings.inferproxy.slots needs a `main` slot: new sessions use it.";
         }
@@ -465,6 +532,19 @@ in
     # What follows from the layout is a default: a value in settings.<daemon> wins.
     services.boxmaker.settings = lib.mapAttrs (_: lib.mapAttrsRecursive (_: mkDefault)) fixed // {
       memoryd = lib.mapAttrsRecursive (_: mkDefault) (fixed.memoryd // honchoTable);
+      channeld = lib.mapAttrsRecursive (_: mkDefault) (
+        fixed.channeld
+        // {
+          matrix = {
+            inherit (matrix)
+              homeserver
+              user
+              owners
+              rooms
+              ;
+          };
+        }
+      );
       inferproxy = lib.mapAttrsRecursive (_: mkDefault) fixed.inferproxy // {
         # The script provider without a script of its own runs the one the package ships.
         provider.script = mkIf (provider.kind == "script") (mkDefault defaultScript);
@@ -520,14 +600,14 @@ in
     environment.systemPackages = [ cfg.package ];
     environment.etc =
       lib.listToAttrs (
-        map (d: lib.nameValuePair "boxmaker/${d}.toml" { source = configFile d; }) units.daemonNames
+        map (d: lib.nameValuePair "boxmaker/${d}.toml" { source = configFile d; }) runningDaemons
       )
       // {
         # What `bxctl check` (the device check) expects: units, sockets, directories, owners.
         "boxmaker/device.json".text = builtins.toJSON (
           units.deviceManifest {
             inherit (cfg) home;
-            inherit ownerUser ownerGroup configFile;
+            inherit ownerUser ownerGroup configFile without;
           }
         );
       };

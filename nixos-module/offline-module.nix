@@ -15,7 +15,7 @@
 #     moved to the new one (through the change function) with the warning lib gives.
 #
 # Types are checked only as far as the leaf types default.nix uses (str, bool, path, enum,
-# nullOr, positive ints, numbers between). Not NixOS: no other module, no `nix flake check`.
+# nullOr, listOf, positive ints, numbers between). Not NixOS: no other module, no `nix flake check`.
 #
 #   nix-instantiate --eval --strict --json offline-module.nix --argstr owner NAME \
 #     [--arg declareOwner false] [--arg boxmaker '{ settings.inferproxy.provider.kind = "openai"; }']
@@ -68,6 +68,8 @@ let
       path = leaf "path" (v: builtins.substring 0 1 (toString v) == "/");
       enum = vs: leaf "one of ${toJSON vs}" (v: elem v vs);
       nullOr = t: leaf "null or ${t.name}" (v: v == null || t.check v);
+      # A list is one value here (the module defines each list option once), not merged.
+      listOf = t: leaf "list of ${t.name}" (v: builtins.isList v && builtins.all t.check v);
       ints.positive = leaf "positive integer" (v: builtins.isInt v && v > 0);
       numbers.between = lo: hi: leaf "number between ${toString lo} and ${toString hi}" (
         v: (builtins.isInt v || builtins.isFloat v) && v >= lo && v <= hi
@@ -379,6 +381,11 @@ in
     notSocketActivated = s.serviceConfig.X-NotSocketActivated or false;
   }) c.systemd.services;
   tmpfiles = builtins.attrNames c.systemd.tmpfiles.settings."10-boxmaker";
+  # The Matrix channel's unit keys that carry its token and its network.
+  channeld = if c.systemd.services ? boxmaker-channeld then {
+    inherit (c.systemd.services.boxmaker-channeld.serviceConfig) LoadCredential User;
+    IPAddressAllow = c.systemd.services.boxmaker-channeld.serviceConfig.IPAddressAllow or null;
+  } else null;
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) c.assertions);
   etc = builtins.attrNames c.environment.etc;
   inherit warnings;
@@ -394,6 +401,7 @@ in
     inference = attrNames opts.inference;
     memory = attrNames opts.memory;
     gateway = attrNames opts.gateway;
+    channels = attrNames opts.channels;
     settings = mapAttrs (d: _: {
       type = (settingsOf d).kind or null;
       freeform = ((settingsOf d).module.freeformType or { }).kind or null;

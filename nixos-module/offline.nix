@@ -11,10 +11,16 @@
 #
 # `default` is the module with only `enable` and `owner` set; `full` adds an API key
 # credential and broker workspace roots, one of them writable and under /home.
+#
+# `matrix` (the twin's, a JSON object { homeserver }) gives channeld its token as the
+# credential and its IP reach; without it the twin renders no channeld unit (`twin = true`), as
+# the module does without services.boxmaker.channels.matrix.
 {
   bindir,
   confdir,
   variant ? "default",
+  twin ? false,
+  matrix ? null,
 }:
 let
   units = import ./units.nix;
@@ -58,12 +64,16 @@ let
     ownerGroup = "users";
     exe = daemon: "${bindir}/${daemon}";
     configFile = daemon: "${confdir}/${daemon}.toml";
-    credentials = if full then { inferproxy = [ "api_key:/run/keys/boxmaker-api-key" ]; } else { };
+    without = if twin && matrix == null then [ "channeld" ] else [ ];
+    credentials =
+      (if full then { inferproxy = [ "api_key:/run/keys/boxmaker-api-key" ]; } else { })
+      // (if matrix == null then { } else { channeld = [ "matrix_token:${confdir}/matrix-token" ]; });
     extraReadWritePaths = if full then { brokerd = [ "/home/boxowner/projects" ]; } else { };
     readOnlyHome = if full then { brokerd = true; } else { };
     # The full variant's provider names an address: inferproxy's unit allows it alone.
     ipAddresses =
-      if full then { inferproxy = units.ipAddressesOfProvider "http://192.168.1.5:8080/v1"; } else { };
+      (if full then { inferproxy = units.ipAddressesOfProvider "http://192.168.1.5:8080/v1"; } else { })
+      // (if matrix == null then { } else { channeld = units.ipAddressesOfProvider matrix.homeserver; });
   };
 in
 builtins.mapAttrs (_: text) rendered

@@ -9,8 +9,16 @@
 #
 # The owner is `boxowner` (group `users`), as in the offline check; the package is the
 # twin's installed binaries; configurations live where the module puts them, /etc/boxmaker.
-{ package }:
+#
+# `matrix` (a JSON string, empty for none): { homeserver, user, owners, rooms } of a Matrix
+# channel on a homeserver the twin reaches (the host's Synapse on loopback), whose token
+# twin.sh writes to /etc/boxmaker/matrix-token; without it the twin has no channeld.
+{
+  package,
+  matrix ? "",
+}:
 let
+  channel = if matrix == "" then null else builtins.fromJSON matrix;
   units = import ./units.nix;
   defaults = import ./defaults.nix;
   confdir = "/etc/boxmaker";
@@ -21,6 +29,8 @@ let
   unitTexts = import ./offline.nix {
     bindir = "${package}/bin";
     inherit confdir;
+    twin = true;
+    matrix = channel;
   };
 
   lines = builtins.concatStringsSep "";
@@ -40,6 +50,7 @@ let
     inherit home ownerUser;
     inherit (defaults) inference tools;
     defaultScript = "${package}/share/boxmaker/inferproxy-default-script.toml";
+    matrix = channel;
   };
 in
 {
@@ -48,5 +59,6 @@ in
   manifest = units.deviceManifest {
     inherit home ownerUser ownerGroup;
     configFile = d: "${confdir}/${d}.toml";
+    without = if channel == null then [ "channeld" ] else [ ];
   };
 }

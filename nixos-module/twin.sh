@@ -16,7 +16,11 @@
 #   6. a workspace root and the run tool, configured as an owner would: workspace_read reads
 #      the root under brokerd's unit, and run starts a program from the store that reads it
 #      and is refused /etc by its own sandbox; the chain verifies;
-#   7. the device check passes again, and its output is kept in target/twin/check.txt.
+#   7. with a Synapse on the host's loopback (SYNAPSE_URL, .ci/synapse-up), the Matrix channel:
+#      channeld's unit with its token as the credential, paired by `bxctl channel pair`, a
+#      message of the owner answered in the room (channeld is in steps 1 to 3 as every daemon);
+#      without SYNAPSE_URL the twin has no channeld and says so;
+#   8. the device check passes again, and its output is kept in target/twin/check.txt.
 #
 # The Debian root (debootstrap minbase bookworm, Debian's own packages) is made once under
 # target/twin/base and copied for each run. It needs root, systemd-nspawn, nsenter, debootstrap
@@ -93,9 +97,53 @@ trap cleanup EXIT
 rm -rf "$root"
 cp -a "$base" "$root"
 
+# The Matrix channel, when a Synapse is on the host's loopback (the twin shares the host's
+# network): a bot and an owner registered with its shared secret, a room of the owner's with the
+# bot invited. matrix.py speaks the client-server API for this script.
+matrix_json=""
+matrix_py="$twin/matrix.py"
+cat >"$matrix_py" <<'EOF'
+import json, sys, time, urllib.parse, urllib.request
+url = sys.argv[1]
+def call(method, path, token=None, body=None):
+    req = urllib.request.Request(url + "/_matrix/client/v3" + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"content-type": "application/json", **({"authorization": "Bearer " + token} if token else {})})
+    return json.load(urllib.request.urlopen(req, timeout=30))
+q = lambda s: urllib.parse.quote(s, safe="")
+cmd = sys.argv[2]
+if cmd == "login":
+    v = call("POST", "/login", body={"type": "m.login.password", "identifier": {"type": "m.id.user", "user": sys.argv[3]}, "password": sys.argv[4]})
+    print(v["user_id"], v["access_token"])
+elif cmd == "room":
+    print(call("POST", "/createRoom", sys.argv[3], {"preset": "private_chat", "invite": [sys.argv[4]]})["room_id"])
+elif cmd == "say":
+    print(call("PUT", f"/rooms/{q(sys.argv[4])}/send/m.room.message/twin{time.time_ns()}", sys.argv[3], {"msgtype": "m.text", "body": sys.argv[5]})["event_id"])
+elif cmd == "bodies":
+    v = call("GET", f"/rooms/{q(sys.argv[4])}/messages?dir=b&limit=100", sys.argv[3])
+    for e in v["chunk"]:
+        c = e.get("content", {})
+        print(e.get("sender"), (c.get("m.new_content") or c).get("body", "").replace("\n", " "))
+elif cmd == "member":
+    v = call("GET", f"/rooms/{q(sys.argv[4])}/members", sys.argv[3])
+    print(" ".join(e["content"]["membership"] for e in v["chunk"] if e["state_key"] == sys.argv[5]))
+EOF
+if [[ -n "${SYNAPSE_URL:-}" && -n "${SYNAPSE_REGISTER:-}" && -n "${SYNAPSE_SHARED_SECRET:-}" ]]; then
+  tag="twin$$$(date +%s)"
+  for who in bot owner; do
+    "$SYNAPSE_REGISTER" -u "$tag$who" -p "pw-$tag$who" --no-admin -k "$SYNAPSE_SHARED_SECRET" "$SYNAPSE_URL" >/dev/null ||
+      fail "cannot register $tag$who on $SYNAPSE_URL"
+  done
+  read -r bot_id bot_token < <(python3 "$matrix_py" "$SYNAPSE_URL" login "${tag}bot" "pw-${tag}bot")
+  read -r mx_owner mx_owner_token < <(python3 "$matrix_py" "$SYNAPSE_URL" login "${tag}owner" "pw-${tag}owner")
+  mx_room="$(python3 "$matrix_py" "$SYNAPSE_URL" room "$mx_owner_token" "$bot_id")"
+  matrix_json="$(jq -c -n --arg hs "$SYNAPSE_URL" --arg u "$bot_id" --arg o "$mx_owner" --arg r "$mx_room" \
+    '{homeserver: $hs, user: $u, owners: [$o], rooms: [$r]}')"
+fi
+
 render="$twin/render.json"
-nix-instantiate --eval --strict --json "$here/twin.nix" --argstr package "$pkg" >"$render" 2>"$twin/render.err" ||
-  fail "nix-instantiate twin.nix: $(cat "$twin/render.err")"
+nix-instantiate --eval --strict --json "$here/twin.nix" --argstr package "$pkg" --argstr matrix "$matrix_json" \
+  >"$render" 2>"$twin/render.err" || fail "nix-instantiate twin.nix: $(cat "$twin/render.err")"
 
 # The package: the release binaries, their loader and libraries beside them in the store (as
 # Nix links them), the runbook and the default script where nix/package.nix puts them.
@@ -160,6 +208,11 @@ for daemon, conf in configs.items():
     with open(f"{sys.argv[2]}/{daemon}.toml", "w") as f:
         f.write("\n".join(out) + "\n")
 EOF
+
+# The bot's token where the unit's LoadCredential= reads it (root's alone, as /run/keys would be).
+if [[ -n "$matrix_json" ]]; then
+  install -m 0600 /dev/stdin "$root/etc/boxmaker/matrix-token" <<<"$bot_token"
+fi
 
 # The system users, as the module declares them; the owner's login account, which the module
 # leaves to the device's own configuration.
@@ -288,6 +341,7 @@ anchor_of() {
     gatewayd) echo gateway-config-invalid ;;
     loopd) echo loopd-config-refused ;;
     memoryd) echo memoryd-config-invalid ;;
+    channeld) echo channel-config-invalid ;;
     *) fail "no configuration anchor known for $1" ;;
   esac
 }
@@ -402,7 +456,35 @@ as_owner bxctl audit verify >/dev/null || fail "after the run turn the audit cha
 say "workspace_read read a root under brokerd's unit (openat2 refused by RestrictSUIDSGID=; the walk beneath the root instead)"
 say "run: a program from the store ran under brokerd's unit, read its root, was refused /etc; no network namespace of its own (said once, RUNBOOK=run-no-network-namespace); the chain verified"
 
-# --- 7. the device check once more, kept for docs/install.md -------------------------------
+# --- 7. the Matrix channel, when the host has a Synapse ---------------------------------------
+if [[ -n "$matrix_json" ]]; then
+  mx() { python3 "$matrix_py" "$SYNAPSE_URL" "$@"; }
+  joined() { [[ "$(mx member "$mx_owner_token" "$mx_room" "$bot_id")" == join ]]; }
+  wait_for "channeld to join the owner's room" 60 joined
+  syncing() { as_owner bxctl channel status | grep -q "syncing with"; }
+  wait_for "bxctl channel status to say channeld syncs" 60 syncing
+  code="$(as_owner bxctl channel pair --room "$mx_room" --json | jq -r .code)"
+  mx say "$mx_owner_token" "$mx_room" "$code" >/dev/null
+  paired() { mx bodies "$mx_owner_token" "$mx_room" | grep -q "^$bot_id Paired:"; }
+  wait_for "the pairing to be confirmed in the room" 60 paired
+  mx say "$mx_owner_token" "$mx_room" "hello from the phone" >/dev/null
+  answered() { mx bodies "$mx_owner_token" "$mx_room" | grep -q "^$bot_id Hello!"; }
+  wait_for "the owner's message to be answered in the room" 60 answered
+  if grep -rqF "$bot_token" "$root/etc/boxmaker"/*.toml; then fail "the Matrix token is in a configuration file"; fi
+  pid="$(in_twin systemctl show -p MainPID --value boxmaker-channeld.service)"
+  if in_twin cat "/proc/$pid/environ" | tr '\0' '\n' | grep -qF "$bot_token"; then
+    fail "the Matrix token is in channeld's environment"
+  fi
+  if in_twin cat "/proc/$pid/cmdline" | tr '\0' ' ' | grep -qF "$bot_token"; then
+    fail "the Matrix token is in channeld's command line"
+  fi
+  if in_twin journalctl --no-pager -o cat | grep -qF "$bot_token"; then fail "the Matrix token is in the journal"; fi
+  say "matrix: channeld under its unit, paired by bxctl channel pair, the owner's message answered in the room; the token in no config, command line, environment or journal"
+else
+  say "matrix: no SYNAPSE_URL, so the twin has no channeld (.ci/synapse-up brings a Synapse up)"
+fi
+
+# --- 8. the device check once more, kept for docs/install.md -------------------------------
 out="$(check 2>&1)" || fail "the device check failed at the end:"$'\n'"$out"
 printf '%s\n' "$out" >"$twin/check.txt"
 check --json >"$twin/check.json" || fail "bxctl check --json failed"

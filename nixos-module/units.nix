@@ -222,6 +222,7 @@ let
       ownerUser,
       ownerGroup,
       configFile,
+      without ? [ ],
     }:
     {
       inherit home securityThreshold;
@@ -235,7 +236,7 @@ let
         user = daemons.${d}.user;
         group = daemons.${d}.user;
         config = configFile d;
-      }) daemonNames;
+      }) (runningDaemons without);
       sockets = map (
         s:
         let
@@ -248,9 +249,15 @@ let
           server = sockets.${s}.server;
           inherit (c) user group;
         }
-      ) socketNames;
+      ) (runningSockets without);
       directories = directories { inherit home ownerUser ownerGroup; };
     };
+
+  # The daemons a device runs: all of layout.json's but those left `without` (channeld when
+  # no Matrix channel is configured), and the sockets those serve.
+  runningDaemons = without: builtins.filter (d: !(builtins.elem d without)) daemonNames;
+  runningSockets =
+    without: builtins.filter (s: !(builtins.elem sockets.${s}.server without)) socketNames;
 
   # What a daemon's unit may write: its own state directory and the directories of the
   # sockets it is the client of (the same set its Landlock ruleset allows).
@@ -396,6 +403,7 @@ let
       extraReadWritePaths ? { },
       readOnlyHome ? { },
       ipAddresses ? { },
+      without ? [ ],
     }:
     let
       sandbox =
@@ -503,7 +511,11 @@ let
         };
       };
     in
-    builtins.listToAttrs (map serviceUnitOf daemonNames ++ map socketUnitOf socketNames ++ [ selftestUnit ]);
+    builtins.listToAttrs (
+      map serviceUnitOf (runningDaemons without)
+      ++ map socketUnitOf (runningSockets without)
+      ++ [ selftestUnit ]
+    );
 in
 {
   inherit
@@ -529,6 +541,8 @@ in
     userDescription
     deviceManifest
     readWritePaths
+    runningDaemons
+    runningSockets
     ipAddressesOfProvider
     ipAddressesOfGateway
     gatewayAllows

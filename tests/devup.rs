@@ -149,7 +149,11 @@ fn a_dev_up_that_fails_to_start_leaves_the_home_and_the_machine_as_they_were() {
     );
     if bxtest::is_root() {
         let users = removed_users(&out);
-        assert_eq!(users.len(), 5, "one user per daemon: {text}");
+        assert_eq!(
+            users.len(),
+            bxcore::layout::DAEMONS.len(),
+            "one user per daemon: {text}"
+        );
         for u in users {
             assert!(
                 nix::unistd::User::from_name(&u).unwrap().is_none(),

@@ -4,7 +4,7 @@
 //! directory, and handed to the real `<daemon> check --config`, which loads it and every file
 //! it names and must exit 0. Once for the module's defaults (only `enable` and `owner` set), once
 //! for a fuller device (an OpenAI-compatible provider with a key, two slots, workspace roots,
-//! tightened tools).
+//! tightened tools, the Matrix channel).
 //!
 //! Debian's Nix 2.8 is enough (builtins only); without `nix-instantiate` the test says
 //! `skipped: nix-instantiate is not installed`.
@@ -82,7 +82,9 @@ fn check_all(
     let etc = home.join("etc");
     fs::create_dir_all(&etc).unwrap();
     let mut refused = Vec::new();
-    for daemon in DAEMONS {
+    // channeld, when the device has the Matrix channel (configs.nix renders it only then).
+    let channel = configs.get("channeld").map(|_| "channeld");
+    for daemon in DAEMONS.into_iter().chain(channel) {
         let mut cfg = configs[daemon].clone();
         assert!(
             cfg.is_object(),
@@ -154,6 +156,13 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
     fs::write(creds.join("api_key"), "sk-test-not-a-real-key\n").unwrap();
     // As systemd makes a credential: readable by its owner only (inferproxy refuses more).
     fs::set_permissions(creds.join("api_key"), fs::Permissions::from_mode(0o400)).unwrap();
+    // services.boxmaker.channels.matrix's token, the credential matrix_token.
+    fs::write(creds.join("matrix_token"), "syt_test_not_a_real_token\n").unwrap();
+    fs::set_permissions(
+        creds.join("matrix_token"),
+        fs::Permissions::from_mode(0o400),
+    )
+    .unwrap();
 
     let mut args = device(home.path());
     args["inference"] = json!({
@@ -170,7 +179,19 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
         "web_fetch": { "enabled": false },
         "workspace_write": { "approval": "always" }
     });
+    args["matrix"] = json!({
+        "homeserver": "http://127.0.0.1:8008",
+        "user": "@box:localhost",
+        "owners": ["@alice:localhost"],
+        "rooms": ["!abc:localhost"]
+    });
     let configs = render(&args);
+    assert!(
+        configs["channeld"].get("matrix").is_some()
+            && !configs["channeld"].to_string().contains("token"),
+        "the token reaches channeld as a credential, never in its configuration: {}",
+        configs["channeld"]
+    );
     assert!(
         configs["inferproxy"]["provider"]
             .get("api_key_file")

@@ -24,7 +24,14 @@ pub fn bin_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("the test runs from target/<profile>/deps")
         .to_path_buf();
-    for b in ["bxctl", "loopd", "brokerd", "inferproxy", "memoryd"] {
+    for b in [
+        "bxctl",
+        "loopd",
+        "brokerd",
+        "inferproxy",
+        "memoryd",
+        "channeld",
+    ] {
         assert!(
             dir.join(b).is_file(),
             "{} is missing: build the workspace's binaries first (`cargo build --workspace \
@@ -64,8 +71,9 @@ pub fn bxctl_as(uid: u32, gid: u32, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The daemons of a dev box, as `bxctl dev` starts them.
-pub use bxctl::dev::DAEMONS;
+/// The daemons of a dev box, as `bxctl dev` starts them (and every one it may start: channeld
+/// with `--matrix`).
+pub use bxctl::dev::{ALL_DAEMONS, DAEMONS};
 
 /// A dev box on its own temporary home.
 #[derive(Debug)]
@@ -200,7 +208,7 @@ impl Drop for DevBox {
             let _ = self.down();
         }
         // Whatever `down` could not stop is killed before the home goes.
-        for d in DAEMONS {
+        for d in ALL_DAEMONS {
             if let Some(pid) = self.pid(d) {
                 let pid = Pid::from_raw(pid as i32);
                 if fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == d) {

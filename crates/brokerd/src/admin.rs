@@ -12,7 +12,7 @@ use bxcore::{
 };
 use serde_json::json;
 
-use crate::approvals::Verdict;
+use crate::approvals::{By, Verdict};
 use crate::broker::{Broker, Redecision, send};
 use crate::leases::Covers;
 use crate::ledger::chain;
@@ -36,7 +36,11 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
             }),
         },
         Message::ApprovalDecision(d) => {
-            let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            let uid = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            let by = By {
+                uid,
+                approver: d.approver.clone(),
+            };
             decide(broker, d, by)
         }
         Message::AuditVerify {} => verify(broker, None),
@@ -58,7 +62,7 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
 
 /// The owner's decision. An approval is decided again against the session's state now: a call
 /// the policy denies since it asked is denied, and the answer says why.
-fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
+pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
     let forbidden = |detail: String| {
         Message::Error(WireError {
             code: ErrorCode::Forbidden,
@@ -69,7 +73,7 @@ fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
     // A lease asked with the approval is granted first, so that one that cannot be (a full
     // table) leaves the approval pending for the owner to answer without it.
     let lease = match (d.allow && d.lease, broker.approvals().pending(&d.approval)) {
-        (true, Some(a)) => match grant(broker, &a, by) {
+        (true, Some(a)) => match grant(broker, &a, &by) {
             Ok(l) => Some(l),
             Err(why) => {
                 return forbidden(format!(
@@ -164,7 +168,7 @@ fn revoke(broker: &Broker, r: LeaseRef, by: u32) -> Message {
 }
 
 /// A lease for the calls like `a`, granted by `by` and recorded in the chain before it counts.
-fn grant(broker: &Broker, a: &Approval, by: u32) -> Result<Lease, String> {
+fn grant(broker: &Broker, a: &Approval, by: &By) -> Result<Lease, String> {
     let rule = a.rule.as_str();
     let scope = broker.place(&a.tool, &a.args);
     let covers = Covers {
@@ -173,7 +177,7 @@ fn grant(broker: &Broker, a: &Approval, by: u32) -> Result<Lease, String> {
         scope: &scope,
         rule,
     };
-    let by = format!("uid {by}");
+    let by = by.name();
     let lease = broker
         .leases()
         .grant(&covers, &by)

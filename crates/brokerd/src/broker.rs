@@ -398,10 +398,14 @@ impl Call<'_> {
         // The requester's end of input while it waits withdraws the approval: a turn
         // cancelled, or a loopd gone. Watched by a thread until the wait is over.
         match wait_watching(self.stream, broker, waiter, &aid) {
-            Verdict::Approved { by } => self.approved(&aid, by, entry),
+            Verdict::Approved { by } => self.approved(&aid, &by, entry),
             Verdict::Denied { by, reason } => {
                 let reason = reason.unwrap_or_else(|| OWNER_DENIED.to_string());
-                self.deny(Vec::new(), Some(json!({"approval": aid, "by": by})), reason);
+                self.deny(
+                    Vec::new(),
+                    Some(by.record(json!({"approval": aid}))),
+                    reason,
+                );
             }
             Verdict::Expired => {
                 let reason = "the approval expired".to_string();
@@ -423,9 +427,9 @@ impl Call<'_> {
 
     /// The owner approved: decide the call again against the session's state now (it may have
     /// read something since it asked), and run it only if the policy still lets it.
-    fn approved(&mut self, aid: &ApprovalId, by: u32, entry: &Entry) {
+    fn approved(&mut self, aid: &ApprovalId, by: &crate::approvals::By, entry: &Entry) {
         let broker = self.broker;
-        let tag = json!({"approval": aid, "by": by});
+        let tag = by.record(json!({"approval": aid}));
         let plan = match broker.redecide(&self.session, &self.tool, &self.args) {
             Redecision::Runs(p) => p,
             Redecision::Denied(reason) => return self.deny(Vec::new(), Some(tag), reason),
@@ -440,7 +444,7 @@ impl Call<'_> {
         };
         let approved = self.draft(
             Event::Approved,
-            json!({"approval": aid, "by": by, "digest": canonical::digest(&self.args)}),
+            by.record(json!({"approval": aid, "digest": canonical::digest(&self.args)})),
         );
         if let Err(e) = broker.ledger.record(vec![approved]) {
             broker.fault(&e);

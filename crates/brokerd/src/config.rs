@@ -15,7 +15,7 @@ pub const DEFAULT_TTL_MS: u64 = 600_000;
 pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The socket file names `[peers]` keys by.
-pub const SOCKET_NAMES: [&str; 3] = ["broker.sock", "admin.sock", "state.sock"];
+pub const SOCKET_NAMES: [&str; 4] = ["broker.sock", "admin.sock", "state.sock", "decide.sock"];
 
 /// `[paths]`: the box's home, as every daemon has it.
 pub use bxharden::config::Paths;
@@ -30,6 +30,26 @@ pub struct Sockets {
     pub admin: PathBuf,
     /// `memoryd`'s session-state questions.
     pub state: PathBuf,
+    /// The channel daemon's decisions on its own sessions' approvals.
+    pub decide: PathBuf,
+}
+
+/// `[decide]`: which approvals decide.sock may decide. Until sessions are minted by brokerd
+/// itself, a channel's sessions are known by their name: every session loopd runs for the
+/// channel begins with `session_prefix` (loopd's `[bridge]` has the same), and decide.sock
+/// refuses the approval of any other (`docs/channels.md` says what this rule does not cover).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecideConfig {
+    pub session_prefix: String,
+}
+
+impl Default for DecideConfig {
+    fn default() -> DecideConfig {
+        DecideConfig {
+            session_prefix: layout::CHANNEL_SESSION_PREFIX.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -230,6 +250,8 @@ pub struct Config {
     #[serde(default)]
     pub approvals: ApprovalsConfig,
     #[serde(default)]
+    pub decide: DecideConfig,
+    #[serde(default)]
     pub workspace: WorkspaceConfig,
     #[serde(default)]
     pub tools: BTreeMap<String, Tightening>,
@@ -302,8 +324,14 @@ impl bxharden::daemon::DaemonConfig for Config {
         self.peers
             .check_sockets(&SOCKET_NAMES)
             .map_err(|e| e.to_string())?;
+        let prefix = &self.decide.session_prefix;
+        if prefix.is_empty() || prefix.len() > 32 || bxcore::SessionId::new(prefix).is_err() {
+            return Err(format!(
+                "[decide] session_prefix {prefix:?} must be 1 to 32 of A-Z a-z 0-9 _ -"
+            ));
+        }
         self.serve
-            .check(&[layout::BROKER, layout::ADMIN, layout::STATE])
+            .check(&[layout::BROKER, layout::ADMIN, layout::STATE, layout::DECIDE])
     }
 
     fn sandbox(&self) -> &SandboxConfig {
@@ -366,6 +394,11 @@ impl Config {
     /// `state.sock`, where `memoryd` asks for a session's state.
     pub fn state_socket(&self) -> PathBuf {
         self.or_default(&self.sockets.state, layout::STATE)
+    }
+
+    /// `decide.sock`, where the channel daemon decides its own sessions' approvals.
+    pub fn decide_socket(&self) -> PathBuf {
+        self.or_default(&self.sockets.decide, layout::DECIDE)
     }
 
     /// `<home>/broker`: brokerd's own directory.

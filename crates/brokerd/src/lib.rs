@@ -11,6 +11,7 @@ pub mod admin;
 pub mod approvals;
 pub mod broker;
 pub mod config;
+pub mod decide;
 pub mod dirs;
 pub mod fingerprints;
 pub mod leases;

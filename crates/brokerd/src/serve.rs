@@ -24,7 +24,7 @@ use crate::ledger::chain::{self, ChainError, OnBreak, Opened};
 use crate::ledger::lock::AuditLock;
 use crate::ledger::record::{Draft, Event};
 use crate::state::StateStore;
-use crate::{admin, state_socket};
+use crate::{admin, decide, state_socket};
 
 /// The runbook anchor of a configuration brokerd refuses.
 pub const CONFIG_ANCHOR: &str = "broker-config-invalid";
@@ -47,6 +47,7 @@ pub struct Started {
     tools: Socket,
     admin: Socket,
     state: Socket,
+    decide: Socket,
     _lock: AuditLock,
 }
 
@@ -80,6 +81,8 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
     let state = s.listen(layout::STATE, &state_path)?;
     let tools = s.listen(layout::BROKER, &tools_path)?;
     let admin = s.listen(layout::ADMIN, &admin_path)?;
+    let decide_path = s.cfg().decide_socket();
+    let decide = s.listen(layout::DECIDE, &decide_path)?;
 
     let run_cfg = s.cfg().run.clone();
     let mut profile = Profile::new(SeccompProfile::Brokerd {
@@ -161,6 +164,7 @@ pub fn start(config_path: &Path) -> Result<Started, StartError> {
         tools,
         admin,
         state,
+        decide,
         _lock: lock,
     })
 }
@@ -211,6 +215,11 @@ impl Started {
             "serving session state on {}",
             cfg.state_socket().display()
         ));
+        notice(&format!(
+            "serving the channel's decisions on {} (sessions {}...)",
+            cfg.decide_socket().display(),
+            cfg.decide.session_prefix
+        ));
         if let Some(t) = &self.opened.torn {
             notice(&format!(
                 "a torn tail is recovered: {} bytes at offset {} of {} were cut off and recorded",
@@ -254,7 +263,8 @@ impl Started {
         };
         let served = serve(self.state, state_socket::handle)
             .and_then(|()| serve(self.tools, broker::handle))
-            .and_then(|()| serve(self.admin, admin::handle));
+            .and_then(|()| serve(self.admin, admin::handle))
+            .and_then(|()| serve(self.decide, decide::handle));
         if let Err(e) = served {
             daemon::exit(&e);
             std::process::exit(1);

@@ -186,12 +186,14 @@ fn the_socket_names_are_the_layouts() {
     assert_eq!(brokerd::broker::SOCKET, layout::BROKER.file());
     assert_eq!(brokerd::admin::SOCKET, layout::ADMIN.file());
     assert_eq!(brokerd::state_socket::SOCKET, layout::STATE.file());
+    assert_eq!(brokerd::decide::SOCKET, layout::DECIDE.file());
     assert_eq!(
         brokerd::config::SOCKET_NAMES,
         [
             layout::BROKER.file(),
             layout::ADMIN.file(),
-            layout::STATE.file()
+            layout::STATE.file(),
+            layout::DECIDE.file()
         ]
     );
 }

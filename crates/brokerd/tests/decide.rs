@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use brokerd::approvals::{Approvals, DecideError, Verdict};
+use brokerd::approvals::{Approvals, By, DecideError, Verdict};
 use brokerd::policy::{AskRule, Decision, SessionState, decide};
 use bxcore::{Approval, ApprovalId, CallId, DataClass, SessionId, Timestamp};
 use serde_json::json;
@@ -202,10 +202,12 @@ fn a_decision_reaches_its_waiter_once() {
     let id = a.approval.clone();
     let w = table.open(a, Duration::from_secs(60)).unwrap();
     assert_eq!(table.list().len(), 1);
-    table.decide(&id, Verdict::Approved { by: 1000 }).unwrap();
-    assert_eq!(table.wait(w), Verdict::Approved { by: 1000 });
+    table
+        .decide(&id, Verdict::Approved { by: By::uid(1000) })
+        .unwrap();
+    assert_eq!(table.wait(w), Verdict::Approved { by: By::uid(1000) });
     assert_eq!(
-        table.decide(&id, Verdict::Approved { by: 1000 }),
+        table.decide(&id, Verdict::Approved { by: By::uid(1000) }),
         Err(DecideError::NotPending(id))
     );
     assert!(table.list().is_empty());
@@ -218,7 +220,11 @@ fn the_clock_wins_when_nobody_decides_and_a_late_decision_is_refused() {
     let id = a.approval.clone();
     let w = table.open(a, Duration::from_millis(1)).unwrap();
     assert_eq!(table.wait(w), Verdict::Expired);
-    assert!(table.decide(&id, Verdict::Approved { by: 1000 }).is_err());
+    assert!(
+        table
+            .decide(&id, Verdict::Approved { by: By::uid(1000) })
+            .is_err()
+    );
     assert!(table.list().is_empty());
 }
 
@@ -232,7 +238,7 @@ fn a_withdrawn_approval_ends_its_wait_and_cannot_be_decided_any_more() {
     assert!(table.list().is_empty());
     assert_eq!(table.wait(w), Verdict::Withdrawn);
     assert_eq!(
-        table.decide(&id, Verdict::Approved { by: 1000 }),
+        table.decide(&id, Verdict::Approved { by: By::uid(1000) }),
         Err(DecideError::NotPending(id.clone()))
     );
     assert!(!table.withdraw(&id), "withdrawn once");
@@ -248,7 +254,7 @@ fn a_decision_that_came_first_wins_over_the_withdrawal() {
         .decide(
             &id,
             Verdict::Denied {
-                by: 1000,
+                by: By::uid(1000),
                 reason: None,
             },
         )
@@ -257,7 +263,7 @@ fn a_decision_that_came_first_wins_over_the_withdrawal() {
     assert_eq!(
         table.wait(w),
         Verdict::Denied {
-            by: 1000,
+            by: By::uid(1000),
             reason: None
         }
     );

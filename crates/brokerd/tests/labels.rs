@@ -307,6 +307,7 @@ fn an_approval_the_policy_now_denies_is_denied_with_the_new_reason_and_the_owner
             approval: id.clone(),
             allow: true,
             lease: false,
+            approver: None,
         }),
     );
     match &answer[0].msg {
@@ -350,6 +351,7 @@ fn an_approved_record_names_the_approver() {
             approval: id,
             allow: true,
             lease: false,
+            approver: None,
         }),
     );
     assert!(matches!(answer[0].msg, Message::ApprovalAck(_)));

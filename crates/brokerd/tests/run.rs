@@ -237,6 +237,7 @@ fn run_asks_the_owner_once_the_session_is_untrusted() {
             approval,
             allow: true,
             lease: false,
+            approver: None,
         }),
     );
     assert!(matches!(ack[0].msg, Message::ApprovalAck(_)), "{ack:?}");

@@ -159,8 +159,49 @@ pub const GATEWAY: SocketSpec = SocketSpec {
     max_connections: 16,
 };
 
+/// A channel daemon's turns (channeld, the Matrix channel): loop.sock's twin, the same table and
+/// answers, on a socket of its own so that loopd knows every turn on it comes from the channel
+/// (whose sessions carry its prefix, `docs/channels.md`) and no other user can reach it.
+pub const BRIDGE: SocketSpec = SocketSpec {
+    name: "bridge",
+    dir: "bridge-loop",
+    server: "loopd",
+    client: "channeld",
+    accepts: &["turn"],
+    wrong_kind: WrongKind::BadMessage,
+    max_connections: 8,
+};
+/// What every session the channel daemon runs is named with, unless loopd's `[bridge]
+/// session_prefix` and brokerd's `[decide] session_prefix` say otherwise: loopd refuses a turn on
+/// bridge.sock for any other session, and brokerd refuses decide.sock any other session's approval.
+pub const CHANNEL_SESSION_PREFIX: &str = "matrix-";
+
+/// The channel's right to decide approvals: brokerd serves it to channeld, for the approvals of
+/// the channel's own sessions only (`docs/channels.md`), the approver recorded by name.
+pub const DECIDE: SocketSpec = SocketSpec {
+    name: "decide",
+    dir: "bridge-broker",
+    server: "brokerd",
+    client: "channeld",
+    accepts: &["approval_show", "approval_decision"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 8,
+};
+/// The owner's view of channeld: pairing the owner's Matrix id, and the channel's status.
+pub const CHANNEL: SocketSpec = SocketSpec {
+    name: "channel",
+    dir: "owner-channel",
+    server: "channeld",
+    client: OWNER,
+    accepts: &["channel_pair", "channel_status"],
+    wrong_kind: WrongKind::Forbidden,
+    max_connections: 4,
+};
+
 /// Every socket of the box.
-pub const SOCKETS: [SocketSpec; 8] = [LOOP, BROKER, INFER, MEMORY, STATE, ADMIN, MEMORIES, GATEWAY];
+pub const SOCKETS: [SocketSpec; 11] = [
+    LOOP, BROKER, INFER, MEMORY, STATE, ADMIN, MEMORIES, GATEWAY, BRIDGE, DECIDE, CHANNEL,
+];
 
 /// A daemon's state directory under `home` and its user on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,7 +219,7 @@ impl DaemonSpec {
     }
 }
 
-pub const DAEMONS: [DaemonSpec; 5] = [
+pub const DAEMONS: [DaemonSpec; 6] = [
     DaemonSpec {
         name: "loopd",
         state_dir: "loop",
@@ -203,6 +244,11 @@ pub const DAEMONS: [DaemonSpec; 5] = [
         name: "gatewayd",
         state_dir: "gateway",
         user: "bx-gateway",
+    },
+    DaemonSpec {
+        name: "channeld",
+        state_dir: "channel",
+        user: "bx-channel",
     },
 ];
 

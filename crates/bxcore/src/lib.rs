@@ -28,11 +28,12 @@ pub use frame::{
 };
 pub use ids::{ApprovalId, CallId, IdError, LeaseId, SessionId, Timestamp};
 pub use message::{
-    Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary, Approvals, AuditHead,
-    AuditReport, ChatMessage, Envelope, FetchReply, FetchRequest, Header, HealthCheck,
-    HealthReport, Hosts, InferDelta, InferReply, InferRequest, Lease, LeaseRef, Leases, Memories,
-    Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent, MemoryReport, MemoryRoute,
-    MemorySearch, Message, Outcome, Pong, ProviderReport, RemoteHealth, SUMMARY_TEXT_MAX,
-    SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
-    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage, WorkspaceRoot,
+    APPROVER_MAX, Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary,
+    Approvals, AuditHead, AuditReport, ChannelPair, ChannelPairing, ChannelReport, ChatMessage,
+    Envelope, FetchReply, FetchRequest, Header, HealthCheck, HealthReport, Hosts, InferDelta,
+    InferReply, InferRequest, Lease, LeaseRef, Leases, Memories, Memory, MemoryForget,
+    MemoryForgotten, MemoryRecall, MemoryRecent, MemoryReport, MemoryRoute, MemorySearch, Message,
+    Outcome, Pong, ProviderReport, RemoteHealth, SUMMARY_TEXT_MAX, SessionState, SessionStateReply,
+    ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled,
+    TurnRecord, Usage, WorkspaceRoot,
 };

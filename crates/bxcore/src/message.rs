@@ -119,6 +119,12 @@ pub enum Message {
     /// gateway.sock: one request to the web.
     FetchRequest(FetchRequest),
     FetchReply(FetchReply),
+    /// channel.sock: the owner asks channeld for a pairing code for one room.
+    ChannelPair(ChannelPair),
+    ChannelPairing(ChannelPairing),
+    /// channel.sock: how the channel is (`bxctl status`).
+    ChannelStatus {},
+    ChannelReport(ChannelReport),
     /// Any socket: the request was not answered.
     Error(WireError),
 }
@@ -172,6 +178,10 @@ impl Message {
             Message::MemoryReport(_) => "memory_report",
             Message::FetchRequest(_) => "fetch_request",
             Message::FetchReply(_) => "fetch_reply",
+            Message::ChannelPair(_) => "channel_pair",
+            Message::ChannelPairing(_) => "channel_pairing",
+            Message::ChannelStatus {} => "channel_status",
+            Message::ChannelReport(_) => "channel_report",
             Message::Error(_) => "error",
         }
     }
@@ -473,9 +483,11 @@ impl Approval {
     }
 }
 
-/// `approval_decision {approval, allow, lease}`: `lease: true` with `allow: true` also allows
-/// the calls like this one (the approval's `lease_scope`) for the rest of the session, until
-/// the lease expires or is revoked.
+/// `approval_decision {approval, allow, lease, approver}`: `lease: true` with `allow: true` also
+/// allows the calls like this one (the approval's `lease_scope`) for the rest of the session,
+/// until the lease expires or is revoked; on decide.sock `approver` says who, in the channel's
+/// terms, decided (a Matrix user id), which brokerd records in the audit chain beside the
+/// peer's uid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalDecision {
@@ -483,6 +495,8 @@ pub struct ApprovalDecision {
     pub allow: bool,
     #[serde(default, skip_serializing_if = "is_false")]
     pub lease: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -522,6 +536,9 @@ pub struct Leases {
 pub struct LeaseRef {
     pub lease: LeaseId,
 }
+
+/// The longest `approver` brokerd records, in bytes (a Matrix user id is at most 255).
+pub const APPROVER_MAX: usize = 255;
 
 /// `approval_ack {approval}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -796,4 +813,35 @@ pub struct FetchReply {
     pub headers: Vec<Header>,
     pub body: String,
     pub truncated: bool,
+}
+
+/// `channel_pair {room}`: a one-time code for the owner to send from their Matrix account in
+/// `room` (one of the rooms channeld is configured with); the sender is then bound as the owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelPair {
+    pub room: String,
+}
+
+/// `channel_pairing {room, code, expires}`: the code, valid once, until `expires`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelPairing {
+    pub room: String,
+    pub code: String,
+    pub expires: Timestamp,
+}
+
+/// `channel_report {homeserver, user, connected, detail, owners, rooms}`: what channeld is
+/// connected to as whom, whether its last sync worked (`detail` says why not, with its runbook
+/// pointer), the owners paired and the rooms it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelReport {
+    pub homeserver: String,
+    pub user: String,
+    pub connected: bool,
+    pub detail: String,
+    pub owners: Vec<String>,
+    pub rooms: Vec<String>,
 }

@@ -440,6 +440,7 @@ fn approval_decision() {
                 approval: aid(),
                 allow: true,
                 lease: false,
+                approver: None,
             }),
         ),
         json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_decision","approval":"9f2c4a1b0d3e5f67","allow":true}}),
@@ -468,6 +469,7 @@ fn approval_decision_with_a_lease() {
                 approval: aid(),
                 allow: true,
                 lease: true,
+                approver: None,
             }),
         ),
         json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_decision","approval":"9f2c4a1b0d3e5f67","allow":true,"lease":true}}),
@@ -878,4 +880,41 @@ fn a_memory_route_is_one_of_three_names_and_nothing_else() {
     }
     let bad = r#"{"v":1,"id":1,"final":true,"msg":{"kind":"memory_recent","route":"elsewhere","limit":1}}"#;
     assert!(serde_json::from_str::<Envelope>(bad).is_err());
+}
+
+#[test]
+fn the_channel_frames_of_the_protocol_doc_parse_and_write_back_the_same() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let frames: Vec<&str> = doc
+        .lines()
+        .filter(|l| {
+            l.starts_with(r#"{"v":1"#)
+                && (l.contains(r#""kind":"channel_"#) || l.contains(r#""approver":"#))
+        })
+        .collect();
+    assert!(frames.len() >= 5, "{frames:?}");
+    for text in frames {
+        let env: Envelope = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(
+            serde_json::to_value(&env).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap(),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn the_protocol_doc_has_an_example_frame_of_every_kind_a_socket_accepts() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    for spec in bxcore::layout::SOCKETS {
+        for kind in spec.accepts.iter().chain(&["ping"]) {
+            assert!(
+                doc.contains(&format!(r#""kind":"{kind}""#)),
+                "docs/protocol.md has no example frame of {kind} ({})",
+                spec.file()
+            );
+        }
+    }
 }

@@ -281,6 +281,7 @@ impl Answer {
             approval: approval.clone(),
             allow: matches!(self, Answer::Allow { .. }),
             lease: matches!(self, Answer::Allow { lease: true }),
+            approver: None,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
+use crate::channel::ChannelContext;
 use crate::chat::{self, ChatOptions};
 use crate::context::Context;
 #[cfg(feature = "devbox")]
@@ -17,7 +18,7 @@ use crate::demo;
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::memory::MemoryContext;
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, check, logs, memory, selftest, status};
+use crate::{Outcome, approvals, audit, channel, check, logs, memory, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -109,6 +110,11 @@ pub enum Command {
     Memory {
         #[command(subcommand)]
         command: MemoryCommand,
+    },
+    /// The Matrix channel: pair the owner's Matrix account, or show how the channel is.
+    Channel {
+        #[command(subcommand)]
+        command: ChannelCommand,
     },
     /// Which sockets answer, each daemon's sandbox, the model, the audit chain, pending
     /// approvals; exit 1 unless every socket answers, every daemon is confined and the chain
@@ -242,6 +248,39 @@ impl From<RouteArg> for bxcore::MemoryRoute {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum ChannelCommand {
+    /// Print a one-time code to send from your Matrix account in ROOM: that account becomes
+    /// the channel's owner.
+    Pair {
+        /// The room id (!id:server), one of channeld's [matrix] rooms.
+        #[arg(long, value_name = "ROOM")]
+        room: String,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        socket: ChannelSocket,
+    },
+    /// How the channel is: its homeserver, whether it syncs, the paired owners, the rooms.
+    Status {
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        socket: ChannelSocket,
+    },
+}
+
+/// Where channeld's owner socket is.
+#[derive(Debug, Args)]
+pub struct ChannelSocket {
+    /// channeld's owner socket [default: <run>/owner-channel/channel.sock].
+    #[arg(long, value_name = "PATH")]
+    pub channel: Option<PathBuf>,
+    /// How long channeld has to answer, in seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
     /// The latest filed turns, newest first.
     Recent {
@@ -345,6 +384,11 @@ pub struct UpArgs {
     /// not offered until etc/gatewayd.toml names a host].
     #[arg(long = "web-host", value_name = "HOST")]
     pub web_hosts: Vec<String>,
+    /// Add the Matrix channel (channeld): this TOML file holds its [matrix] table (homeserver,
+    /// user, token_file, owners, rooms) and may hold [limits]; the rest is filled in
+    /// (docs/channels.md). Only for a new home.
+    #[arg(long, value_name = "FILE")]
+    pub matrix: Option<PathBuf>,
 }
 
 impl Cli {
@@ -365,6 +409,18 @@ impl Cli {
 
 impl Cli {
     /// The context of a memory subcommand.
+    pub fn channel_context(&self, json: Json, socket: &ChannelSocket) -> ChannelContext {
+        let target = Target::resolve(self.home.as_deref());
+        ChannelContext {
+            socket: socket
+                .channel
+                .clone()
+                .unwrap_or_else(|| target.socket(&bxcore::layout::CHANNEL)),
+            json: json.json,
+            timeout: Duration::from_secs(socket.timeout.max(1)),
+        }
+    }
+
     pub fn memory_context(&self, json: Json, socket: &MemorySocket) -> MemoryContext {
         let target = Target::resolve(self.home.as_deref());
         MemoryContext {
@@ -496,6 +552,12 @@ pub fn run(cli: Cli) -> ExitCode {
             chain.as_deref(),
             *follow,
         )),
+        Command::Channel {
+            command: ChannelCommand::Pair { room, json, socket },
+        } => exit(channel::pair(&cli.channel_context(*json, socket), room)),
+        Command::Channel {
+            command: ChannelCommand::Status { json, socket },
+        } => exit(channel::status(&cli.channel_context(*json, socket))),
         Command::Memory {
             command:
                 MemoryCommand::Recent {
@@ -613,6 +675,7 @@ pub fn run(cli: Cli) -> ExitCode {
                     key_file: args.honcho_key_file.clone(),
                 },
                 web_hosts: args.web_hosts.clone(),
+                matrix: args.matrix.clone(),
             };
             match dev::up(&opts, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,

@@ -167,6 +167,7 @@ fn decide(home: &Path, approval: &ApprovalId, allow: bool) -> Result<(), String>
         approval: approval.clone(),
         allow,
         lease: false,
+        approver: None,
     });
     match client::call(&layout::ADMIN.path(home), ASK, 1, msg, |_| {}) {
         Ok(Message::ApprovalAck(a)) if a.approval == *approval => Ok(()),
@@ -603,6 +604,7 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
         },
         honcho: dev::HonchoFlags::default(),
         web_hosts: vec![WEB_HOST.to_string()],
+        matrix: None,
     };
     dev::up(&opts, out).map_err(DemoError::Up)?;
     let talk = conversation(&home, out);

@@ -86,6 +86,10 @@ pub struct Status {
     /// What loopd found asking every part a turn needs (`health` on loop.sock); `None` when
     /// loop.sock did not answer.
     pub health: Option<Vec<bxcore::HealthCheck>>,
+    /// The Matrix channel, as channeld reports it; `None` when it is not part of the box or did
+    /// not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<bxcore::ChannelReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -255,6 +259,7 @@ pub fn gather(target: &Target) -> Status {
             pending: None,
             memory: None,
             health: None,
+            channel: None,
         };
     }
     let mut problems = Vec::new();
@@ -350,6 +355,19 @@ pub fn gather(target: &Target) -> Status {
         // loop.sock's own problem (absent, refusing) is named with the sockets already.
         Err(_) => None,
     };
+    // The Matrix channel, when the box has one: its homeserver down is a problem with its line.
+    let channel = if expected(target, "channeld") {
+        let r = crate::channel::report(&target.socket(&layout::CHANNEL), PING).ok();
+        if let Some(r) = r.as_ref().filter(|r| !r.connected) {
+            problems.push(format!(
+                "the Matrix channel is not syncing: {}",
+                Shown(&r.detail, Mode::Line)
+            ));
+        }
+        r
+    } else {
+        None
+    };
     Status {
         home: target.home().display().to_string(),
         home_exists: true,
@@ -362,6 +380,7 @@ pub fn gather(target: &Target) -> Status {
         pending,
         memory,
         health,
+        channel,
     }
 }
 
@@ -488,6 +507,9 @@ pub fn render(s: &Status) -> String {
         }
         None => out.push_str("as loopd finds them: unknown (loop.sock did not answer)\n"),
     }
+    if let Some(c) = &s.channel {
+        out.push_str(&format!("channel: {}\n", crate::channel::describe(c)));
+    }
     out.push('\n');
     if s.healthy {
         out.push_str("status: healthy\n");
@@ -564,6 +586,7 @@ mod tests {
             pending: None,
             memory: None,
             health: None,
+            channel: None,
         };
         let v = verdict(&s).unwrap();
         assert!(

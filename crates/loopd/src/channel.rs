@@ -262,6 +262,44 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
     reply.send(true, last);
 }
 
+/// The runbook entry of a turn on bridge.sock for a session outside the channel's prefix.
+pub const BRIDGE_SESSION_ANCHOR: &str = "bridge-session-refused";
+
+/// One bridge.sock connection: a turn of the channel daemon, which may name only sessions that
+/// begin with `prefix` (`[bridge] session_prefix`); any other is refused `forbidden`, logged, and
+/// runs nothing. Everything else is loop.sock's [`handle`].
+pub fn handle_bridge(stream: UnixStream, env: Envelope, ctx: Arc<Context>, prefix: &str) {
+    if let Message::Turn(t) = &env.msg {
+        if !t.session.as_str().starts_with(prefix) {
+            let detail = format!(
+                "the channel may run turns only in sessions named {prefix}..., not {}",
+                t.session
+            );
+            bxharden::log::line(
+                BRIDGE_SESSION_ANCHOR,
+                &format!(
+                    "loopd: bridge.sock: {detail}; {}",
+                    bxcore::runbook::pointer(BRIDGE_SESSION_ANCHOR)
+                ),
+            );
+            let mut stream = stream;
+            let _ = write_frame(
+                &mut stream,
+                &Envelope::error(
+                    env.id,
+                    ErrorCode::Forbidden,
+                    format!(
+                        "{detail}; {}",
+                        bxcore::runbook::pointer(BRIDGE_SESSION_ANCHOR)
+                    ),
+                ),
+            );
+            return;
+        }
+    }
+    handle(stream, env, ctx);
+}
+
 /// The final `error` frame's message for a turn that failed.
 fn error_message(e: &TurnError) -> Message {
     Message::Error(bxcore::WireError {

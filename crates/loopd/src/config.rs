@@ -34,6 +34,9 @@ pub struct Config {
     pub memory: Memory,
     #[serde(default)]
     pub sockets: Sockets,
+    /// The channel daemon's turns on bridge.sock (`docs/channels.md`).
+    #[serde(default)]
+    pub bridge: Bridge,
     /// Who may connect to loop.sock (`"loop.sock" = [...]`); default: loopd's own uid.
     #[serde(default)]
     pub peers: Peers,
@@ -142,12 +145,32 @@ impl Default for Memory {
     }
 }
 
-/// `[sockets]`: the socket loopd serves.
+/// `[sockets]`: the sockets loopd serves.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Sockets {
     /// Empty or absent: `<run>/channel-loop/loop.sock` (`bxcore::layout::run_dir`).
     pub channel: PathBuf,
+    /// Empty or absent: `<run>/bridge-loop/bridge.sock`, the channel daemon's.
+    pub bridge: PathBuf,
+}
+
+/// `[bridge]`: what a turn on bridge.sock may name. Its peers are `[peers] "bridge.sock"` (on the
+/// device the channel daemon's user, `bx-channel`); every session it names must begin with
+/// `session_prefix`, so the channel reaches only sessions of its own and never the owner's
+/// others. The rule brokerd's decide.sock applies to approvals is the same (`docs/channels.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bridge {
+    pub session_prefix: String,
+}
+
+impl Default for Bridge {
+    fn default() -> Bridge {
+        Bridge {
+            session_prefix: bxcore::layout::CHANNEL_SESSION_PREFIX.to_string(),
+        }
+    }
 }
 
 pub use bxharden::daemon::ConfigError;
@@ -158,6 +181,9 @@ impl bxharden::daemon::DaemonConfig for Config {
         self.validate()?;
         if self.sockets.channel.as_os_str().is_empty() {
             self.sockets.channel = layout::LOOP.path(&self.paths.home);
+        }
+        if self.sockets.bridge.as_os_str().is_empty() {
+            self.sockets.bridge = layout::BRIDGE.path(&self.paths.home);
         }
         if self.inference.socket.as_os_str().is_empty() {
             self.inference.socket = layout::INFER.path(&self.paths.home);
@@ -191,9 +217,18 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        self.serve.check(&[layout::LOOP])?;
-        if let Err(e) = self.peers.check_sockets(&[layout::LOOP.file().as_str()]) {
+        self.serve.check(&[layout::LOOP, layout::BRIDGE])?;
+        if let Err(e) = self
+            .peers
+            .check_sockets(&[layout::LOOP.file().as_str(), layout::BRIDGE.file().as_str()])
+        {
             return Err(format!("[peers]: {e}"));
+        }
+        let prefix = &self.bridge.session_prefix;
+        if prefix.is_empty() || bxcore::SessionId::new(prefix).is_err() || prefix.len() > 32 {
+            return Err(format!(
+                "[bridge] session_prefix {prefix:?} must be 1 to 32 of A-Z a-z 0-9 _ -"
+            ));
         }
         self.paths.check()?;
         if self.turns.max_tool_rounds == 0 {

@@ -21,7 +21,7 @@ use bxharden::{Profile, STATE_DIR_ANCHOR};
 
 use crate::baseline::Baseline;
 use crate::broker_port::{BrokerPort, NoBroker, not_configured_line};
-use crate::channel::{Context, handle};
+use crate::channel::{Context, handle, handle_bridge};
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::Outbox;
@@ -83,6 +83,8 @@ fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     };
     let channel = cfg.sockets.channel.clone();
     let socket = s.listen(layout::LOOP, &channel)?;
+    let bridge_path = s.cfg().sockets.bridge.clone();
+    let bridge = s.listen(layout::BRIDGE, &bridge_path)?;
     let profile = profile(s.cfg(), config);
     let (cfg, running) = s.sandbox(&profile)?;
 
@@ -113,8 +115,10 @@ fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     }
     let client = Client::new(cfg.inference.socket.clone(), cfg.inference_timeout());
     notice(&format!(
-        "serving turns on {} (inference {}, broker {}, memory {})",
+        "serving turns on {} and the channel's on {} (sessions {}...; inference {}, broker {}, memory {})",
         cfg.sockets.channel.display(),
+        cfg.sockets.bridge.display(),
+        cfg.bridge.session_prefix,
         cfg.inference.socket.display(),
         cfg.broker
             .socket
@@ -140,8 +144,13 @@ fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
         }
     }
     let ctx = Arc::new(ctx);
+    let prefix = ctx.cfg.bridge.session_prefix.clone();
+    let for_bridge = Arc::clone(&ctx);
     running.serve(socket, move |stream, env| {
         handle(stream, env, Arc::clone(&ctx))
+    })?;
+    running.serve(bridge, move |stream, env| {
+        handle_bridge(stream, env, Arc::clone(&for_bridge), &prefix)
     })?;
     running.ready()
 }

@@ -273,6 +273,7 @@ fn an_approval_asked_by_the_real_brokerd_reaches_the_channel_and_the_turn_waits_
             approval,
             allow: true,
             lease: false,
+            approver: None,
         }),
         |_| {},
     )

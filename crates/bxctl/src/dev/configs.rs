@@ -242,7 +242,7 @@ impl ModelFlags {
 }
 
 /// Everything a fresh home is made with that its daemons' configs follow from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
     /// How inferproxy reaches its model.
     pub model: ModelChoice,
@@ -250,6 +250,8 @@ pub struct Choice {
     pub honcho: Option<HonchoChoice>,
     /// gatewayd's allow-list (`--web-host`).
     pub web_hosts: Vec<String>,
+    /// channeld's `[matrix]` (and `[limits]`) tables; `None`: no Matrix channel.
+    pub matrix: Option<Table>,
 }
 
 /// A `--web-host` as gatewayd's allow-list takes it: a name, an address, or `*.` and a domain.
@@ -485,6 +487,37 @@ pub fn memoryd(home: &DevHome, choice: &Choice) -> Table {
     t
 }
 
+/// channeld's own tables: the `[matrix]` and `[limits]` the owner gave (`dev up --matrix`); its
+/// sockets and loopd's and brokerd's are at their defaults under the home.
+pub fn channeld(_home: &DevHome, choice: &Choice) -> Table {
+    choice.matrix.clone().unwrap_or_default()
+}
+
+/// The tables of a `dev up --matrix` file: `[matrix]`, and `[limits]` if given; anything else
+/// is refused (the dev box fills in the rest).
+pub fn matrix_tables(file: &Path) -> Result<Table, String> {
+    let text = fs::read_to_string(file)
+        .map_err(|e| format!("--matrix {}: cannot read it: {e}", file.display()))?;
+    let t: Table =
+        toml::from_str(&text).map_err(|e| format!("--matrix {}: not TOML: {e}", file.display()))?;
+    if !t.contains_key("matrix") {
+        return Err(format!(
+            "--matrix {}: it has no [matrix] table",
+            file.display()
+        ));
+    }
+    if let Some(k) = t
+        .keys()
+        .find(|k| !["matrix", "limits"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "--matrix {}: [{k}] is the dev box's to write; give [matrix] and [limits] only",
+            file.display()
+        ));
+    }
+    Ok(t)
+}
+
 /// Write every config, the script, and the workspace roots with their sample files.
 pub fn write_all(home: &DevHome, who: &Who, choice: &Choice) -> io::Result<()> {
     let model = &choice.model;
@@ -496,6 +529,9 @@ pub fn write_all(home: &DevHome, who: &Who, choice: &Choice) -> io::Result<()> {
         fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
     }
     for row in ROWS {
+        if row.optional && row.daemon == "channeld" && choice.matrix.is_none() {
+            continue;
+        }
         let mut config = common(home, who, row.daemon);
         config.extend((row.tables)(home, choice));
         let text = toml::to_string(&config).map_err(io::Error::other)?;

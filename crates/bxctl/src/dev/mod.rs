@@ -30,7 +30,7 @@ use nix::unistd::{geteuid, getuid};
 use crate::thread_ids::{Ids, as_ids};
 
 pub use configs::{ModelChoice, ModelFlags};
-pub use daemons::{DAEMONS, ROWS};
+pub use daemons::{ALL_DAEMONS, DAEMONS, ROWS};
 pub use home::{DevHome, MADE_BY, Marker, Provider};
 pub use honcho::{HonchoChoice, HonchoFlags};
 pub use procs::Stopped;
@@ -53,6 +53,9 @@ pub struct UpOptions {
     pub honcho: HonchoFlags,
     /// The hosts gatewayd may fetch from (`--web-host`), for a fresh home.
     pub web_hosts: Vec<String>,
+    /// channeld's `[matrix]` (and `[limits]`) as a TOML file: the Matrix channel joins the box
+    /// (a new home only).
+    pub matrix: Option<PathBuf>,
 }
 
 /// The runbook entry of a dev box that did not come up: a daemon ended, did not say ready or
@@ -181,10 +184,19 @@ pub fn sockets_of(daemon: &str) -> Vec<SocketSpec> {
         .collect()
 }
 
+/// The daemons the dev box in `home` runs: every row's, but an optional daemon's (channeld)
+/// only when the home has its configuration.
+pub fn configured(home: &DevHome) -> Vec<&'static str> {
+    ROWS.iter()
+        .filter(|r| !r.optional || home.config(r.daemon).is_file())
+        .map(|r| r.daemon)
+        .collect()
+}
+
 /// The daemons of the dev box in `home` that are running now, with their pids: the processes
 /// its pid files name, with the start times they recorded.
 pub fn running(home: &DevHome) -> Vec<(String, u32)> {
-    DAEMONS
+    ALL_DAEMONS
         .iter()
         .filter_map(|d| Some((d.to_string(), procs::running_from(&home.pid_file(d))?)))
         .collect()
@@ -228,11 +240,20 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     for h in &opts.web_hosts {
         configs::check_web_host(h).map_err(DevError::Usage)?;
     }
+    let matrix = match (&opts.matrix, &marker) {
+        (Some(_), Some(_)) => {
+            return Err(DevError::Usage(
+                "--matrix is for a new home: a reused home keeps its etc/channeld.toml".into(),
+            ));
+        }
+        (Some(file), None) => Some(configs::matrix_tables(file).map_err(DevError::Usage)?),
+        (None, _) => None,
+    };
     let choice = match &marker {
         None => {
             let model = opts.model.resolve().map_err(DevError::Usage)?;
             opts.honcho.check_each().map_err(DevError::honcho)?;
-            Some(model)
+            Some(Fresh { model, matrix })
         }
         Some(m) => {
             opts.model.check_each().map_err(DevError::Usage)?;
@@ -412,13 +433,20 @@ impl<'a> Undo<'a> {
     }
 }
 
+/// What a fresh home is made with, its flags checked.
+struct Fresh {
+    model: configs::ModelChoice,
+    /// channeld's tables (`--matrix`).
+    matrix: Option<toml::Table>,
+}
+
 /// The rest of `dev up`, on a home whose flags are checked and whose box id is drawn.
 fn up_on(
     opts: &UpOptions,
     out: &mut dyn Write,
     home: &DevHome,
     marker: Option<Marker>,
-    choice: Option<configs::ModelChoice>,
+    choice: Option<Fresh>,
     box_id: Option<String>,
     as_root: bool,
 ) -> Result<Up, DevError> {
@@ -440,7 +468,7 @@ fn up_on(
     let (reused, store) = match &marker {
         Some(m) => {
             let pids = running(home);
-            if pids.len() == DAEMONS.len() {
+            if pids.len() == configured(home).len() {
                 return Err(DevError::Running {
                     home: home.root().into(),
                     pids,
@@ -467,7 +495,7 @@ fn up_on(
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
             fs::set_permissions(home.root(), fs::Permissions::from_mode(mode))
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
-            let Some(model) = &choice else {
+            let Some(Fresh { model, matrix }) = &choice else {
                 unreachable!("a fresh home always has its resolved choice")
             };
             // Main memory's Honcho workspace is this home's own: the box's id as root, else
@@ -481,6 +509,7 @@ fn up_on(
                 model: model.clone(),
                 honcho: opts.honcho.resolve(&id).map_err(DevError::honcho)?,
                 web_hosts: opts.web_hosts.clone(),
+                matrix: matrix.clone(),
             };
             configs::write_all(home, &who, &choice).map_err(io_err(format!(
                 "cannot write the configs in {}",
@@ -568,14 +597,15 @@ fn own_dirs(home: &DevHome, daemon: &str) -> Vec<PathBuf> {
 /// client (a user made again since has another uid; nothing of a box stays with a uid that
 /// may now be someone else's).
 fn give_all(home: &DevHome, users: &Users) -> Result<(), user::UserError> {
-    for d in DAEMONS {
+    let daemons = configured(home);
+    for d in &daemons {
         if let Some(u) = users.0.get(d) {
             for dir in own_dirs(home, d) {
                 user::give(&dir, u.uid, u.gid)?;
             }
         }
     }
-    for spec in SOCKETS.iter().filter(|s| DAEMONS.contains(&s.server)) {
+    for spec in SOCKETS.iter().filter(|s| daemons.contains(&s.server)) {
         let dir = layout::run_dir(home.root()).join(spec.dir);
         let ids = users.client_ids(spec).unwrap_or(Ids { uid: 0, gid: 0 });
         user::give(&dir, ids.uid, ids.gid)?;
@@ -674,7 +704,7 @@ fn start_all(
     out: &mut dyn Write,
 ) -> Result<(), DevError> {
     let already = running(home);
-    for d in DAEMONS {
+    for d in configured(home) {
         // Only the daemons that are missing are started; the others keep running.
         if let Some((_, pid)) = already.iter().find(|(name, _)| name == d) {
             let _ = writeln!(out, "  {d}: runs already, pid {pid}");
@@ -815,6 +845,7 @@ pub fn restart(home: &Path, out: &mut dyn Write) -> Result<Up, DevError> {
             model: ModelFlags::default(),
             honcho: HonchoFlags::default(),
             web_hosts: Vec::new(),
+            matrix: None,
         },
         out,
     )
@@ -833,7 +864,7 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     };
     let mut all = Vec::new();
     // The reverse of the start order: the loop first, so nothing calls a daemon that is gone.
-    for d in DAEMONS.iter().rev() {
+    for d in configured(&home).iter().rev() {
         let pid_file = home.pid_file(d);
         let stopped = match procs::read_started(&pid_file) {
             Some(which) => {
@@ -851,7 +882,7 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     }
     if let (Some(id), true) = (&marker.box_id, geteuid().is_root()) {
         give_all(&home, &Users::default()).map_err(DevError::User)?;
-        for d in DAEMONS {
+        for d in configured(&home) {
             for dir in own_dirs(&home, d) {
                 user::give(&dir, 0, 0).map_err(DevError::User)?;
             }
