@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use bxcore::runbook::{Anchored, Pointed};
 use bxcore::{
-    Approval, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Message, SessionId, Timestamp,
-    ToolRequest, ToolResponse, Tools, WireError, WorkspaceRoot, canonical,
+    Approval, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Label, Message, SessionId,
+    Timestamp, ToolRequest, ToolResponse, Tools, WireError, WorkspaceRoot, canonical,
 };
 use serde_json::{Value, json};
-use toolkit::{Effect, Entry, Env, Plan, Reads, Registry, ToolError};
+use toolkit::{Entry, Env, Plan, Reads, Registry, ToolError};
 
 pub use bxharden::serve::send;
 
@@ -23,7 +23,7 @@ use crate::fingerprints::{Fingerprints, LEAK_ANCHOR};
 use crate::leases::{Covers, Leases};
 use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
-use crate::policy::{self, AskRule, Carried, Decision, SessionState};
+use crate::policy::{self, AskRule, Decision};
 
 /// Why a pending approval closed without a decision: its requester cancelled or went away.
 const WITHDRAWN: &str = "the requester cancelled or went away before the decision";
@@ -217,8 +217,8 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
     let Some(state) = c.state(&requested) else {
         return;
     };
-    match broker.judge(&c.session, c.call, &c.tool, &c.args, state) {
-        Decision::Denied(reason) => c.deny(vec![requested], None, reason),
+    match broker.decide(&c.session, c.call, &c.tool, &c.args, state) {
+        Decision::Denied(d) => c.deny(vec![requested], None, d.reason),
         Decision::Failed { message, touched } => c.fail(vec![requested], message, touched),
         Decision::Allow { entry, plan } => c.allow(requested, entry, &plan),
         Decision::Ask {
@@ -231,9 +231,9 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
 }
 
 impl Call<'_> {
-    /// The session's state. Never the default: a damaged state is a refusal, recorded and logged
-    /// with the store's text.
-    fn state(&mut self, requested: &Draft) -> Option<SessionState> {
+    /// The session's label. Never the default: a damaged state is a refusal, recorded and
+    /// logged with the store's text.
+    fn state(&mut self, requested: &Draft) -> Option<Label> {
         match self.broker.ledger.state(&self.session) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -259,7 +259,7 @@ impl Call<'_> {
     /// Answer `failed`: what the failure told raises the session first when the call ran
     /// against a root's files (`touched`). The chain holds the message's digest, never its
     /// text, which may echo argument values.
-    fn fail(&mut self, before: Vec<Draft>, message: String, touched: Option<Carried>) {
+    fn fail(&mut self, before: Vec<Draft>, message: String, touched: Option<Label>) {
         let Some(carried) = touched else {
             let failed = self.draft(Event::Failed, failed_detail(&message));
             let mut drafts = before;
@@ -303,7 +303,7 @@ impl Call<'_> {
     fn ask(
         &mut self,
         requested: Draft,
-        state: SessionState,
+        state: Label,
         entry: &Entry,
         plan: &Plan,
         rule: AskRule,
@@ -344,7 +344,7 @@ impl Call<'_> {
             tool: self.tool.clone(),
             args: self.args.clone(),
             digest: canonical::digest(&self.args),
-            taint: state.taint,
+            taint: state.class,
             untrusted: state.untrusted,
             rule: rule.as_str().to_string(),
             reason: reason.clone(),
@@ -489,7 +489,7 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
     match entry.run(&c.args, plan, &c.broker.env) {
         Ok(out) => {
             // Released from a secret root: fingerprinted, durably, before anyone sees it.
-            if plan.reads == DataClass::Secret {
+            if plan.carries.class == DataClass::Secret {
                 if let Err(e) = c.broker.fingerprints.release(out.content.as_bytes()) {
                     bxharden::log::fail(&e);
                     return c.answer(ToolResponse::Failed {
@@ -498,23 +498,25 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
                 }
             }
             let mut detail = json!({
-                "class": plan.reads,
-                "untrusted_output": plan.untrusted_output,
+                "class": plan.carries.class,
+                "untrusted_output": plan.carries.untrusted,
                 "content_bytes": out.content.len(),
             });
             if let Some(summary) = &out.summary {
                 detail["ended"] = json!(summary);
             }
-            let carried = Carried::from(plan);
-            match c
-                .broker
-                .ledger
-                .raise(&c.session, c.call, &c.tool, carried, Event::Result, detail)
-            {
+            match c.broker.ledger.raise(
+                &c.session,
+                c.call,
+                &c.tool,
+                plan.carries,
+                Event::Result,
+                detail,
+            ) {
                 Ok(_) => c.answer(ToolResponse::Result {
                     content: out.content,
-                    class: plan.reads,
-                    untrusted: plan.untrusted_output,
+                    class: plan.carries.class,
+                    untrusted: plan.carries.untrusted,
                 }),
                 Err(e) => {
                     // A result whose raise is not on disk is never returned.
@@ -527,10 +529,8 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
         }
         Err(e) => {
             let touched = match (&e, entry.declared().reads) {
-                (ToolError::Touched(labels, _), _) => {
-                    Some(Carried::from(plan).join(Carried::from(labels)))
-                }
-                (_, Reads::Root) => Some(Carried::from(plan)),
+                (ToolError::Touched(reached, _), _) => Some(plan.carries.join(reached.label)),
+                (_, Reads::Root) => Some(plan.carries),
                 (_, Reads::Fixed(_)) => None,
             };
             c.fail(Vec::new(), e.to_string(), touched);
@@ -570,54 +570,46 @@ pub enum Redecision {
     /// The policy now denies it, with this reason.
     Denied(String),
     /// It can no longer be carried out.
-    Failed(String, Option<Carried>),
+    Failed(String, Option<Label>),
     /// The session's state cannot be read.
     Unreadable(crate::state::StateError),
 }
 
 impl Broker {
-    /// The policy's decision, and then the leak check: a call that would carry data out of the
-    /// box or into a place below `secret` is `denied` (reason `leak`) when its arguments hold
-    /// text released from a secret root to any session, plain or encoded. No approval lifts it.
-    pub fn judge<'r>(
+    /// The policy's decision for one call (`policy::decide`, the leak check against the
+    /// fingerprint store within it); a call denied as a leak is logged with its pointer.
+    pub fn decide<'r>(
         &'r self,
         session: &SessionId,
         call: CallId,
         tool: &str,
         args: &Value,
-        state: SessionState,
+        state: Label,
     ) -> Decision<'r> {
-        let d = policy::decide(&self.registry, &self.env, tool, args, state);
-        let plan = match &d {
-            Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => plan,
-            Decision::Denied(_) | Decision::Failed { .. } => return d,
-        };
-        let down = match (plan.effect, plan.writes_into) {
-            (Effect::None, _) => false,
-            (Effect::Egress { max }, _) => max < DataClass::Secret,
-            (Effect::Local, into) => into.is_none_or(|c| c < DataClass::Secret),
-        };
-        if !down {
-            return d;
-        }
-        let Some(how) = self.fingerprints.leak(args) else {
-            return d;
-        };
-        self.log(
-            LEAK_ANCHOR,
-            &format!(
-                "brokerd: denied {tool} call {} of session {} as a leak ({}); {}",
-                call.0,
-                session.as_str(),
-                how.as_str(),
-                bxcore::runbook::pointer(LEAK_ANCHOR)
-            ),
+        let d = policy::decide(
+            &self.registry,
+            &self.env,
+            &self.fingerprints,
+            tool,
+            args,
+            state,
         );
-        Decision::Denied(format!(
-            "leak: the arguments carry text released from a secret root ({}); no approval can \
-             allow this",
-            how.as_str()
-        ))
+        if let Decision::Denied(policy::Denial {
+            leak: Some(how), ..
+        }) = &d
+        {
+            self.log(
+                LEAK_ANCHOR,
+                &format!(
+                    "brokerd: denied {tool} call {} of session {} as a leak ({}); {}",
+                    call.0,
+                    session.as_str(),
+                    how.as_str(),
+                    bxcore::runbook::pointer(LEAK_ANCHOR)
+                ),
+            );
+        }
+        d
     }
 
     /// Decide `tool(args)` for `session` against its state now: the second decision of an
@@ -627,8 +619,8 @@ impl Broker {
             Ok(s) => s,
             Err(e) => return Redecision::Unreadable(e),
         };
-        match self.judge(session, CallId(0), tool, args, state) {
-            Decision::Denied(reason) => Redecision::Denied(reason),
+        match self.decide(session, CallId(0), tool, args, state) {
+            Decision::Denied(d) => Redecision::Denied(d.reason),
             Decision::Failed { message, touched } => Redecision::Failed(message, touched),
             Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => Redecision::Runs(plan),
         }

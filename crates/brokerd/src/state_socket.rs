@@ -5,7 +5,7 @@
 use std::os::unix::net::UnixStream;
 
 use bxcore::runbook::Anchored;
-use bxcore::{Envelope, ErrorCode, Message, SessionStateReply, WireError};
+use bxcore::{Envelope, ErrorCode, Message, WireError};
 
 use crate::broker::{Broker, send};
 use crate::state::StateStore;
@@ -20,8 +20,7 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
     let id = envelope.id;
     let msg = envelope.msg;
 
-    // 1. `bxcore::SessionState` is matched through `Message`, so this file names neither it nor
-    //    `policy::SessionState`, which the store returns.
+    // 1. The question.
     let Message::SessionState(question) = msg else {
         bxharden::serve::unhandled(&mut stream, id, &msg);
         return;
@@ -32,10 +31,7 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
     //    the ledger's lock is never taken, so a question never waits behind a tool call.
     let store = StateStore::new(&broker.cfg().state_dir());
     let response = match store.read(&question.session) {
-        Ok(state) => Message::SessionStateReply(SessionStateReply {
-            class: state.taint,
-            untrusted: state.untrusted,
-        }),
+        Ok(label) => Message::SessionStateReply(label),
         Err(e) => {
             bxharden::log::fail(&e);
             Message::Error(WireError {

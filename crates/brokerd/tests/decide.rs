@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use brokerd::approvals::{Approvals, By, DecideError, Verdict};
-use brokerd::policy::{AskRule, Decision, SessionState, decide};
-use bxcore::{Approval, ApprovalId, CallId, DataClass, SessionId, Timestamp};
+use brokerd::fingerprints::Encoding;
+use brokerd::policy::{AskRule, Decision, Leaks, NoLeaks, decide};
+use bxcore::{Approval, ApprovalId, CallId, DataClass, Label, SessionId, Timestamp};
 use serde_json::json;
 use toolkit::{ApprovalRule, Env, Registry, Root, Roots, Tightening};
 
-fn state(taint: DataClass, untrusted: bool) -> SessionState {
-    SessionState { taint, untrusted }
+fn state(taint: DataClass, untrusted: bool) -> Label {
+    Label::new(taint, untrusted)
 }
 
 fn env(dir: &std::path::Path) -> Env {
@@ -46,11 +47,12 @@ fn an_unknown_tool_is_denied_before_its_arguments_are_looked_at() {
     let d = decide(
         &reg,
         &Env::default(),
+        &NoLeaks,
         "nope",
         &json!(7),
-        SessionState::default(),
+        Label::FRESH,
     );
-    assert!(matches!(d, Decision::Denied(r) if r == "no such tool: \"nope\""));
+    assert!(matches!(d, Decision::Denied(r) if r.reason == "no such tool: \"nope\""));
 }
 
 #[test]
@@ -59,6 +61,7 @@ fn bad_arguments_fail_before_the_flow_rules() {
     let d = decide(
         &reg,
         &Env::default(),
+        &NoLeaks,
         "web_fetch",
         &json!({"url": 1}),
         state(DataClass::Secret, true),
@@ -74,11 +77,12 @@ fn the_flow_rule_wins_over_approval_rules() {
     let d = decide(
         &reg,
         &Env::default(),
+        &NoLeaks,
         "web_fetch",
         &json!({"url": "https://example.org/"}),
         state(DataClass::Secret, true),
     );
-    assert!(matches!(d, Decision::Denied(r) if r.contains("no approval can allow this")));
+    assert!(matches!(d, Decision::Denied(r) if r.reason.contains("no approval can allow this")));
 }
 
 #[test]
@@ -89,21 +93,64 @@ fn write_down_is_denied_and_a_write_at_the_same_class_is_not() {
     let secret = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
         state(DataClass::Secret, false),
     );
     assert!(
-        matches!(secret, Decision::Denied(r) if r.contains("would write into a private place"))
+        matches!(secret, Decision::Denied(r) if r.reason.contains("would write into a private place"))
     );
     let private = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
-        SessionState::default(),
+        Label::FRESH,
     );
     assert!(matches!(private, Decision::Allow { .. }));
+}
+
+/// A leak check that finds every argument released from a secret root.
+struct EverythingLeaks;
+
+impl Leaks for EverythingLeaks {
+    fn leak(&self, _args: &serde_json::Value) -> Option<Encoding> {
+        Some(Encoding::Base64)
+    }
+}
+
+#[test]
+fn the_leak_check_is_step_three_before_any_ask_and_only_for_what_goes_out_or_down() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let reg = Registry::new(&BTreeMap::new()).unwrap();
+    // An untrusted session's fetch would ask (step 4); a leak denies it first, whatever asks.
+    let d = decide(
+        &reg,
+        &Env::default(),
+        &EverythingLeaks,
+        "web_fetch",
+        &json!({"url": "https://example.org/"}),
+        state(DataClass::Private, true),
+    );
+    match d {
+        Decision::Denied(r) => {
+            assert_eq!(r.leak, Some(Encoding::Base64));
+            assert!(r.reason.starts_with("leak: "), "{}", r.reason);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A read sends nothing anywhere: the leak check does not look at it.
+    let read = decide(
+        &reg,
+        &env(dir.path()),
+        &EverythingLeaks,
+        "workspace_list",
+        &json!({"path": dir.path().display().to_string()}),
+        Label::FRESH,
+    );
+    assert!(matches!(read, Decision::Allow { .. }), "{read:?}");
 }
 
 #[test]
@@ -114,6 +161,7 @@ fn untrusted_effect_asks_before_the_tools_own_rule() {
     match decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
         state(DataClass::Private, true),
@@ -127,9 +175,10 @@ fn untrusted_effect_asks_before_the_tools_own_rule() {
     match decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
-        SessionState::default(),
+        Label::FRESH,
     ) {
         Decision::Ask { rule, .. } => assert_eq!(rule, AskRule::Always),
         d => panic!("{d:?}"),
@@ -144,6 +193,7 @@ fn approval_untrusted_asks_only_while_the_session_is_untrusted() {
     match decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_read",
         &args,
         state(DataClass::Private, true),
@@ -154,9 +204,10 @@ fn approval_untrusted_asks_only_while_the_session_is_untrusted() {
     let trusted = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_read",
         &args,
-        SessionState::default(),
+        Label::FRESH,
     );
     assert!(matches!(trusted, Decision::Allow { .. }));
 }
@@ -169,6 +220,7 @@ fn an_untrusted_session_may_still_read() {
     let d = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_read",
         &args,
         state(DataClass::Secret, true),

@@ -14,6 +14,7 @@ pub mod durable;
 mod error;
 mod frame;
 mod ids;
+mod label;
 pub mod layout;
 mod message;
 pub mod runbook;
@@ -27,13 +28,14 @@ pub use frame::{
     write_frame,
 };
 pub use ids::{ApprovalId, CallId, IdError, LeaseId, SessionId, Timestamp};
+pub use label::Label;
 pub use message::{
     APPROVER_MAX, Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary,
     Approvals, AuditHead, AuditReport, ChannelPair, ChannelPairing, ChannelReport, ChatMessage,
     Envelope, FetchReply, FetchRequest, Header, HealthCheck, HealthReport, Hosts, InferDelta,
     InferReply, InferRequest, Lease, LeaseRef, Leases, Memories, Memory, MemoryForget,
     MemoryForgotten, MemoryRecall, MemoryRecent, MemoryReport, MemoryRoute, MemorySearch, Message,
-    Outcome, Pong, ProviderReport, RemoteHealth, SUMMARY_TEXT_MAX, SessionState, SessionStateReply,
-    ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled,
-    TurnRecord, Usage, WorkspaceRoot,
+    Outcome, Pong, ProviderReport, RemoteHealth, SUMMARY_TEXT_MAX, SessionQuery, ToolCall, ToolDef,
+    ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    WorkspaceRoot,
 };

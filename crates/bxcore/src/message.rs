@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    ApprovalId, CallId, DataClass, ErrorCode, LeaseId, PROTOCOL_VERSION, SessionId, Timestamp,
-    WireError,
+    ApprovalId, CallId, DataClass, ErrorCode, Label, LeaseId, PROTOCOL_VERSION, SessionId,
+    Timestamp, WireError,
 };
 
 /// One frame's body: `{"v": 1, "id": 7, "final": true, "msg": {...}}`.
@@ -96,9 +96,9 @@ pub enum Message {
     /// admin.sock: verify, and check that the chain holds a head the owner kept.
     AuditVerifyHead(AuditHead),
     AuditReport(AuditReport),
-    /// state.sock: memoryd asks what a session has read.
-    SessionState(SessionState),
-    SessionStateReply(SessionStateReply),
+    /// state.sock: memoryd asks what a session has read; the answer is its label.
+    SessionState(SessionQuery),
+    SessionStateReply(Label),
     /// infer.sock: one model call.
     InferRequest(InferRequest),
     InferDelta(InferDelta),
@@ -567,19 +567,12 @@ pub struct AuditReport {
     pub detail: String,
 }
 
-/// `session_state {session}`: memoryd's question on state.sock.
+/// `session_state {session}`: memoryd's question on state.sock, answered by
+/// `session_state_reply {class, untrusted}`: the session's [`Label`] as brokerd holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SessionState {
+pub struct SessionQuery {
     pub session: SessionId,
-}
-
-/// `session_state_reply {class, untrusted}`: the session's taint and trust as brokerd holds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionStateReply {
-    pub class: DataClass,
-    pub untrusted: bool,
 }
 
 /// A chat message for inference, tagged by `role`.

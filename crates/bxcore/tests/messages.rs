@@ -558,7 +558,7 @@ fn session_state() {
         Envelope::new(
             9,
             true,
-            Message::SessionState(SessionState { session: sid("s1") }),
+            Message::SessionState(SessionQuery { session: sid("s1") }),
         ),
         json!({"v":1,"id":9,"final":true,"msg":{"kind":"session_state","session":"s1"}}),
     );
@@ -570,7 +570,7 @@ fn session_state_reply() {
         Envelope::new(
             9,
             true,
-            Message::SessionStateReply(SessionStateReply {
+            Message::SessionStateReply(Label {
                 class: DataClass::Secret,
                 untrusted: true,
             }),

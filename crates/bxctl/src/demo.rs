@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use bxcore::client;
 use bxcore::layout;
 use bxcore::{
-    ApprovalDecision, ApprovalId, DataClass, Memory, MemoryRoute, Message, Outcome, SessionId,
-    SessionState, SessionStateReply, TurnEvent,
+    ApprovalDecision, ApprovalId, DataClass, Label, Memory, MemoryRoute, Message, Outcome,
+    SessionId, SessionQuery, TurnEvent,
 };
 
 use crate::chat::{self, Style, TurnLog};
@@ -145,8 +145,8 @@ fn sid(s: &str) -> SessionId {
 }
 
 /// The session's class and trust, as brokerd answers on state.sock.
-pub fn session_state(home: &Path, session: &SessionId) -> Result<SessionStateReply, String> {
-    let msg = Message::SessionState(SessionState {
+pub fn session_state(home: &Path, session: &SessionId) -> Result<Label, String> {
+    let msg = Message::SessionState(SessionQuery {
         session: session.clone(),
     });
     // As state.sock's client (memoryd's user, where the box has users per daemon).
@@ -462,7 +462,7 @@ fn memory_steps(home: &Path, style: Style, out: &mut dyn Write) -> Result<(), De
 fn check(
     n: usize,
     log: &TurnLog,
-    state: &SessionStateReply,
+    state: &Label,
     approval: Option<&(ApprovalId, bool)>,
     workspace: &Path,
 ) -> Result<String, String> {

@@ -7,12 +7,12 @@ use std::process::Command;
 
 use bxtest::OutputBounded;
 
-use bxcore::{DataClass, MemoryRoute, SessionStateReply};
+use bxcore::{DataClass, Label, MemoryRoute};
 use memoryd::Config;
 use memoryd::routes::Routes;
 
-fn st(class: DataClass, untrusted: bool) -> SessionStateReply {
-    SessionStateReply { class, untrusted }
+fn st(class: DataClass, untrusted: bool) -> Label {
+    Label { class, untrusted }
 }
 
 #[test]

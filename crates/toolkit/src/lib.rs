@@ -14,17 +14,18 @@ pub mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
-pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads, Seen};
+pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
 pub use run::Run;
 pub use web_fetch::WebFetch;
-pub use workspace::{Labels, Root, Roots, RootsError};
+pub use workspace::{Reached, Root, Roots, RootsError};
 pub use workspace_tools::{WorkspaceList, WorkspaceRead, WorkspaceWrite};
 
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bxcore::Label;
 use serde_json::Value;
 
 /// What a tool gives back when it ran: the text the model is shown, and for the audit chain a
@@ -65,7 +66,7 @@ pub enum ToolError {
     /// leads into a read-only root): what the refusal tells raises the session as a read of
     /// that place would.
     #[error("{1}")]
-    Touched(Labels, String),
+    Touched(Reached, String),
 }
 
 /// What the tools need from the daemon that runs them: the workspace roots, where gatewayd
@@ -103,7 +104,7 @@ pub trait Tool: Send + Sync + fmt::Debug {
     fn plan(&self, args: &Self::Args, env: &Env) -> Result<Plan, ToolError>;
     /// The plan for a session that has read `seen` already: for a tool whose reach depends on
     /// it (`run`). The others plan alike for every session.
-    fn plan_seen(&self, args: &Self::Args, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+    fn plan_seen(&self, args: &Self::Args, env: &Env, seen: Label) -> Result<Plan, ToolError> {
         let _ = seen;
         self.plan(args, env)
     }
@@ -129,7 +130,7 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn declared(&self) -> Declared;
     fn available(&self, env: &Env) -> bool;
     fn validate(&self, args: &Value) -> Result<(), String>;
-    fn plan(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError>;
+    fn plan(&self, args: &Value, env: &Env, seen: Label) -> Result<Plan, ToolError>;
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
     fn place(&self, args: &Value, env: &Env) -> Option<String>;
 }
@@ -153,7 +154,7 @@ impl<T: Tool> AnyTool for T {
     fn validate(&self, args: &Value) -> Result<(), String> {
         args::parse::<T::Args>(Tool::name(self), args).map(drop)
     }
-    fn plan(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+    fn plan(&self, args: &Value, env: &Env, seen: Label) -> Result<Plan, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
         Tool::plan_seen(self, &args, env, seen)
     }

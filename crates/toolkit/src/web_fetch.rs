@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bxcore::client::ClientError;
-use bxcore::{DataClass, FetchReply, FetchRequest, Message};
+use bxcore::{DataClass, FetchReply, FetchRequest, Label, Message};
 use serde_json::Value;
 
 use crate::args::FetchArgs;
@@ -54,8 +54,7 @@ impl Tool for WebFetch {
     }
     fn plan(&self, _args: &FetchArgs, _env: &Env) -> Result<Plan, ToolError> {
         Ok(Plan {
-            reads: DataClass::Public,
-            untrusted_output: true,
+            carries: Label::new(DataClass::Public, true),
             effect: self.declared().effect,
             writes_into: None,
         })

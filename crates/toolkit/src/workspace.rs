@@ -17,7 +17,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use bxcore::DataClass;
+use bxcore::{DataClass, Label};
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::{Mode, SFlag};
@@ -95,31 +95,35 @@ fn good_name(name: &str) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roots(Vec<Root>);
 
-/// What the roots that contain one object say about it, summed up strictly: the highest class,
-/// untrusted if any of them is, writable only if all of them are.
+/// What the roots that contain one object say about it, summed up strictly: their labels joined
+/// (the highest class, untrusted if any of them is), and writable only if all of them are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Labels {
-    pub class: DataClass,
-    pub untrusted: bool,
+pub struct Reached {
+    pub label: Label,
     /// A root that contains the object and is not writable, if any.
     pub read_only: Option<PathBuf>,
 }
 
-impl Labels {
-    /// The labels of one root.
-    pub fn of(root: &Root) -> Labels {
-        Labels {
-            class: root.class,
-            untrusted: root.untrusted,
+impl Root {
+    /// What the root holds: its class, and whether third parties wrote it.
+    pub fn label(&self) -> Label {
+        Label::new(self.class, self.untrusted)
+    }
+}
+
+impl Reached {
+    /// What one root says.
+    pub fn of(root: &Root) -> Reached {
+        Reached {
+            label: root.label(),
             read_only: (!root.writable).then(|| root.path.clone()),
         }
     }
 
-    /// Both sets of labels at once: the strictest of each.
-    pub fn join(self, other: &Root) -> Labels {
-        Labels {
-            class: self.class.max(other.class),
-            untrusted: self.untrusted || other.untrusted,
+    /// What this and `other` say at once: the strictest of each.
+    pub fn join(self, other: &Root) -> Reached {
+        Reached {
+            label: self.label.join(other.label()),
             read_only: self
                 .read_only
                 .or_else(|| (!other.writable).then(|| other.path.clone())),
@@ -204,12 +208,12 @@ impl Roots {
     /// resolved it (the descriptor's path in `/proc/self/fd`, against each root's own). A
     /// non-directory with more than one name may also be named from any root on its file
     /// system, whose names cannot be found without a scan: it takes all of those roots' labels.
-    pub fn labels(&self, start: &Root, fd: &OwnedFd) -> Result<Labels, ToolError> {
+    pub fn labels(&self, start: &Root, fd: &OwnedFd) -> Result<Reached, ToolError> {
         let at = fd_path(fd)?;
         let st = nix::sys::stat::fstat(fd.as_raw_fd())
             .map_err(|e| ToolError::Failed(format!("{}: {}", at.display(), e.desc())))?;
         let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
-        let mut labels = Labels::of(start);
+        let mut labels = Reached::of(start);
         for root in &self.0 {
             let Ok(rfd) = open_root(root) else {
                 // A root that is not there contains nothing.
@@ -267,9 +271,9 @@ impl Beneath<'_> {
     /// the walk fails (a missing name, a file used as a directory, a step out of the root), the
     /// deepest object it did reach on the way. A walk that ran against a root's files tells what
     /// is there even when it fails, so it is labelled like a read of that place.
-    pub fn reached(&self, roots: &Roots, rest: &Path) -> Labels {
+    pub fn reached(&self, roots: &Roots, rest: &Path) -> Reached {
         let Ok(root) = open_root(self.root) else {
-            return Labels::of(self.root);
+            return Reached::of(self.root);
         };
         let mut prefix: Vec<Component<'_>> = rest.components().collect();
         loop {
@@ -282,21 +286,21 @@ impl Beneath<'_> {
             if let Ok(fd) = open_beneath(&root, p, OFlag::O_PATH, Mode::empty()) {
                 return roots
                     .labels(self.root, &fd)
-                    .unwrap_or_else(|_| Labels::of(self.root));
+                    .unwrap_or_else(|_| Reached::of(self.root));
             }
             if prefix.pop().is_none() {
-                return Labels::of(self.root);
+                return Reached::of(self.root);
             }
         }
     }
 
     /// The labels of the whole path, as [`Beneath::reached`] finds them.
-    pub fn labels(&self, roots: &Roots) -> Labels {
+    pub fn labels(&self, roots: &Roots) -> Reached {
         self.reached(roots, &self.rest)
     }
 
     /// The labels of the directory the path's last component lies in.
-    pub fn parent_labels(&self, roots: &Roots) -> Labels {
+    pub fn parent_labels(&self, roots: &Roots) -> Reached {
         self.reached(roots, self.rest.parent().unwrap_or(Path::new("")))
     }
 

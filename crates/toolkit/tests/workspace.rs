@@ -87,8 +87,8 @@ fn a_file_inside_its_root_is_read_with_the_roots_class() {
     let plan = e
         .plan(&json!({"path": format!("{}/key.txt", b.secret)}), &b.env)
         .unwrap();
-    assert_eq!(plan.reads, DataClass::Secret);
-    assert!(plan.untrusted_output);
+    assert_eq!(plan.carries.class, DataClass::Secret);
+    assert!(plan.carries.untrusted);
     assert_eq!(plan.effect, Effect::None);
 }
 
@@ -174,10 +174,10 @@ fn a_relative_path_is_labelled_by_the_root_it_reaches() {
     let b = setup();
     let e = b.reg.get("workspace_read").unwrap();
     let plan = e.plan(&json!({"path": "secret/key.txt"}), &b.env).unwrap();
-    assert_eq!(plan.reads, DataClass::Secret);
-    assert!(plan.untrusted_output);
+    assert_eq!(plan.carries.class, DataClass::Secret);
+    assert!(plan.carries.untrusted);
     let plan = e.plan(&json!({"path": "a.txt"}), &b.env).unwrap();
-    assert_eq!(plan.reads, DataClass::Private);
+    assert_eq!(plan.carries.class, DataClass::Private);
 }
 
 #[test]
@@ -302,7 +302,7 @@ fn a_write_to_a_read_only_root_is_refused_and_writes_nothing() {
     match write(&b, &p, "x") {
         Err(ToolError::Touched(labels, m)) => {
             assert!(m.contains("read-only"), "{m}");
-            assert_eq!(labels.class, DataClass::Secret);
+            assert_eq!(labels.label.class, DataClass::Secret);
         }
         other => panic!("{other:?}"),
     }
@@ -384,5 +384,5 @@ fn nested_roots_give_the_deepest_roots_class() {
     let plan = e
         .plan(&json!({"path": format!("{}/sub/b.txt", b.notes)}), &env)
         .unwrap();
-    assert_eq!(plan.reads, DataClass::Secret);
+    assert_eq!(plan.carries.class, DataClass::Secret);
 }

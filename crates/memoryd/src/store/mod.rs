@@ -36,7 +36,7 @@
 pub mod honcho;
 pub mod local;
 
-use bxcore::{DataClass, Memory, MemoryRoute, SessionId, SessionStateReply, Timestamp, TurnRecord};
+use bxcore::{DataClass, Label, Memory, MemoryRoute, SessionId, Timestamp, TurnRecord};
 
 pub use self::honcho::HonchoStore;
 pub use local::LocalStore;
@@ -49,7 +49,7 @@ pub const STORE_ANCHOR: &str = "memory-store-failed";
 pub struct Filing<'a> {
     pub record: &'a TurnRecord,
     pub route: MemoryRoute,
-    pub state: SessionStateReply,
+    pub state: Label,
     /// When memoryd acknowledged the record (`turn_filed`): the turn's time in every answer.
     pub received: Timestamp,
 }
@@ -178,7 +178,7 @@ impl Stores {
     pub fn recall(
         &self,
         session: &SessionId,
-        state: Option<SessionStateReply>,
+        state: Option<Label>,
         query: &str,
         max_tokens: u32,
     ) -> Result<Vec<Memory>, StoreError> {
