@@ -18,8 +18,9 @@ fmt:
 clippy: fmt
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# The real peers the tests talk to (.ci/peers: fakellm, Honcho, Honcho with auth), brought up
-# and named in target/peers.env; a peer that cannot be brought up fails here, saying which.
+# The real peers the tests talk to (.ci/peers: fakellm, Honcho, Honcho with auth, llama-cpp-python's
+# server), brought up and named in target/peers.env; a peer that cannot be brought up fails here,
+# saying which.
 PEERS_ENV := target/peers.env
 peers:
 	@mkdir -p target && rm -f $(BXTEST_SKIP_LOG)

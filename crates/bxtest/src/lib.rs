@@ -349,6 +349,17 @@ impl Bounded {
         self.child.stdin.as_mut()
     }
 
+    /// The child's exit status if it has ended, without waiting: a test that waits for a
+    /// server to answer stops waiting once the server is gone.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none()
+            && let Ok(Some(s)) = self.child.try_wait()
+        {
+            self.status = Some(s);
+        }
+        self.status
+    }
+
     /// Close the child's stdin.
     pub fn close_stdin(&mut self) {
         drop(self.child.stdin.take());
