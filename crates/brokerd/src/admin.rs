@@ -5,10 +5,11 @@
 
 use std::os::unix::net::UnixStream;
 
+use bxcore::layout::AdminRequest;
 use bxcore::runbook::Anchored;
 use bxcore::{
-    Approval, ApprovalAck, ApprovalDecision, Approvals, AuditHead, AuditReport, Envelope,
-    ErrorCode, Lease, LeaseRef, Leases, Message, WireError,
+    Approval, ApprovalAck, ApprovalDecision, Approvals, AuditHead, AuditReport, ErrorCode, Lease,
+    LeaseRef, Leases, Message, WireError,
 };
 use serde_json::json;
 
@@ -22,20 +23,19 @@ use crate::ledger::record::{Draft, Event};
 pub const SOCKET: &str = "admin.sock";
 
 /// Serve one `admin.sock` request (a kind its table accepts): one final answer.
-pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
-    let id = envelope.id;
-    let response = match envelope.msg {
-        Message::ApprovalsList {} => Message::Approvals(Approvals {
+pub fn handle(mut stream: UnixStream, id: u64, request: AdminRequest, broker: &Broker) {
+    let response = match request {
+        AdminRequest::ApprovalsList => Message::Approvals(Approvals {
             pending: broker.approvals().list(),
         }),
-        Message::ApprovalShow(s) => match broker.approvals().get(&s.approval) {
+        AdminRequest::ApprovalShow(s) => match broker.approvals().get(&s.approval) {
             Ok(a) => Message::Approval(a),
             Err(e) => Message::Error(WireError {
                 code: ErrorCode::Forbidden,
                 detail: e.to_string(),
             }),
         },
-        Message::ApprovalDecision(d) => {
+        AdminRequest::ApprovalDecision(d) => {
             let uid = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
             let by = By {
                 uid,
@@ -43,18 +43,14 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
             };
             decide(broker, d, by)
         }
-        Message::AuditVerify {} => verify(broker, None),
-        Message::AuditVerifyHead(h) => verify(broker, Some(h)),
-        Message::LeasesList {} => Message::Leases(Leases {
+        AdminRequest::AuditVerify => verify(broker, None),
+        AdminRequest::AuditVerifyHead(h) => verify(broker, Some(h)),
+        AdminRequest::LeasesList => Message::Leases(Leases {
             leases: broker.leases().list(),
         }),
-        Message::LeaseRevoke(r) => {
+        AdminRequest::LeaseRevoke(r) => {
             let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
             revoke(broker, r, by)
-        }
-        other => {
-            bxharden::serve::unhandled(&mut stream, id, &other);
-            return;
         }
     };
     let _ = send(&mut stream, id, true, response);

@@ -7,10 +7,11 @@
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use bxcore::layout::BrokerRequest;
 use bxcore::runbook::{Anchored, Pointed};
 use bxcore::{
-    Approval, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Label, Message, SessionId,
-    Timestamp, ToolRequest, ToolResponse, Tools, WireError, WorkspaceRoot, canonical,
+    Approval, ApprovalId, CallId, DataClass, ErrorCode, Label, Message, SessionId, Timestamp,
+    ToolRequest, ToolResponse, Tools, WireError, WorkspaceRoot, canonical,
 };
 use serde_json::{Value, json};
 use toolkit::{Entry, Env, Plan, Reads, Registry, ToolError};
@@ -145,14 +146,12 @@ impl Broker {
 
 /// Serve one `broker.sock` request from loopd (a kind its table accepts): its frames, then the
 /// close.
-pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
-    let id = envelope.id;
-    match envelope.msg {
-        Message::ToolRequest(req) => tool_request(&mut stream, broker, id, req),
-        Message::ToolsList {} => {
+pub fn handle(mut stream: UnixStream, id: u64, request: BrokerRequest, broker: &Broker) {
+    match request {
+        BrokerRequest::ToolRequest(req) => tool_request(&mut stream, broker, id, req),
+        BrokerRequest::ToolsList => {
             let _ = send(&mut stream, id, true, Message::Tools(broker.offer()));
         }
-        other => bxharden::serve::unhandled(&mut stream, id, &other),
     }
 }
 

@@ -14,9 +14,6 @@ pub const DEFAULT_TTL_MS: u64 = 600_000;
 /// The longest approval time accepted: a day.
 pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// The socket file names `[peers]` keys by.
-pub const SOCKET_NAMES: [&str; 4] = ["broker.sock", "admin.sock", "state.sock", "decide.sock"];
-
 /// `[paths]`: the box's home, as every daemon has it.
 pub use bxharden::config::Paths;
 
@@ -269,8 +266,12 @@ pub struct Config {
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
+    /// state.sock first: whoever waits for the tool and admin sockets then finds it bound too.
+    const SOCKETS: &'static [layout::SocketSpec] =
+        &[layout::STATE, layout::BROKER, layout::ADMIN, layout::DECIDE];
+
     /// The home absolute, approvals' time within a day, the gateway socket absolute, the roots
-    /// usable, the tightening consistent, `[peers]` and `[serve]` naming brokerd's sockets.
+    /// usable, the tightening consistent.
     fn check(&mut self) -> Result<(), String> {
         self.paths.check()?;
         if self.approvals.ttl_ms == 0 || self.approvals.ttl_ms > MAX_TTL_MS {
@@ -321,44 +322,19 @@ impl bxharden::daemon::DaemonConfig for Config {
         }
         self.roots().map_err(|e| e.to_string())?;
         self.registry().map_err(|e| e.to_string())?;
-        self.peers
-            .check_sockets(&SOCKET_NAMES)
-            .map_err(|e| e.to_string())?;
         let prefix = &self.decide.session_prefix;
         if prefix.is_empty() || prefix.len() > 32 || bxcore::SessionId::new(prefix).is_err() {
             return Err(format!(
                 "[decide] session_prefix {prefix:?} must be 1 to 32 of A-Z a-z 0-9 _ -"
             ));
         }
-        self.serve
-            .check(&[layout::BROKER, layout::ADMIN, layout::STATE, layout::DECIDE])
+        Ok(())
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 impl Config {
-    /// Read and check `path`: TOML, no unknown key, the home absolute, the roots usable, the
-    /// tightening consistent (`bxharden::daemon::load`).
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        bxharden::daemon::load(path)
-    }
-
-    /// Check `text`, named `path` in errors.
-    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        bxharden::daemon::parse(path, text)
-    }
-
     /// The workspace roots, checked.
     pub fn roots(&self) -> Result<Roots, toolkit::RootsError> {
         Roots::new(self.workspace.roots.clone())

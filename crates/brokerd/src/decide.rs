@@ -10,7 +10,8 @@
 
 use std::os::unix::net::UnixStream;
 
-use bxcore::{ApprovalDecision, Envelope, ErrorCode, Message, SessionId, WireError};
+use bxcore::layout::DecideRequest;
+use bxcore::{ApprovalDecision, ErrorCode, Message, SessionId, WireError};
 
 use crate::approvals::By;
 use crate::broker::{Broker, send};
@@ -34,10 +35,9 @@ pub fn channel_may_decide(cfg: &Config, session: &SessionId) -> bool {
 }
 
 /// Serve one `decide.sock` request (a kind its table accepts): one final answer.
-pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
-    let id = envelope.id;
-    let response = match envelope.msg {
-        Message::ApprovalShow(s) => match broker.approvals().get(&s.approval) {
+pub fn handle(mut stream: UnixStream, id: u64, request: DecideRequest, broker: &Broker) {
+    let response = match request {
+        DecideRequest::ApprovalShow(s) => match broker.approvals().get(&s.approval) {
             Ok(a) if channel_may_decide(broker.cfg(), &a.session) => Message::Approval(a),
             Ok(_) => refused(&format!(
                 "no such pending approval of the channel's sessions: {}",
@@ -45,13 +45,9 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
             )),
             Err(e) => forbidden(e.to_string()),
         },
-        Message::ApprovalDecision(d) => {
+        DecideRequest::ApprovalDecision(d) => {
             let uid = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
             decide(broker, d, uid)
-        }
-        other => {
-            bxharden::serve::unhandled(&mut stream, id, &other);
-            return;
         }
     };
     let _ = send(&mut stream, id, true, response);

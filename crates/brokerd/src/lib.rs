@@ -11,12 +11,13 @@ pub mod admin;
 pub mod approvals;
 pub mod broker;
 pub mod config;
+pub mod daemon;
 pub mod decide;
 pub mod dirs;
 pub mod fingerprints;
 pub mod leases;
 pub mod ledger;
 pub mod policy;
-pub mod serve;
+
 pub mod state;
 pub mod state_socket;

@@ -35,11 +35,6 @@ impl<'a> Deadline<'a> {
     pub fn until(&self) -> Instant {
         self.until
     }
-
-    /// Move the deadline (after a pending approval, for one).
-    pub fn set_until(&mut self, until: Instant) {
-        self.until = until;
-    }
 }
 
 impl Drop for Deadline<'_> {

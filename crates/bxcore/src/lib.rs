@@ -24,8 +24,8 @@ pub mod visible;
 pub use class::DataClass;
 pub use error::{ErrorCode, WireError};
 pub use frame::{
-    FrameError, MAX_FRAME, PROTOCOL_VERSION, read_frame, read_frame_body, read_frame_len,
-    write_frame,
+    FrameError, MAX_FRAME, PROTOCOL_VERSION, decode_body, read_frame, read_frame_body,
+    read_frame_len, write_frame,
 };
 pub use ids::{ApprovalId, CallId, IdError, LeaseId, SessionId, Timestamp};
 pub use label::Label;

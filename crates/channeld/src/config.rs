@@ -121,8 +121,6 @@ pub struct Limits {
     pub max_backoff_ms: u64,
     /// How long a pairing code is good for.
     pub pairing_ms: u64,
-    /// How long a client of channel.sock has to send its request.
-    pub first_frame_ms: u64,
 }
 
 impl Default for Limits {
@@ -137,7 +135,6 @@ impl Default for Limits {
             turn_ms: 30 * 60 * 1000,
             max_backoff_ms: 60_000,
             pairing_ms: 10 * 60 * 1000,
-            first_frame_ms: 10_000,
         }
     }
 }
@@ -145,6 +142,8 @@ impl Default for Limits {
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
+    const SOCKETS: &'static [layout::SocketSpec] = &[layout::CHANNEL];
+
     fn check(&mut self) -> Result<(), String> {
         self.validate()?;
         let home = self.paths.home.clone();
@@ -173,17 +172,7 @@ impl bxharden::daemon::DaemonConfig for Config {
         }
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 /// The homeserver's URL taken apart: what the client connects to.
@@ -319,10 +308,6 @@ impl Config {
 
     fn validate(&self) -> Result<(), String> {
         self.paths.check()?;
-        self.serve.check(&[layout::CHANNEL])?;
-        self.peers
-            .check_sockets(&[layout::CHANNEL.file().as_str()])
-            .map_err(|e| format!("[peers]: {e}"))?;
         Homeserver::parse(&self.matrix.homeserver)?;
         let m = &self.matrix;
         if !is_user_id(&m.user) {
@@ -364,7 +349,6 @@ impl Config {
             ("turn_ms", l.turn_ms),
             ("max_backoff_ms", l.max_backoff_ms),
             ("pairing_ms", l.pairing_ms),
-            ("first_frame_ms", l.first_frame_ms),
         ] {
             if ms == 0 || ms > MAX_TIMEOUT_MS {
                 return Err(format!(

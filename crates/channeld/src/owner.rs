@@ -5,6 +5,7 @@
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use bxcore::layout::ChannelRequest;
 use bxcore::{ChannelPairing, ChannelReport, Envelope, ErrorCode, Message, Timestamp};
 
 use crate::channel::{Channel, Pairing, lock};
@@ -24,12 +25,12 @@ fn code() -> Result<String, getrandom::Error> {
 }
 
 /// Serve one channel.sock request (a kind its table accepts).
-pub fn handle(mut stream: UnixStream, env: Envelope, ch: &Channel) {
-    let answer = match env.msg {
-        Message::ChannelPair(p) => {
+pub fn handle(mut stream: UnixStream, id: u64, request: ChannelRequest, ch: &Channel) {
+    let answer = match request {
+        ChannelRequest::ChannelPair(p) => {
             if !ch.serves(&p.room) {
                 Envelope::error(
-                    env.id,
+                    id,
                     ErrorCode::Forbidden,
                     format!(
                         "{} is not one of the channel's rooms ([matrix] rooms: {})",
@@ -56,7 +57,7 @@ pub fn handle(mut stream: UnixStream, env: Envelope, ch: &Channel) {
                             expires.0
                         ));
                         Envelope::new(
-                            env.id,
+                            id,
                             true,
                             Message::ChannelPairing(ChannelPairing {
                                 room: p.room,
@@ -66,12 +67,12 @@ pub fn handle(mut stream: UnixStream, env: Envelope, ch: &Channel) {
                         )
                     }
                     Err(e) => {
-                        Envelope::error(env.id, ErrorCode::Internal, format!("no random code: {e}"))
+                        Envelope::error(id, ErrorCode::Internal, format!("no random code: {e}"))
                     }
                 }
             }
         }
-        Message::ChannelStatus {} => {
+        ChannelRequest::ChannelStatus => {
             let status = lock(&ch.status).clone();
             let waiting = ch.approvals.waiting();
             let mut detail = status.detail;
@@ -79,7 +80,7 @@ pub fn handle(mut stream: UnixStream, env: Envelope, ch: &Channel) {
                 detail.push_str(&format!("; {waiting} approval(s) asked in the rooms"));
             }
             Envelope::new(
-                env.id,
+                id,
                 true,
                 Message::ChannelReport(ChannelReport {
                     homeserver: ch.client.base().to_string(),
@@ -91,7 +92,6 @@ pub fn handle(mut stream: UnixStream, env: Envelope, ch: &Channel) {
                 }),
             )
         }
-        other => return bxharden::serve::unhandled(&mut stream, env.id, &other),
     };
     let _ = bxcore::write_frame(&mut stream, &answer);
 }

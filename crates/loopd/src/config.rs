@@ -4,7 +4,7 @@
 //! every bound that matters later is checked here, so a running loopd never meets a value it
 //! cannot use: a broker timeout over 24 hours, a zero timeout, a relative home.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bxharden::{Peers, SandboxConfig};
@@ -176,6 +176,8 @@ impl Default for Bridge {
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
+    const SOCKETS: &'static [layout::SocketSpec] = &[layout::LOOP, layout::BRIDGE];
+
     /// Every key in range, then the default socket paths under the home's run directory.
     fn check(&mut self) -> Result<(), String> {
         self.validate()?;
@@ -191,39 +193,11 @@ impl bxharden::daemon::DaemonConfig for Config {
         Ok(())
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &bxharden::ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 impl Config {
-    /// Read, parse and check `path`, and fill in the default socket paths
-    /// (`bxharden::daemon::load`).
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        bxharden::daemon::load(path)
-    }
-
-    /// Parse and check a configuration's text (errors name no file).
-    pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        bxharden::daemon::parse(Path::new(""), text)
-    }
-
     fn validate(&self) -> Result<(), String> {
-        self.serve.check(&[layout::LOOP, layout::BRIDGE])?;
-        if let Err(e) = self
-            .peers
-            .check_sockets(&[layout::LOOP.file().as_str(), layout::BRIDGE.file().as_str()])
-        {
-            return Err(format!("[peers]: {e}"));
-        }
         let prefix = &self.bridge.session_prefix;
         if prefix.is_empty() || bxcore::SessionId::new(prefix).is_err() || prefix.len() > 32 {
             return Err(format!(

@@ -3,6 +3,7 @@
 
 mod support;
 
+use bxharden::daemon::DaemonConfig;
 use std::io::Write;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use bxcore::{
     CallId, Envelope, ErrorCode, Message, Outcome, ToolResponse, Turn, TurnEvent, Usage,
     write_frame,
 };
-use loopd::channel::{Context, serve};
+use loopd::channel::Context;
 use loopd::config::Config;
 use loopd::infer::Client;
 use loopd::tools::Registry;
@@ -63,8 +64,8 @@ fn server_in(home: tempfile::TempDir, script: Vec<Step>, tools: FakeTools, extra
     let socket = home.path().join("loop.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let ctx = Arc::new(ctx);
-    let served = Arc::clone(&ctx);
-    std::thread::spawn(move || serve(listener, served));
+    let limits = bxharden::serve::Limits::of(&bxcore::layout::LOOP);
+    support::serve_turns(listener, Arc::clone(&ctx), limits);
     Server {
         home,
         socket,
