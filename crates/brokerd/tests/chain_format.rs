@@ -18,7 +18,10 @@ fn records() -> Vec<Record> {
             CallId(3),
             "workspace_read",
             Event::Requested,
-            json!({"args_digest": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", "args_summary": "{path: string(23)}"}),
+            json!({
+                "args_digest": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+                "args_summary": "{path: string(23)}",
+            }),
         ),
         Draft::call(
             &s,
