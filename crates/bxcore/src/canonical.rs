@@ -64,6 +64,10 @@ pub fn write_str(out: &mut String, s: &str) {
     let bytes = s.as_bytes();
     let mut run = 0;
     for (i, &b) in bytes.iter().enumerate() {
+        // Most bytes are written as they are: one test for them.
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
+        }
         let esc = match b {
             b'"' => "\\\"",
             b'\\' => "\\\\",

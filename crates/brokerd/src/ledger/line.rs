@@ -192,20 +192,25 @@ struct Cursor<'a> {
 }
 
 impl<'a> Cursor<'a> {
+    #[inline(always)]
     fn rest(&self) -> &'a [u8] {
         &self.text.as_bytes()[self.at..]
     }
 
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.rest().first().copied()
     }
 
+    // Inlined, so that each literal is compared as the constant it is, not through memcmp.
+    #[inline(always)]
     fn lit(&mut self, s: &str) -> Option<()> {
         self.rest()
             .starts_with(s.as_bytes())
             .then(|| self.at += s.len())
     }
 
+    #[inline(always)]
     fn null_or<T>(&mut self, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.lit("null").is_some() {
             Some(None)
