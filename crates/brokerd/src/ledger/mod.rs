@@ -3,6 +3,7 @@
 //! lost to a concurrent one.
 
 pub mod chain;
+mod line;
 pub mod lock;
 pub mod record;
 
