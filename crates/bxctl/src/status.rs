@@ -11,7 +11,7 @@ use std::io::Write;
 use bxcore::client;
 use bxcore::layout::{self, SOCKETS};
 use bxcore::visible::{Mode, Shown};
-use bxcore::{Message, Pong};
+use bxcore::{AuditReport, MemoryReport, Message, Pong};
 use serde::Serialize;
 
 use crate::done::{Done, Ended, Failure};
@@ -66,14 +66,6 @@ pub struct SocketLine {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct AuditLine {
-    pub records: u64,
-    pub head: String,
-    pub ok: bool,
-    pub detail: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub home: String,
     /// Whether the home exists; when not, nothing else was looked for.
@@ -87,11 +79,11 @@ pub struct Status {
     pub sockets: Vec<SocketLine>,
     pub daemons: Vec<DaemonLine>,
     /// The chain, as brokerd verifies it; `None` when admin.sock did not answer.
-    pub audit: Option<AuditLine>,
+    pub audit: Option<AuditReport>,
     /// The pending approvals' count; `None` when admin.sock did not answer.
     pub pending: Option<usize>,
     /// memoryd's store and outbox; `None` when memoryd is not part of the box or did not answer.
-    pub memory: Option<MemoryLine>,
+    pub memory: Option<MemoryReport>,
     /// What loopd found asking every part a turn needs (`health` on loop.sock); `None` when
     /// loop.sock did not answer.
     pub health: Option<Vec<bxcore::HealthCheck>>,
@@ -99,18 +91,6 @@ pub struct Status {
     /// not answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub channel: Option<bxcore::ChannelReport>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct MemoryLine {
-    /// What memoryd files into.
-    pub store: String,
-    /// Turns durable in its outbox, not yet filed.
-    pub outbox: u64,
-    /// Why the oldest of them waits, when it waits.
-    pub waiting: Option<String>,
-    /// The remote store (Honcho), when one is configured: whether it answered just now.
-    pub remote: Option<bxcore::RemoteHealth>,
 }
 
 /// Whether the home is there at all (an `rm -rf` of a live home leaves its daemons running
@@ -176,12 +156,7 @@ pub fn gather(target: &dyn Target) -> Status {
     let admin = target.socket(&layout::ADMIN);
     let verified = health::verify_audit(&admin, None, ANSWER);
     checks.push(health::audit_check(&verified));
-    let audit = verified.ok().map(|r| AuditLine {
-        records: r.records,
-        head: r.head,
-        ok: r.ok,
-        detail: r.detail,
-    });
+    let audit = verified.ok();
     let pending = match client::call(&admin, ANSWER, 2, Message::ApprovalsList {}, |_| {}) {
         Ok(Message::Approvals(a)) => Some(a.pending.len()),
         _ => None,
@@ -189,12 +164,7 @@ pub fn gather(target: &dyn Target) -> Status {
     let memory = if target.has("memoryd") {
         let memories = target.socket(&layout::MEMORIES);
         match client::call(&memories, ANSWER, 3, Message::MemoryStatus {}, |_| {}) {
-            Ok(Message::MemoryReport(r)) => Some(MemoryLine {
-                store: r.store,
-                outbox: r.outbox,
-                waiting: r.waiting,
-                remote: r.remote,
-            }),
+            Ok(Message::MemoryReport(r)) => Some(r),
             _ => None,
         }
     } else {

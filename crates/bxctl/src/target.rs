@@ -104,20 +104,29 @@ pub fn on_device() -> bool {
     Path::new(layout::DEVICE_HOME).exists() || Path::new(layout::DEVICE_RUN).exists()
 }
 
+/// Run `cmd` to its end: whether it succeeded, and what it said (its standard output, and its
+/// standard error when it failed).
+pub fn run(cmd: &mut Command) -> Result<(bool, String), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
+    let mut text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if !err.is_empty() {
+            if !text.is_empty() {
+                text.push_str("; ");
+            }
+            text.push_str(&err);
+        }
+    }
+    Ok((out.status.success(), text))
+}
+
 /// The main process systemd started for `unit`.
 pub fn main_pid(unit: &str) -> Result<u32, String> {
-    let out = Command::new("systemctl")
-        .args(["show", "-p", "MainPID", "--value", unit])
-        .output()
-        .map_err(|e| format!("cannot run \"systemctl\": {e}"))?;
-    let mut text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-    if !out.status.success() && !err.is_empty() {
-        if !text.is_empty() {
-            text.push_str("; ");
-        }
-        text.push_str(&err);
-    }
+    let (_, text) =
+        run(Command::new("systemctl").args(["show", "-p", "MainPID", "--value", unit]))?;
     match text.parse::<u32>() {
         Ok(0) => Err("systemd knows no main process of it".into()),
         Ok(pid) => Ok(pid),

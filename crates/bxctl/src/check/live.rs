@@ -18,7 +18,7 @@ use bxharden::proc_status;
 use super::manifest::{Ids, Manifest, Service, Socket, resolve};
 use crate::chat::{self, Style};
 use crate::health::{self, Check, Pinged, Pinging};
-use crate::target::main_pid;
+use crate::target::{main_pid, run};
 use crate::thread_ids::as_ids;
 
 /// How long one answer on a socket may take.
@@ -29,23 +29,6 @@ const TURN: Duration = Duration::from_secs(60);
 const JOURNAL: Duration = Duration::from_secs(15);
 /// The uid no socket of the box belongs to.
 const NOBODY: u32 = 65534;
-
-fn run(cmd: &mut Command) -> Result<(bool, String), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
-    let mut text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        if !err.is_empty() {
-            if !text.is_empty() {
-                text.push_str("; ");
-            }
-            text.push_str(&err);
-        }
-    }
-    Ok((out.status.success(), text))
-}
 
 /// systemd says the unit is active.
 pub fn active(unit: &str) -> Result<String, String> {
