@@ -2,34 +2,37 @@
 //! answers `ping` as its own daemon, every daemon runs confined, loopd finds every part a turn
 //! needs (`health` on loop.sock: inferproxy, the model provider, brokerd, memoryd), the model
 //! answers one minimal request through inferproxy, the audit chain verifies, and `loopd
-//! selftest` finds the sockets loopd's configuration names answering as loopd's user (in the
-//! dev box directly; on the device by starting its oneshot unit). A check that could not run (a
-//! socket that is not the caller's to reach) is `skipped`, and a skipped check is never `ok`:
-//! the verdict is `ok` only when every check passed. Each check is named for what it checked.
+//! selftest` finds the sockets loopd's configuration names answering as loopd's user (how it
+//! runs is the box's own: [`Target::loopd_selftest`]). The checks are `crate::health`'s, as
+//! `status` and the device check make them. A check that could not run (a socket that is not
+//! the caller's to reach) is `skipped`, and a skipped check is never `ok`: the verdict is `ok`
+//! only when every check passed. Each check is named for what it checked.
 
 use std::io::{self, Write};
-use std::process::Command;
 use std::time::Duration;
 
-use bxcore::Message;
-use bxcore::client::{self, ClientError};
+use bxcore::client::ClientError;
 use bxcore::layout::{self, SOCKETS};
 use bxcore::runbook::Anchored;
 use bxcore::visible::{Mode, Shown};
 use serde::Serialize;
 
-use crate::dev::procs::find_daemon;
+use crate::done::{Done, Ended, Failure};
+use crate::health::{self, ANSWER, Check, Form, JsonCheck};
 use crate::model::{self, ModelLine};
-use crate::status::{self, SocketState};
-use crate::target::Target;
-
-/// The device's unit that runs `loopd selftest` as loopd's user.
-pub const UNIT: &str = "boxmaker-selftest.service";
-
-const PING: Duration = Duration::from_secs(5);
+use crate::target::{self, Target};
 
 /// How long the model has to answer the minimal request, unless `--model-timeout` says.
 pub const MODEL_DEADLINE: Duration = Duration::from_secs(120);
+
+/// How selftest says its checks: `  ping loop.sock         ok: loopd 0.1.0`, and
+/// `"state": "ok" | "failed" | "skipped"` in `--json`.
+pub const FORM: Form = Form {
+    words: ["ok", "FAILED", "SKIPPED"],
+    json_key: "state",
+    json_words: ["ok", "failed", "skipped"],
+    name_width: Some(22),
+};
 
 /// Why the selftest failed: every check that did not pass.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,78 +48,51 @@ impl Anchored for Failed {
     }
 }
 
-/// How one check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum State {
-    Ok,
-    Failed,
-    /// It could not run; never counted as ok.
-    Skipped,
-}
-
-/// One check and what it found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Check {
-    pub check: String,
-    pub state: State,
-    pub detail: String,
-}
-
 /// The whole selftest, as `--json` prints it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Report {
+#[derive(Debug, Serialize)]
+pub struct SelftestReport<'a> {
     pub home: String,
     pub ok: bool,
     pub model: Option<ModelLine>,
-    pub checks: Vec<Check>,
+    pub checks: Vec<JsonCheck<'a>>,
 }
 
-impl Report {
-    /// `Err` with every check that did not pass, when one did not.
-    pub fn verdict(&self) -> Result<(), Failed> {
-        let bad: Vec<String> = self
-            .checks
-            .iter()
-            .filter(|c| c.state != State::Ok)
-            .map(|c| match c.state {
-                State::Skipped => format!("{}: skipped ({})", c.check, c.detail),
-                _ => format!("{}: {}", c.check, c.detail),
-            })
-            .collect();
-        if bad.is_empty() {
-            Ok(())
-        } else {
-            Err(Failed(bad.join("; ")))
-        }
+/// `Err` with every check that did not pass, when one did not.
+pub fn verdict(checks: &[Check]) -> Result<(), Failed> {
+    let bad: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.is_ok())
+        .map(|c| match c.state {
+            health::State::Skipped => format!("{}: skipped ({})", c.check, c.detail),
+            _ => format!("{}: {}", c.check, c.detail),
+        })
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(Failed(bad.join("; ")))
     }
 }
 
 /// What `bxctl selftest` was asked.
 #[derive(Debug, Clone, Copy)]
-pub struct Options {
+pub struct SelftestOptions {
     pub json: bool,
     /// How long the model has to answer.
     pub model_timeout: Duration,
 }
 
-fn check(checks: &mut Vec<Check>, out: &mut dyn Write, json: bool, c: Check) {
-    if !json {
-        let state = match c.state {
-            State::Ok => "ok",
-            State::Failed => "FAILED",
-            State::Skipped => "SKIPPED",
-        };
-        let _ = writeln!(out, "  {:<22} {state}: {}", c.check, c.detail);
-    }
-    checks.push(c);
-}
-
-/// Run every check against `target`; one line per check goes to `out` (or one JSON document
-/// with `--json`).
-pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Failed> {
+/// Run every check against `target`; one line per check goes to `out` as it ends (or one JSON
+/// document with `--json`).
+pub fn run(target: &dyn Target, opts: SelftestOptions, out: &mut dyn Write) -> Ended {
     let json = opts.json;
     let mut checks = Vec::new();
+    let mut check = |c: Check, out: &mut dyn Write| {
+        if !json {
+            let _ = writeln!(out, "{}", FORM.line(&c));
+        }
+        checks.push(c);
+    };
     let model = model::configured(target);
     if !json {
         let _ = writeln!(out, "box at {}", target.home().display());
@@ -130,247 +106,105 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
         }
     }
     for spec in SOCKETS {
-        let path = target.socket(&spec);
-        if !status::expected(target, spec.server) && !path.exists() {
-            continue;
+        if let Some(pinged) = health::ping_socket(target, &spec) {
+            check(health::socket_check(&spec, &pinged), out);
         }
-        let name = format!("ping {}", spec.file());
-        let c = if !path.exists() {
-            Check {
-                check: name,
-                state: State::Failed,
-                detail: format!(
-                    "{} is absent ({} is not serving it)",
-                    path.display(),
-                    spec.server
-                ),
-            }
-        } else {
-            let answer = crate::peer::as_client(target, &spec, || client::ping(&path, PING))
-                .unwrap_or_else(|why| {
-                    Err(ClientError::Connect {
-                        socket: path.clone(),
-                        error: io::Error::other(why),
-                    })
-                });
-            match answer {
-                Ok(p) => {
-                    let state = SocketState::Answers {
-                        daemon: p.daemon.clone(),
-                        version: p.version.clone(),
-                        protocol: p.protocol,
-                    };
-                    match status::socket_problem(&spec, &state) {
-                        None => Check {
-                            check: name,
-                            state: State::Ok,
-                            detail: format!("{} {}", p.daemon, p.version),
-                        },
-                        Some(why) => Check {
-                            check: name,
-                            state: State::Failed,
-                            detail: why,
-                        },
-                    }
-                }
-                Err(ClientError::Connect { error, .. })
-                    if error.kind() == io::ErrorKind::PermissionDenied =>
-                {
-                    Check {
-                        check: name,
-                        state: State::Skipped,
-                        detail: "not yours to reach: run it as root to check this socket"
-                            .to_string(),
-                    }
-                }
-                Err(e) => Check {
-                    check: name,
-                    state: State::Failed,
-                    detail: e.to_string(),
-                },
-            }
-        };
-        check(&mut checks, out, json, c);
     }
-    let st = status::gather_daemons(target);
-    for d in &st {
-        if !d.configured {
-            continue;
+    for d in &health::daemons(target) {
+        if let Some(c) = health::confined_check(d) {
+            check(c, out);
         }
-        let name = format!("confined {}", d.name);
-        let c = if d.processes.is_empty() {
-            Check {
-                check: name,
-                state: State::Failed,
-                detail: "not running (or not visible to you)".to_string(),
-            }
-        } else {
-            let bad: Vec<String> = d
-                .processes
-                .iter()
-                .filter_map(|p| status::confinement_problem(&d.name, p))
-                .collect();
-            if bad.is_empty() {
-                let pids: Vec<String> = d.processes.iter().map(|p| p.pid.to_string()).collect();
-                Check {
-                    check: name,
-                    state: State::Ok,
-                    detail: format!(
-                        "pid {}: Seccomp 2, NoNewPrivs 1, no capabilities",
-                        pids.join(", ")
-                    ),
-                }
-            } else {
-                Check {
-                    check: name,
-                    state: State::Failed,
-                    detail: bad.join("; "),
-                }
-            }
-        };
-        check(&mut checks, out, json, c);
     }
-    match status::health(target) {
+    match health::loopd_health(target) {
         Ok(found) => {
-            for h in found {
-                let c = Check {
-                    check: format!("loopd finds {}", status::part_name(&h.part)),
-                    state: if h.ok { State::Ok } else { State::Failed },
-                    detail: h.detail,
-                };
-                check(&mut checks, out, json, c);
+            for h in &found {
+                check(health::health_check(h), out);
             }
         }
-        Err(why) => {
-            let c = Check {
-                check: "loopd answers health".to_string(),
-                state: State::Failed,
-                detail: why,
-            };
-            check(&mut checks, out, json, c);
-        }
+        Err(why) => check(Check::failed("loopd answers health", why), out),
     }
-    let c = match &model {
-        Err(why) => Check {
-            check: "model answers".to_string(),
-            state: State::Failed,
-            detail: why.clone(),
-        },
-        Ok(m) => match crate::peer::as_client(target, &layout::INFER, || {
-            model::ask(target, &m.slot, opts.model_timeout)
-        })
-        .unwrap_or_else(|why| {
-            Err(ClientError::Connect {
-                socket: target.socket(&layout::INFER),
-                error: io::Error::other(why),
-            })
-        }) {
-            Ok(a) => Check {
-                check: "model answers".to_string(),
-                state: State::Ok,
-                detail: format!("{}: {}", m.describe(), Shown(&a.said, Mode::Line)),
-            },
-            Err(ClientError::Connect { error, .. })
-                if error.kind() == io::ErrorKind::PermissionDenied =>
-            {
-                Check {
-                    check: "model answers".to_string(),
-                    state: State::Skipped,
-                    detail: "infer.sock is not yours to reach: run it as root".to_string(),
-                }
-            }
-            Err(e) => Check {
-                check: "model answers".to_string(),
-                state: State::Failed,
-                detail: format!("{}: {e}", m.describe()),
-            },
-        },
-    };
-    check(&mut checks, out, json, c);
+    check(model_answers(target, &model, opts.model_timeout), out);
     let admin = target.socket(&layout::ADMIN);
-    let c = match client::call(&admin, PING, 1, Message::AuditVerify {}, |_| {}) {
-        Ok(Message::AuditReport(r)) if r.ok => Check {
-            check: "audit chain".to_string(),
-            state: State::Ok,
-            detail: format!("{} records, head {}", r.records, r.head),
-        },
-        Ok(Message::AuditReport(r)) => Check {
-            check: "audit chain".to_string(),
-            state: State::Failed,
-            detail: format!("BROKEN after {} records: {}", r.records, r.detail),
-        },
-        Ok(other) => Check {
-            check: "audit chain".to_string(),
-            state: State::Failed,
-            detail: ClientError::Unexpected(other.kind()).to_string(),
-        },
-        Err(e) => Check {
-            check: "audit chain".to_string(),
-            state: State::Failed,
-            detail: format!("not verified: {e}"),
-        },
-    };
-    check(&mut checks, out, json, c);
-    let name = "loopd's own sockets".to_string();
-    let c = match loopd_selftest(target) {
-        Ok(line) => Check {
-            check: name,
-            state: State::Ok,
-            detail: line,
-        },
-        Err(why) => Check {
-            check: name,
-            state: State::Failed,
-            detail: why,
-        },
-    };
-    check(&mut checks, out, json, c);
-    let report = Report {
-        home: target.home().display().to_string(),
-        ok: checks.iter().all(|c| c.state == State::Ok),
-        model: model.ok(),
-        checks,
+    check(
+        health::audit_check(&health::verify_audit(&admin, None, ANSWER)),
+        out,
+    );
+    check(
+        Check::from_result("loopd's own sockets", loopd_selftest(target)),
+        out,
+    );
+    let ended = match verdict(&checks) {
+        Ok(()) => Ok(Done),
+        Err(e) => Err(Failure::anchored(&e)),
     };
     if json {
+        let report = SelftestReport {
+            home: target.home().display().to_string(),
+            ok: ended.is_ok(),
+            model: model.ok(),
+            checks: FORM.json_all(&checks),
+        };
         let _ = writeln!(
             out,
             "{}",
             serde_json::to_string(&report).unwrap_or_default()
         );
-    } else if report.ok {
+    } else if ended.is_ok() {
         let _ = writeln!(out, "selftest: ok");
     }
-    report.verdict()
+    ended
 }
 
-fn loopd_selftest(target: &Target) -> Result<String, String> {
-    let output = if target.is_dev_box() {
-        let loopd = find_daemon("loopd").ok_or("cannot find the loopd executable")?;
-        let config = target.config("loopd");
-        let mut cmd = Command::new(loopd);
-        cmd.arg("selftest").arg("--config").arg(&config);
-        // As the loop's own user where the box has one: its sockets let only that user in.
-        let home = crate::dev::DevHome::new(target.home()).ok();
-        if let Some(ids) = home.and_then(|h| crate::peer::dev_client(&h, &layout::BROKER)) {
-            use std::os::unix::process::CommandExt;
-            // std drops the supplementary groups when root sets the uid.
-            cmd.uid(ids.uid).gid(ids.gid);
+/// The model answers one minimal request through inferproxy, asked as infer.sock's client.
+fn model_answers(
+    target: &dyn Target,
+    model: &Result<ModelLine, String>,
+    timeout: Duration,
+) -> Check {
+    const NAME: &str = "model answers";
+    let m = match model {
+        Ok(m) => m,
+        Err(why) => return Check::failed(NAME, why.clone()),
+    };
+    let answer = target::as_client(target, &layout::INFER, || {
+        model::ask(target, &m.slot, timeout)
+    })
+    .unwrap_or_else(|why| {
+        Err(ClientError::Connect {
+            socket: target.socket(&layout::INFER),
+            error: io::Error::other(why),
+        })
+    });
+    match answer {
+        Ok(a) => Check::ok(
+            NAME,
+            format!("{}: {}", m.describe(), Shown(&a.said, Mode::Line)),
+        ),
+        Err(ClientError::Connect { error, .. })
+            if error.kind() == io::ErrorKind::PermissionDenied =>
+        {
+            Check::skipped(NAME, "infer.sock is not yours to reach: run it as root")
         }
-        cmd.output()
-    } else {
-        Command::new("systemctl").args(["start", UNIT]).output()
+        Err(e) => Check::failed(NAME, format!("{}: {e}", m.describe())),
     }
-    .map_err(|e| format!("cannot run it: {e}"))?;
+}
+
+/// `loopd selftest` as the box runs it ([`Target::loopd_selftest`]): what it checked, or why it
+/// failed.
+fn loopd_selftest(target: &dyn Target) -> Result<String, String> {
+    let mut run = target.loopd_selftest()?;
+    let output = run
+        .command
+        .output()
+        .map_err(|e| format!("cannot run it: {e}"))?;
     let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     if output.status.success() {
         // What it checked: the sockets loopd's configuration names, as loopd's user (not loopd
-        // itself, which `loopd answers health` is about).
-        Ok(if target.is_dev_box() {
-            "loopd selftest, as loopd's user: every socket its configuration names answers"
-                .to_string()
-        } else {
-            format!("{UNIT}, as loopd's user: every socket its configuration names answers")
-        })
+        // itself, which `loopd finds ...` is about).
+        Ok(format!(
+            "{}, as loopd's user: every socket its configuration names answers",
+            run.what
+        ))
     } else {
         let mut text = said(&output.stderr);
         if text.is_empty() {
