@@ -171,6 +171,10 @@ struct Call<'a> {
     call: CallId,
     tool: String,
     args: Value,
+    /// Whether the requester can still be watched while an approval waits: a watch ends by
+    /// shutting the stream's reading half, so a call asked again after one waits unwatched (its
+    /// approval then ends at its expiry if the requester went away).
+    watchable: bool,
 }
 
 impl Call<'_> {
@@ -216,8 +220,11 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
         id,
         session: req.session,
         call: req.call,
-        tool: req.tool,
+        // A name no tool has is kept as a bounded summary from here on: in the chain, in the
+        // refusal, in the log.
+        tool: crate::ledger::record::tool_name(&req.tool),
         args: req.args,
+        watchable: true,
     };
     let requested = c.draft(Event::Requested, args_detail(&c.args));
     let Some(state) = c.state(&requested) else {
@@ -403,7 +410,13 @@ impl Call<'_> {
         }
         // The requester's end of input while it waits withdraws the approval: a turn
         // cancelled, or a loopd gone. Watched by a thread until the wait is over.
-        match wait_watching(self.stream, broker, waiter, &aid) {
+        let verdict = if self.watchable {
+            self.watchable = false;
+            wait_watching(self.stream, broker, waiter, &aid)
+        } else {
+            broker.approvals.wait(waiter)
+        };
+        match verdict {
             Verdict::Approved { by } => self.approved(&aid, &by, entry, rule),
             Verdict::Denied { by, reason } => {
                 let reason = reason.unwrap_or_else(|| OWNER_DENIED.to_string());

@@ -127,10 +127,7 @@ pub fn decide<'r>(
 ) -> Decision<'r> {
     // 1. Unknown or disabled.
     let Some(entry) = registry.get(tool) else {
-        return Decision::Denied(Denial::because(format!(
-            "no such tool: {:?}",
-            crate::ledger::record::tool_name(tool)
-        )));
+        return Decision::Denied(Denial::because(format!("no such tool: {tool:?}")));
     };
     // 2. The schema.
     if let Err(message) = entry.validate(args) {

@@ -92,7 +92,7 @@ impl Draft {
         Draft {
             session: Some(session.clone()),
             call: Some(call),
-            tool: Some(tool_name(tool)),
+            tool: Some(tool.to_string()),
             event,
             detail,
         }
