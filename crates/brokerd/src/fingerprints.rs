@@ -25,7 +25,7 @@
 //! **Bounded, and never open.** A release adds at most [`PER_RELEASE`] fingerprints (a longer
 //! content is sampled at a stride). Nothing is ever evicted: when the store cannot hold a release
 //! whole it is *full*, durably, and every egress and write-down is denied until the owner acts
-//! (`docs/runbook.md#broker-fingerprints-full`), rather than forget a secret to make room for
+//! (the runbook entry `broker-fingerprints-full`), rather than forget a secret to make room for
 //! bulk. The store is `<home>/broker/fingerprints.bin`, replaced atomically before the content it
 //! fingerprints is answered, so a restart forgets nothing that was released.
 
