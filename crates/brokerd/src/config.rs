@@ -335,9 +335,22 @@ impl bxharden::daemon::DaemonConfig for Config {
     bxharden::common_tables!();
 }
 
+/// The home's directories besides the daemons' own: the configurations (`etc`, a dev box's),
+/// the logs and the dev box's pid files.
+const BOX_DIRS: [&str; 3] = ["etc", "logs", "dev"];
+
+/// The system's directories, never a workspace root nor inside one: configuration (the box's
+/// own under `/etc/boxmaker` on the device), kernel interfaces, programs, the store, the boot
+/// loader.
+const SYSTEM: [&str; 12] = [
+    "/etc", "/proc", "/sys", "/dev", "/boot", "/run", "/nix", "/usr", "/bin", "/sbin", "/lib",
+    "/lib64",
+];
+
 impl Config {
     /// No workspace root holds the box itself: not `/`, not the home or a directory above it,
-    /// not a daemon's own directory or the socket directories, nor anything inside them. A tool
+    /// not a daemon's own directory, the socket directories or the home's `etc`, `logs` and `dev`,
+    /// nor anything inside them, nor a system directory. A tool
     /// that could read or write there would make brokerd's chain and fingerprints, a daemon's
     /// keys or its sockets workspace files. A root that exists is judged by where it leads
     /// (its links followed), as the kernel will open it.
@@ -360,10 +373,20 @@ impl Config {
             let root = real(&r.path);
             let why = if home.starts_with(&root) {
                 Some(format!("holds the box's home {}", home.display()))
+            } else if let Some(d) = own.iter().find(|d| root.starts_with(d)) {
+                Some(format!("lies in {}, the box's own state", d.display()))
+            } else if let Some(d) = BOX_DIRS
+                .iter()
+                .map(|d| home.join(d))
+                .find(|d| root.starts_with(d))
+            {
+                Some(format!("lies in {}, the box's own", d.display()))
             } else {
-                own.iter()
+                SYSTEM
+                    .iter()
+                    .map(Path::new)
                     .find(|d| root.starts_with(d))
-                    .map(|d| format!("lies in {}, the box's own state", d.display()))
+                    .map(|d| format!("lies in {}, the system's own", d.display()))
             };
             if let Some(why) = why {
                 return Err(format!(

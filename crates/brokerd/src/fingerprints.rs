@@ -156,6 +156,9 @@ pub enum Encoding {
     Gzip,
     Reversed,
     Rot13,
+    /// Decodes to more than the check reads (a compression bomb, layers of encodings): what it
+    /// hides cannot be seen, so it is taken as a leak.
+    TooLarge,
 }
 
 impl Encoding {
@@ -171,6 +174,7 @@ impl Encoding {
             Encoding::Gzip => "gzip",
             Encoding::Reversed => "reversed",
             Encoding::Rot13 => "rot13",
+            Encoding::TooLarge => "decodes to more than the check reads",
         }
     }
 }
@@ -437,20 +441,33 @@ impl Inner {
         if let Some(e) = self.check(bytes, Encoding::Plain, s) {
             return Some(e);
         }
-        let mut budget = 4 * bytes.len() + 4096;
-        let mut layer = vec![bytes.to_vec()];
+        // What the decoders may produce in all: four times the text for each of its three
+        // turns, enough for every layer of an ordinary encoded text (base64 decoded at its four
+        // alignments is three times its length), never a compression bomb's.
+        let mut budget = 12 * bytes.len() + 4096;
+        // An encoding turned before it is decoded (base64 reversed, or in rot13) is decoded
+        // turned back: base64's alphabet is closed under both.
+        let reversed: Vec<u8> = bytes.iter().rev().copied().collect();
+        let rot13: Vec<u8> = bytes.iter().map(|&b| ROT13[usize::from(b)]).collect();
+        let mut layer = vec![
+            (bytes.to_vec(), None),
+            (reversed, Some(Encoding::Reversed)),
+            (rot13, Some(Encoding::Rot13)),
+        ];
         for _ in 0..LAYERS {
             let mut next = Vec::new();
-            for text in &layer {
+            for (text, turned) in &layer {
                 for (decoded, how) in decodings(text) {
-                    if decoded.len() > budget {
-                        return None;
+                    // Fail closed: what the check cannot read whole may hide anything.
+                    if how == Encoding::TooLarge || decoded.len() > budget {
+                        return Some(Encoding::TooLarge);
                     }
+                    let how = turned.unwrap_or(how);
                     budget -= decoded.len();
                     if let Some(e) = self.check(&decoded, how, s) {
                         return Some(e);
                     }
-                    next.push(decoded);
+                    next.push((decoded, *turned));
                 }
             }
             if next.is_empty() {
@@ -717,8 +734,27 @@ fn lookalike(c: char) -> char {
         'х' | 'χ' => 'x',
         'у' | 'ү' | 'γ' => 'y',
         'ζ' => 'z',
-        c => c,
+        c => decimal_digit(c).unwrap_or(c),
     }
+}
+
+/// The zero of every block of ten decimal digits Unicode has outside ASCII that compatibility
+/// decomposition leaves as they are (Arabic-Indic `٤٧١١`, Devanagari `४७११`, Thai, ...);
+/// fullwidth and mathematical digits decompose to ASCII already.
+const DIGIT_ZEROS: [u32; 37] = [
+    0x0660, 0x06F0, 0x07C0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 0x0C66, 0x0CE6, 0x0D66,
+    0x0DE6, 0x0E50, 0x0ED0, 0x0F20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80, 0x1A90,
+    0x1B50, 0x1BB0, 0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0,
+    0x104A0, 0x11066,
+];
+
+/// `c` as an ASCII digit when it is a decimal digit of another script.
+fn decimal_digit(c: char) -> Option<char> {
+    let u = c as u32;
+    DIGIT_ZEROS
+        .iter()
+        .find(|&&z| (z..z + 10).contains(&u))
+        .and_then(|z| char::from_digit(u - z, 10))
 }
 
 /// The hash of `bytes` under `base` (a polynomial in the ring of 64-bit words).
@@ -813,10 +849,11 @@ fn decodings(text: &[u8]) -> Vec<(Vec<u8>, Encoding)> {
     for run in base64_runs(text) {
         for skip in 0..4.min(run.len()) {
             let d = base64_decode(&run[skip..]);
-            if let Some(inflated) = gunzip(&d) {
-                out.push((inflated, Encoding::Gzip));
-            } else if texty(&d) {
-                out.push((d, Encoding::Base64));
+            match gunzip(&d) {
+                Some(Inflated::Text(inflated)) => out.push((inflated, Encoding::Gzip)),
+                Some(Inflated::TooLarge) => out.push((Vec::new(), Encoding::TooLarge)),
+                None if texty(&d) => out.push((d, Encoding::Base64)),
+                None => {}
             }
         }
     }
@@ -1135,8 +1172,9 @@ fn ascii85_decode(run: &[u8]) -> Vec<u8> {
 /// The most a gzip member inflates to here.
 const GUNZIP_MAX: usize = 256 * 1024;
 
-/// A gzip member (RFC 1952) inflated, at most [`GUNZIP_MAX`] bytes of it, when that is text.
-fn gunzip(d: &[u8]) -> Option<Vec<u8>> {
+/// A gzip member (RFC 1952) inflated, when that is text; [`Inflated::TooLarge`] when it
+/// inflates past [`GUNZIP_MAX`].
+fn gunzip(d: &[u8]) -> Option<Inflated> {
     if d.len() < 18 || d[0] != 0x1f || d[1] != 0x8b || d[2] != 8 {
         return None;
     }
@@ -1155,11 +1193,21 @@ fn gunzip(d: &[u8]) -> Option<Vec<u8>> {
         at += 2;
     }
     let body = d.get(at..)?;
-    let text = match miniz_oxide::inflate::decompress_to_vec_with_limit(body, GUNZIP_MAX) {
-        Ok(t) => t,
-        Err(e) => e.output,
-    };
-    texty(&text).then_some(text)
+    match miniz_oxide::inflate::decompress_to_vec_with_limit(body, GUNZIP_MAX) {
+        Ok(text) => texty(&text).then_some(Inflated::Text(text)),
+        // More than the check reads: what lies past the limit cannot be seen.
+        Err(e) if e.status == miniz_oxide::inflate::TINFLStatus::HasMoreOutput => {
+            Some(Inflated::TooLarge)
+        }
+        Err(e) => texty(&e.output).then_some(Inflated::Text(e.output)),
+    }
+}
+
+/// What a gzip member inflates to.
+enum Inflated {
+    Text(Vec<u8>),
+    /// Past [`GUNZIP_MAX`].
+    TooLarge,
 }
 
 #[cfg(test)]
@@ -1303,8 +1351,57 @@ mod tests {
             (a85(s), Encoding::Base85),
             (split, Encoding::Base64),
             (b64(&gzip(s)), Encoding::Gzip),
+            (b64(s).chars().rev().collect(), Encoding::Reversed),
+            (
+                b64(s)
+                    .bytes()
+                    .map(|b| ROT13[usize::from(b)] as char)
+                    .collect(),
+                Encoding::Rot13,
+            ),
         ] {
             assert_eq!(f.leak(&json!({ "content": text })), Some(how), "{text}");
+        }
+    }
+
+    #[test]
+    fn digits_of_another_script_are_the_digits_they_are() {
+        let (_d, f) = store("Account 12-3456-7890, PIN 4711.");
+        for text in [
+            "Account ١٢-٣٤٥٦-٧٨٩٠, PIN ٤٧١١.",
+            "account ۱۲۳۴۵۶۷۸۹۰ pin ۴۷۱۱",
+            "Account १२-३४५६-७८९०, PIN ४७११",
+        ] {
+            assert!(f.leak(&json!({ "content": text })).is_some(), "{text}");
+        }
+        assert_eq!(decimal_digit('٧'), Some('7'));
+        assert_eq!(decimal_digit('a'), None);
+    }
+
+    #[test]
+    fn what_decodes_past_what_the_check_reads_is_taken_as_a_leak() {
+        let (_d, f) = store(SECRET);
+        // A compression bomb first, then the secret: the budget would be spent on the bomb.
+        let bomb = b64(&gzip(&vec![b'a'; 4 * GUNZIP_MAX]));
+        let text = format!("{bomb} {}", b64(SECRET.as_bytes()));
+        assert_eq!(
+            f.leak(&json!({ "content": text })),
+            Some(Encoding::TooLarge)
+        );
+        // A bomb alone hides nothing the check could see either way: refused the same.
+        assert_eq!(
+            f.leak(&json!({ "content": bomb })),
+            Some(Encoding::TooLarge)
+        );
+        // Ordinary base64 of gzip'd text within the limit is read and passes, and so does a
+        // long base64 text (an attachment) of ordinary words.
+        let fine = b64(&gzip(b"the meeting moved to thursday at ten"));
+        assert_eq!(f.leak(&json!({ "content": fine })), None);
+        let words: String = (0..4000)
+            .map(|i| format!("word{} ", i * 7919 % 10007))
+            .collect();
+        for text in [b64(words.as_bytes()), b64(b64(words.as_bytes()).as_bytes())] {
+            assert_eq!(f.leak(&json!({ "content": text })), None);
         }
     }
 

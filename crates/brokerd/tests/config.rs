@@ -146,6 +146,11 @@ fn a_workspace_root_that_holds_the_box_is_refused() {
         ("/h/memory/local", "lies in /h/memory, the box's own state"),
         ("/h/run", "lies in /h/run, the box's own state"),
         ("/s/admin", "lies in /s/admin, the box's own state"),
+        ("/h/etc", "lies in /h/etc, the box's own"),
+        ("/h/logs/x", "lies in /h/logs, the box's own"),
+        ("/etc", "lies in /etc, the system's own"),
+        ("/etc/boxmaker", "lies in /etc, the system's own"),
+        ("/proc/self", "lies in /proc, the system's own"),
     ] {
         let e = parse(&root(path)).unwrap_err();
         assert!(e.contains(why), "{path}: {e}");
@@ -155,7 +160,13 @@ fn a_workspace_root_that_holds_the_box_is_refused() {
         );
     }
     // The owner's own directories, inside the home or not, are roots.
-    for path in ["/h/workspace/notes", "/home/me/notes", "/h/brokerage"] {
+    for path in [
+        "/h/workspace/notes",
+        "/h/notes",
+        "/home/me/notes",
+        "/root/notes",
+        "/srv/vault",
+    ] {
         parse(&root(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     }
 }

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // What bxctl was started holding past stdio (a terminal's or an IDE's descriptors) is
+    // nothing it needs, and would be handed on to every daemon the dev box starts.
+    let _ = bxharden::fds::close_inherited();
     // A reader that goes away (`bxctl approvals | head -1`) ends bxctl as it ends any Unix
     // tool, by SIGPIPE, not by a panic with a backtrace: Rust starts programs with SIGPIPE
     // ignored, which turns every later print into an error.

@@ -73,7 +73,7 @@ pub fn log_closed(closed: &[Closed]) {
     for c in closed {
         crate::runbook!(
             INHERITED_ANCHOR,
-            "closed descriptor {} ({}), inherited from whoever started this daemon: a daemon \
+            "closed descriptor {} ({}), which this daemon was started holding: a daemon \
              keeps only stdin, stdout, stderr and its activated sockets",
             c.fd,
             c.what

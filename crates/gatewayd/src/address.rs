@@ -214,7 +214,22 @@ impl Block {
             }
         };
         let range = forbidden(first)?;
-        (self.bits > 0 && forbidden(last) == Some(range)).then_some(range)
+        // The IPv6 forms that carry an IPv4 address stand for every IPv4 address at once
+        // (`::ffff:0.0.0.0/96` is the whole IPv4 web): an owner's network is named as IPv4.
+        let translated = match first {
+            // NAT64 (both prefixes) and 6to4 reach IPv4 through a translator.
+            IpAddr::V6(v6) => {
+                let seg = v6.segments();
+                (seg[0] == 0x64 && seg[1] == 0xff9b) || seg[0] == 0x2002
+            }
+            IpAddr::V4(_) => false,
+        };
+        let carries_v4 = translated
+            || matches!(
+                range,
+                Range::Ipv4Mapped | Range::Ipv4Compatible | Range::Embedded(_)
+            );
+        (self.bits > 0 && !carries_v4 && forbidden(last) == Some(range)).then_some(range)
     }
 }
 

@@ -140,7 +140,15 @@ fn a_secret_file_others_may_read_is_refused_and_never_printed() {
 
 #[test]
 fn addresses_that_reach_the_whole_web_are_refused() {
-    for block in ["0.0.0.0/0", "::/0", "10.0.0.0/7", "8.8.8.0/24"] {
+    for block in [
+        "0.0.0.0/0",
+        "::/0",
+        "10.0.0.0/7",
+        "8.8.8.0/24",
+        "::ffff:0.0.0.0/96",
+        "::ffff:127.0.0.1/128",
+        "64:ff9b:1::/48",
+    ] {
         let body = format!("[[hosts]]\nname = \"nas.home.arpa\"\naddresses = [{block:?}]\n");
         refused(
             &body,

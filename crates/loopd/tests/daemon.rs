@@ -324,7 +324,7 @@ fn a_descriptor_inherited_from_its_starter_is_closed_first_and_said() {
     let text = d.log_text();
     assert!(
         text.contains("loopd: closed descriptor 7 (")
-            && text.contains("/held-open), inherited from whoever started this daemon")
+            && text.contains("/held-open), which this daemon was started holding")
             && text.contains("see docs/runbook.md#descriptor-inherited"),
         "{text}"
     );
