@@ -321,3 +321,22 @@ fn a_damaged_mark_store_stops_brokerd_rather_than_forget() {
         b.stderr()
     );
 }
+
+#[test]
+fn another_name_of_a_marked_file_is_marked_too() {
+    let h = home("");
+    let _b = Brokerd::start(&h);
+    approved_untrusted_write(&h, 20, "plan.txt");
+    let notes = h.home.join("notes");
+    // A relative symlink resolves to the marked path; a hard link is the marked inode.
+    std::os::unix::fs::symlink("plan.txt", notes.join("link.txt")).unwrap();
+    fs::create_dir(notes.join("sub")).unwrap();
+    fs::hard_link(notes.join("plan.txt"), notes.join("sub/copy.txt")).unwrap();
+    for (n, rel) in [(30, "notes/link.txt"), (31, "notes/sub/copy.txt")] {
+        let session = format!("alias{n}");
+        match read(&h, &session, n, rel) {
+            ToolResponse::Result { untrusted, .. } => assert!(untrusted, "{rel}"),
+            o => panic!("{rel}: {o:?}"),
+        }
+    }
+}
