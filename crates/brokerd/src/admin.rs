@@ -1,6 +1,7 @@
 //! One `admin.sock` connection: the owner lists pending approvals (summaries), shows one whole,
 //! decides one (with a lease for the calls like it, when asked), lists or revokes leases, or asks
-//! for the audit chain to be verified. Only the owner's account may connect
+//! for the audit chain to be verified, or lists and clears the marks of what untrusted sessions
+//! wrote. Only the owner's account may connect
 //! (the socket's owner and the peer check), so only the owner approves.
 
 use std::os::unix::net::UnixStream;
@@ -9,7 +10,7 @@ use bxcore::layout::AdminRequest;
 use bxcore::runbook::Anchored;
 use bxcore::{
     Approval, ApprovalAck, ApprovalDecision, Approvals, AuditHead, AuditReport, ErrorCode, Lease,
-    LeaseRef, Leases, Message, WireError,
+    LeaseRef, Leases, MarkCleared, MarkRef, Message, WireError,
 };
 use serde_json::json;
 
@@ -52,6 +53,11 @@ pub fn handle(mut stream: UnixStream, id: u64, request: AdminRequest, broker: &B
         AdminRequest::LeaseRevoke(r) => {
             let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
             revoke(broker, r, by)
+        }
+        AdminRequest::MarksList => marks(broker),
+        AdminRequest::MarkClear(r) => {
+            let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            clear(broker, &r, by)
         }
     };
     let _ = send(&mut stream, id, true, response);
@@ -175,6 +181,71 @@ fn revoke(broker: &Broker, r: LeaseRef, by: u32) -> Message {
                 r.lease
             ),
         }),
+    }
+}
+
+/// The marks, oldest first, as many as fit in half a frame.
+fn marks(broker: &Broker) -> Message {
+    let all = broker.marks().list();
+    let mut marks = Vec::new();
+    let mut bytes = 0;
+    for m in &all {
+        let w = m.wire();
+        bytes += serde_json::to_vec(&w).map_or(0, |v| v.len()) + 1;
+        if bytes > crate::marks::LIST_BYTES {
+            break;
+        }
+        marks.push(w);
+    }
+    let left_off = (all.len() - marks.len()) as u64;
+    Message::Marks(bxcore::Marks {
+        marks,
+        max: broker.marks().max() as u64,
+        left_off,
+    })
+}
+
+/// The owner clears a mark: recorded in the chain, then gone from the store. A record that
+/// cannot be written clears nothing.
+fn clear(broker: &Broker, r: &MarkRef, by: u32) -> Message {
+    let found = broker.marks().find(&r.path);
+    if found.is_empty() {
+        return Message::Error(WireError {
+            code: ErrorCode::Forbidden,
+            detail: format!(
+                "no mark names {:?} (bxctl marks lists them by path and by root/path)",
+                r.path.chars().take(512).collect::<String>()
+            ),
+        });
+    }
+    let record = Draft {
+        session: None,
+        call: None,
+        tool: None,
+        event: Event::MarkCleared,
+        detail: json!({
+            "paths": found.iter().map(|m| m.path.display().to_string()).collect::<Vec<_>>(),
+            "by": format!("uid {by}"),
+        }),
+    };
+    if let Err(e) = broker.ledger().record(vec![record]) {
+        bxharden::log::fail(&e);
+        return Message::Error(WireError {
+            code: ErrorCode::Internal,
+            detail: e.pointed().to_string(),
+        });
+    }
+    match broker.marks().clear(&r.path) {
+        Ok(gone) => Message::MarkCleared(MarkCleared {
+            cleared: gone.iter().map(crate::marks::Stored::wire).collect(),
+        }),
+        Err(e) => {
+            bxharden::log::fail(&e);
+            Message::Error(WireError {
+                code: ErrorCode::Internal,
+                detail: e.pointed().to_string(),
+            })
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! tool runs (or the answer that refuses it), the raise and the result before the answer.
 
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bxcore::layout::BrokerRequest;
@@ -24,6 +25,7 @@ use crate::fingerprints::{FULL_ANCHOR, Fingerprints, LEAK_ANCHOR, WEAK_ANCHOR};
 use crate::leases::{Covers, Leases};
 use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
+use crate::marks::MarkStore;
 use crate::policy::{self, AskRule, Decision};
 
 /// Why a pending approval closed without a decision: its requester cancelled or went away.
@@ -56,6 +58,7 @@ pub struct Broker {
     approvals: Approvals,
     leases: Leases,
     fingerprints: Fingerprints,
+    marks: Arc<MarkStore>,
 }
 
 impl Broker {
@@ -66,6 +69,7 @@ impl Broker {
         env: Env,
         ledger: Ledger,
         fingerprints: Fingerprints,
+        marks: Arc<MarkStore>,
     ) -> Broker {
         let approvals = Approvals::new(cfg.approvals.limits());
         let leases = Leases::new(cfg.approvals.lease_limits());
@@ -77,7 +81,13 @@ impl Broker {
             approvals,
             leases,
             fingerprints,
+            marks,
         }
+    }
+
+    /// What untrusted sessions wrote.
+    pub fn marks(&self) -> &MarkStore {
+        &self.marks
     }
 
     pub fn cfg(&self) -> &Config {
@@ -551,6 +561,10 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
             });
             if let Some(summary) = &out.summary {
                 detail["ended"] = json!(summary);
+            }
+            if plan.marks_writes {
+                // What it wrote is marked untrusted (`docs/policy.md`, "Marks").
+                detail["marks_writes"] = json!(true);
             }
             match c.broker.ledger.raise(
                 &c.session,

@@ -113,10 +113,21 @@ impl ApprovalsConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkspaceConfig {
     pub roots: Vec<Root>,
+    /// The most objects the mark store holds (`crate::marks`): what untrusted sessions wrote.
+    pub max_marks: usize,
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> WorkspaceConfig {
+        WorkspaceConfig {
+            roots: Vec::new(),
+            max_marks: crate::marks::DEFAULT_MAX,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
@@ -310,6 +321,13 @@ impl bxharden::daemon::DaemonConfig for Config {
                 "[approvals] max_leases = {} must be at most {MAX_LEASES}, and \
                  max_leases_per_session = {} at most max_leases (0 turns leases off)",
                 a.max_leases, a.max_leases_per_session
+            ));
+        }
+        let m = self.workspace.max_marks;
+        if m == 0 || m > crate::marks::MAX_MAX {
+            return Err(format!(
+                "[workspace] max_marks = {m} is not between 1 and {}",
+                crate::marks::MAX_MAX
             ));
         }
         if let Some(gw) = &self.gateway.socket {

@@ -22,6 +22,7 @@ use crate::ledger::Ledger;
 use crate::ledger::chain::{self, Audit, ChainError, OnBreak, Opened};
 use crate::ledger::lock::AuditLock;
 use crate::ledger::record::{Draft, Event};
+use crate::marks::MarkStore;
 use crate::state::StateStore;
 use crate::{admin, broker, decide, state_socket};
 
@@ -43,6 +44,8 @@ pub struct Prepared {
     audit: Audit,
     opened: Opened,
     fingerprints: Fingerprints,
+    /// What untrusted sessions wrote (`crate::marks`).
+    marks: MarkStore,
     /// The run tool's sandbox, made before brokerd's own closes (`None`: no `[run]`).
     run_sandbox: Option<ChildSandbox>,
     state: Socket<StateRequest>,
@@ -95,6 +98,8 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
     }
     let fingerprints =
         Fingerprints::open(&cfg.broker_dir()).map_err(|e| StartError::anchored(&e))?;
+    let marks = MarkStore::open(&cfg.broker_dir(), cfg.workspace.max_marks)
+        .map_err(|e| StartError::anchored(&e))?;
     let run_sandbox = match &cfg.run {
         Some(run) => {
             let mut child = Profile::new(SeccompProfile::RunChild);
@@ -122,6 +127,7 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
         audit,
         opened,
         fingerprints,
+        marks,
         run_sandbox,
         state,
         tools,
@@ -163,6 +169,7 @@ pub fn serve(cfg: Config, p: Prepared, running: &Running) -> Result<(), StartErr
         audit,
         opened,
         fingerprints,
+        marks,
         run_sandbox,
         state,
         tools,
@@ -199,15 +206,16 @@ pub fn serve(cfg: Config, p: Prepared, running: &Running) -> Result<(), StartErr
         })),
         _ => None,
     };
+    let marks = Arc::new(marks);
     let env = Env {
-        roots: read.roots,
+        roots: read.roots.with_marks(marks.clone()),
         gateway: cfg.gateway.socket.clone(),
         run,
     };
     let ledger = Ledger::new(StateStore::new(&cfg.state_dir()), audit);
     // A tool whose daemon is absent (web_fetch with no gateway) is not offered.
     let registry = read.registry.offered(&env);
-    let broker = Arc::new(Broker::new(cfg, registry, env, ledger, fingerprints));
+    let broker = Arc::new(Broker::new(cfg, registry, env, ledger, fingerprints, marks));
 
     let (seq, hash) = broker.ledger().audit().head();
     chain::log_head("at start", seq, &hash);

@@ -17,6 +17,7 @@ pub mod dirs;
 pub mod fingerprints;
 pub mod leases;
 pub mod ledger;
+pub mod marks;
 pub mod policy;
 
 pub mod state;

@@ -200,6 +200,16 @@ pub fn decide<'r>(
             });
         }
     }
+    //    What a session that read third-party content writes is marked untrusted: a mark
+    //    store that can hold no more lets no such write happen (a mark is never forgotten).
+    if plan.marks_writes {
+        if let Some(full) = env.roots.marks().full() {
+            return Decision::Denied(Denial::because(format!(
+                "{tool} cannot run: {}",
+                full.pointed()
+            )));
+        }
+    }
     // 4. Prompt injection: third-party text in the context may be steering the model.
     if session.untrusted && plan.effect != Effect::None {
         return Decision::Ask {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 
 use crate::{
     ApprovalDecision, ApprovalShow, AuditHead, ChannelPair, ErrorCode, FetchRequest, InferRequest,
-    LeaseRef, MemoryForget, MemoryRecall, MemoryRecent, MemorySearch, Message, SessionQuery,
-    ToolRequest, Turn, TurnRecord,
+    LeaseRef, MarkRef, MemoryForget, MemoryRecall, MemoryRecent, MemorySearch, Message,
+    SessionQuery, ToolRequest, Turn, TurnRecord,
 };
 
 /// One socket: `<run>/<dir>/<name>.sock` (see [`run_dir`]), handed over by systemd under the
@@ -212,7 +212,7 @@ socket! {
     }
 }
 socket! {
-    /// The owner's approvals, leases and audit chain.
+    /// The owner's approvals, leases, marks and audit chain.
     ADMIN, AdminRequest {
         name: "admin", dir: "owner-broker", server: "brokerd", client: OWNER,
         wrong_kind: Forbidden, max_connections: 8,
@@ -224,6 +224,8 @@ socket! {
             AuditVerifyHead(AuditHead) = "audit_verify_head",
             LeasesList = "leases_list",
             LeaseRevoke(LeaseRef) = "lease_revoke",
+            MarksList = "marks_list",
+            MarkClear(MarkRef) = "mark_clear",
         }
     }
 }

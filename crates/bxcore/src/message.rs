@@ -92,6 +92,11 @@ pub enum Message {
     Leases(Leases),
     LeaseRevoke(LeaseRef),
     LeaseRevoked(LeaseRef),
+    /// admin.sock: the files an untrusted session wrote (their marks), and clearing one.
+    MarksList {},
+    Marks(Marks),
+    MarkClear(MarkRef),
+    MarkCleared(MarkCleared),
     AuditVerify {},
     /// admin.sock: verify, and check that the chain holds a head the owner kept.
     AuditVerifyHead(AuditHead),
@@ -163,6 +168,10 @@ impl Message {
             Message::Leases(_) => "leases",
             Message::LeaseRevoke(_) => "lease_revoke",
             Message::LeaseRevoked(_) => "lease_revoked",
+            Message::MarksList {} => "marks_list",
+            Message::Marks(_) => "marks",
+            Message::MarkClear(_) => "mark_clear",
+            Message::MarkCleared(_) => "mark_cleared",
             Message::AuditVerify {} => "audit_verify",
             Message::AuditVerifyHead(_) => "audit_verify_head",
             Message::AuditReport(_) => "audit_report",
@@ -541,6 +550,46 @@ pub struct Leases {
 #[serde(deny_unknown_fields)]
 pub struct LeaseRef {
     pub lease: LeaseId,
+}
+
+/// One marked object: what an untrusted session wrote, untrusted from then on whatever root it
+/// lies in, until the owner clears it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mark {
+    /// Where the kernel resolved it.
+    pub path: String,
+    /// The root it lies in, and its path there (empty: the root itself).
+    pub root: String,
+    pub rel: String,
+    /// The whole tree beneath it is marked (a `run` call's writable root).
+    pub whole: bool,
+    pub marked: Timestamp,
+}
+
+/// `marks {marks, max, left_off}`: the marks, oldest first, as many as fit in half a frame
+/// (`left_off` counts the rest); `max` is the store's bound. The answer to `marks_list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Marks {
+    pub marks: Vec<Mark>,
+    pub max: u64,
+    pub left_off: u64,
+}
+
+/// `mark_clear {path}`: the owner clears the mark `path` names (its resolved path, or
+/// `<root>/<rel>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MarkRef {
+    pub path: String,
+}
+
+/// `mark_cleared {cleared}`: the marks cleared, recorded in the audit chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MarkCleared {
+    pub cleared: Vec<Mark>,
 }
 
 /// The longest `approver` brokerd records, in bytes (a Matrix user id is at most 255).

@@ -22,7 +22,7 @@ use crate::done::{self, Done, Ended, Failure};
 use crate::logs::LogsOptions;
 use crate::selftest::SelftestOptions;
 use crate::target::{Device, Target};
-use crate::{approvals, audit, channel, check, logs, memory, selftest, status};
+use crate::{approvals, audit, channel, check, logs, marks, memory, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -93,6 +93,16 @@ pub enum Command {
     Deny {
         /// The approval's id.
         id: String,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        broker: Broker,
+    },
+    /// The files a session that had read third-party content wrote: each later read of one is
+    /// third-party content too, until you check it and clear its mark (`bxctl marks clear`).
+    Marks {
+        #[command(subcommand)]
+        command: Option<MarksCommand>,
         #[command(flatten)]
         json: Json,
         #[command(flatten)]
@@ -199,6 +209,18 @@ pub enum ApprovalsCommand {
     Revoke {
         /// The lease's id.
         lease: String,
+        #[command(flatten)]
+        json: Json,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MarksCommand {
+    /// Clear one mark, after you checked the file: reads of it are trusted again. Recorded in
+    /// the audit chain.
+    Clear {
+        /// The file as `bxctl marks` names it (`ROOT/PATH`), or its full path.
+        path: String,
         #[command(flatten)]
         json: Json,
     },
@@ -430,6 +452,16 @@ impl Cli {
             Command::Deny { id, json, broker } => {
                 approvals::decide(&self.context(*json, Some(broker)), id, Answer::Deny)
             }
+            Command::Marks {
+                command,
+                json,
+                broker,
+            } => match command {
+                Some(MarksCommand::Clear { path, json: own }) => {
+                    marks::clear(&self.context(Json::either(*json, *own), Some(broker)), path)
+                }
+                None => marks::list(&self.context(*json, Some(broker))),
+            },
             Command::Audit { command } => command.run(self),
             Command::Memory { command } => command.run(self),
             Command::Channel { command } => command.run(self),

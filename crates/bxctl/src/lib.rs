@@ -25,6 +25,7 @@ pub mod done;
 pub mod health;
 pub mod in_flight;
 pub mod logs;
+pub mod marks;
 pub mod memory;
 pub mod model;
 pub mod output;

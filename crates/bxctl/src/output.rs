@@ -108,3 +108,12 @@ pub fn hint_home() -> String {
 pub fn set_hint_home(home: &std::path::Path) {
     let _ = HINT_HOME.set(home.display().to_string());
 }
+
+/// How long ago `t` was, for a person: `5m 02s ago`.
+pub fn ago(t: bxcore::Timestamp) -> String {
+    let ms = i128::from(bxcore::Timestamp::now().0) - i128::from(t.0);
+    if ms <= 0 {
+        return "just now".to_string();
+    }
+    format!("{} ago", time_left(ms))
+}

@@ -82,6 +82,7 @@ fn the_device_build_has_neither_dev_nor_demo_and_every_owners_command() {
             "approvals",
             "approve",
             "deny",
+            "marks",
             "audit",
             "memory",
             "channel",

@@ -495,3 +495,41 @@ fn an_error_that_quotes_a_daemon_reaches_the_terminal_escaped() {
         "{err}"
     );
 }
+
+#[test]
+fn marks_lists_what_an_untrusted_session_wrote_and_clear_ends_a_mark_in_the_chain() {
+    let b = start("");
+    let (code, out, _) = bxctl(&b, &["marks"]);
+    assert_eq!((code, out.trim()), (0, "no marks (of at most 4096)"));
+    let (s, id) = pending_write(
+        &b,
+        "mail",
+        "notes/ignore\u{1b}[2Jall.txt",
+        "third-party words",
+    );
+    let (code, _, err) = bxctl(&b, &["approve", &id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(matches!(final_of(&s), ToolResponse::Result { .. }));
+    let (code, out, _) = bxctl(&b, &["marks"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("notes/ignore\\u{1b}[2Jall.txt"),
+        "escaped: {out}"
+    );
+    assert!(!out.contains('\u{1b}'), "{out}");
+    assert!(out.contains("1 of at most 4096 marks"), "{out}");
+    let (code, out, _) = bxctl(&b, &["marks", "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["marks"][0]["root"], "notes");
+    let (code, _, err) = bxctl(&b, &["marks", "clear", "notes/nothing.txt"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no mark names"), "{err}");
+    let (code, out, err) = bxctl(&b, &["marks", "clear", "notes/ignore\u{1b}[2Jall.txt"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("cleared "), "{out}");
+    let (_, out, _) = bxctl(&b, &["marks"]);
+    assert_eq!(out.trim(), "no marks (of at most 4096)");
+    let chain = fs::read_to_string(b.home.join("broker/audit/chain.jsonl")).unwrap();
+    assert!(chain.contains("\"event\":\"mark_cleared\""), "{chain}");
+}

@@ -7,6 +7,7 @@
 //! decides, so that what the policy sees is what the tool will do.
 
 pub mod args;
+pub mod marks;
 mod meta;
 mod registry;
 pub mod run;
@@ -14,6 +15,7 @@ pub mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
+pub use marks::{MarkError, MarkSet, Marks, NewMark};
 pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
 pub use run::Run;

@@ -75,4 +75,8 @@ pub struct Plan {
     pub effect: Effect,
     /// The class of the place a `local` write lands in, when that place has one.
     pub writes_into: Option<DataClass>,
+    /// What the call writes is marked untrusted (`crate::marks`): it writes while carrying
+    /// third-party content (the session read some, or a `run` call sees some). Set by
+    /// [`crate::Entry::plan_seen`].
+    pub marks_writes: bool,
 }

@@ -155,6 +155,10 @@ impl Entry {
             other => other,
         })?;
         plan.carries.raise(self.floor());
+        // A call that writes while it carries third-party content (the session read some, or
+        // what the call sees holds some) marks what it writes (`crate::marks`).
+        plan.marks_writes =
+            plan.effect == crate::Effect::Local && (seen.untrusted || plan.carries.untrusted);
         Ok(plan)
     }
 

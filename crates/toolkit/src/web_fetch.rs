@@ -59,6 +59,7 @@ impl Tool for WebFetch {
             carries: Label::new(DataClass::Public, true),
             effect: self.declared().effect,
             writes_into: None,
+            marks_writes: false,
         })
     }
     fn leak_view(&self, args: &FetchArgs) -> Option<Value> {

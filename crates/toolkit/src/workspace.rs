@@ -24,6 +24,8 @@ use nix::sys::stat::{Mode, SFlag};
 use serde::Deserialize;
 
 use crate::ToolError;
+use crate::marks::{MarkError, MarkSet, Marks, NewMark};
+use std::sync::Arc;
 
 /// `[[workspace.roots]]`: one directory the tools may reach.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -91,9 +93,12 @@ fn good_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// The configured roots.
+/// The configured roots, and the marks of what untrusted sessions wrote in them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Roots(Vec<Root>);
+pub struct Roots {
+    roots: Vec<Root>,
+    marks: MarkSet,
+}
 
 /// What the roots that contain one object say about it, summed up strictly: their labels joined
 /// (the highest class, untrusted if any of them is), and writable only if all of them are.
@@ -160,16 +165,81 @@ impl Roots {
                 return Err(RootsError::NameTwice(r.name().to_string()));
             }
         }
-        Ok(Roots(roots))
+        Ok(Roots {
+            roots,
+            marks: MarkSet::default(),
+        })
+    }
+
+    /// These roots with the mark store `marks`: what it marks is untrusted wherever it lies.
+    pub fn with_marks(mut self, marks: Arc<dyn Marks>) -> Roots {
+        self.marks = MarkSet(Some(marks));
+        self
+    }
+
+    /// The mark store, if any.
+    pub fn marks(&self) -> &MarkSet {
+        &self.marks
+    }
+
+    /// Mark the object `fd` refers to (or, `whole`, the tree beneath a directory), durably: what
+    /// an untrusted session writes is untrusted from then on, whatever root it lies in. `name`:
+    /// the name in the directory `fd` that the write is about to replace, when `fd` is that
+    /// directory; `file`: the new file's device and inode.
+    pub fn mark(
+        &self,
+        fd: &OwnedFd,
+        name: Option<&OsStr>,
+        file: Option<(u64, u64)>,
+        whole: bool,
+    ) -> Result<(), MarkError> {
+        let at = fd_path(fd).map_err(|e| MarkError::Store(format!("cannot place a mark: {e}")))?;
+        let path = match name {
+            Some(n) => at.join(n),
+            None => at,
+        };
+        let (root, rel) = self.place_of(&path);
+        self.marks.mark(NewMark {
+            path: &path,
+            root: &root,
+            rel: &rel,
+            file,
+            whole,
+        })
+    }
+
+    /// The deepest root that holds the resolved `path`, and the path relative to it; `?` and the
+    /// whole path when none does (it was moved out since).
+    pub fn place_of(&self, path: &Path) -> (String, PathBuf) {
+        let mut best: Option<(usize, &Root, PathBuf)> = None;
+        for r in &self.roots {
+            let Ok(rfd) = open_root(r) else { continue };
+            let Ok(rpath) = fd_path(&rfd) else { continue };
+            if let Ok(rel) = path.strip_prefix(&rpath) {
+                let depth = rpath.components().count();
+                if best.as_ref().is_none_or(|(d, _, _)| depth > *d) {
+                    best = Some((depth, r, rel.to_path_buf()));
+                }
+            }
+        }
+        match best {
+            Some((_, r, rel)) => (r.name().to_string(), rel),
+            None => ("?".to_string(), path.to_path_buf()),
+        }
+    }
+
+    /// The resolved path of a root's directory, if it is there.
+    pub fn resolved(root: &Root) -> Option<PathBuf> {
+        open_root(root).ok().and_then(|fd| fd_path(&fd).ok())
     }
 
     /// The first root: where a relative path that names no root is taken.
     pub fn first(&self) -> Option<&Root> {
-        self.0.first()
+        self.roots.first()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Root> {
-        self.0.iter()
+        self.roots.iter()
     }
 
     /// The root `path` lies in and the rest of the path. Only the words of the path are looked
@@ -186,7 +256,7 @@ impl Roots {
             return self.locate_relative(p);
         }
         let root = self
-            .0
+            .roots
             .iter()
             .filter(|r| p.starts_with(&r.path))
             .max_by_key(|r| r.path.components().count())
@@ -214,7 +284,7 @@ impl Roots {
             .map_err(|e| ToolError::Failed(format!("{}: {}", at.display(), e.desc())))?;
         let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
         let mut labels = Reached::of(start);
-        for root in &self.0 {
+        for root in &self.roots {
             let Ok(rfd) = open_root(root) else {
                 // A root that is not there contains nothing.
                 continue;
@@ -230,16 +300,33 @@ impl Roots {
                 labels = labels.join(root);
             }
         }
+        // What an untrusted session wrote is third-party content, whatever root it lies in.
+        let file = (!is_dir).then_some((st.st_dev, st.st_ino));
+        if self.marks.covers(&at, file) {
+            labels.label.untrusted = true;
+        }
+        Ok(labels)
+    }
+
+    /// The labels of a directory `fd` as a listing of it carries them: [`Roots::labels`], and
+    /// untrusted when a name in it is one an untrusted session chose (a marked entry).
+    pub fn listing_labels(&self, start: &Root, fd: &OwnedFd) -> Result<Reached, ToolError> {
+        let mut labels = self.labels(start, fd)?;
+        if self.marks.names_in(&fd_path(fd)?) {
+            labels.label.untrusted = true;
+        }
         Ok(labels)
     }
 
     fn locate_relative(&self, p: &Path) -> Result<Beneath<'_>, ToolError> {
         let first = p.components().next();
         let named = match first {
-            Some(Component::Normal(word)) => self.0.iter().find(|r| word == OsStr::new(r.name())),
+            Some(Component::Normal(word)) => {
+                self.roots.iter().find(|r| word == OsStr::new(r.name()))
+            }
             _ => None,
         };
-        let (root, rest) = match (named, self.0.first()) {
+        let (root, rest) = match (named, self.roots.first()) {
             (Some(root), _) => (root, p.components().skip(1).collect::<PathBuf>()),
             (None, Some(first)) => (first, p.to_path_buf()),
             (None, None) => {
@@ -254,11 +341,11 @@ impl Roots {
     }
 
     fn list(&self) -> String {
-        if self.0.is_empty() {
+        if self.roots.is_empty() {
             return " (no workspace root is configured)".to_string();
         }
         let names: Vec<String> = self
-            .0
+            .roots
             .iter()
             .map(|r| format!("{} ({})", r.name(), r.path.display()))
             .collect();
@@ -291,6 +378,25 @@ impl Beneath<'_> {
             if prefix.pop().is_none() {
                 return Reached::of(self.root);
             }
+        }
+    }
+
+    /// The labels of a listing of the whole path: as [`Beneath::labels`], and untrusted when
+    /// the directory holds a marked name ([`Roots::listing_labels`]).
+    pub fn listing_labels(&self, roots: &Roots) -> Reached {
+        let opened = open_root(self.root).ok().and_then(|root| {
+            let rest: &Path = if self.rest.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                &self.rest
+            };
+            open_beneath(&root, rest, OFlag::O_PATH, Mode::empty()).ok()
+        });
+        match opened {
+            Some(fd) => roots
+                .listing_labels(self.root, &fd)
+                .unwrap_or_else(|_| self.labels(roots)),
+            None => self.labels(roots),
         }
     }
 

@@ -26,6 +26,7 @@ fn read_plan(args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
         carries: at.labels(&env.roots).label,
         effect: Effect::None,
         writes_into: None,
+        marks_writes: false,
     })
 }
 
@@ -88,13 +89,27 @@ impl Tool for WorkspaceList {
         }
     }
     fn plan(&self, args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
-        read_plan(args, env)
+        // A listing shows names: one an untrusted session chose (a marked entry) is
+        // third-party text.
+        let at = env.roots.locate(&args.path)?;
+        Ok(Plan {
+            carries: at.listing_labels(&env.roots).label,
+            effect: Effect::None,
+            writes_into: None,
+            marks_writes: false,
+        })
     }
     fn run(&self, args: &PathArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let shown = args.path.as_str();
         let at = env.roots.locate(shown)?;
         let fd = at.open(shown, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty())?;
-        check_opened(env, &at, &fd, shown, plan)?;
+        let reached = env.roots.listing_labels(at.root, &fd)?;
+        if !reached.label.flows_to(plan.carries) {
+            return Err(ToolError::Touched(
+                reached,
+                format!("{shown} changed while the call was decided; ask again"),
+            ));
+        }
         // `Dir` takes the descriptor over, and closes it on failure too.
         let mut dir = nix::dir::Dir::from(fd)
             .map_err(|e| ToolError::Failed(format!("{shown}: {}", e.desc())))?;
@@ -218,6 +233,7 @@ impl Tool for WorkspaceWrite {
             carries: labels.label,
             effect: Effect::Local,
             writes_into: Some(labels.label.class),
+            marks_writes: false,
         })
     }
     fn run(&self, args: &WriteArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
@@ -267,6 +283,25 @@ impl Tool for WorkspaceWrite {
                 nix::unistd::UnlinkatFlags::NoRemoveDir,
             );
             return Err(fail("cannot write", &e));
+        }
+        // Written by a session that read third-party content into a place that is not already
+        // untrusted: marked, durably, before the file takes its name (`crate::marks`).
+        if plan.marks_writes && !labels.label.untrusted {
+            let marked = fstat(file.as_raw_fd())
+                .map_err(|e| e.desc().to_string())
+                .and_then(|st| {
+                    env.roots
+                        .mark(&dir, Some(name), Some((st.st_dev, st.st_ino)), false)
+                        .map_err(|e| e.pointed())
+                });
+            if let Err(why) = marked {
+                let _ = nix::unistd::unlinkat(
+                    Some(dir.as_raw_fd()),
+                    tmp.as_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                );
+                return Err(ToolError::Failed(format!("{shown} was not written: {why}")));
+            }
         }
         drop(file);
         if let Err(e) = renameat(

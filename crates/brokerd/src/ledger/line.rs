@@ -887,6 +887,7 @@ mod tests {
             Event::Started,
             Event::Leased,
             Event::LeaseRevoked,
+            Event::MarkCleared,
         ])
     }
 

@@ -31,6 +31,8 @@ pub enum Event {
     Leased,
     /// The owner revoked a lease.
     LeaseRevoked,
+    /// The owner cleared the mark of a file an untrusted session wrote.
+    MarkCleared,
 }
 
 impl Event {
@@ -51,6 +53,7 @@ impl Event {
             Event::Started => "started",
             Event::Leased => "leased",
             Event::LeaseRevoked => "lease_revoked",
+            Event::MarkCleared => "mark_cleared",
         }
     }
 }

@@ -21,7 +21,7 @@
 mod reach;
 pub mod spawn;
 
-pub use reach::{Reach, WALK_LIMIT, reach, sees};
+pub use reach::{Reach, WALK_LIMIT, reach, sees, sees_marked};
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -211,7 +211,7 @@ impl Tool for Run {
             .ok_or_else(|| ToolError::Failed(NOT_CONFIGURED.to_string()))?;
         settings.program(&args.argv[0])?;
         let at = env.roots.locate(&args.cwd)?;
-        let sees = sees(
+        let sees = sees_marked(
             &env.roots,
             &at.root.path,
             seen.join(at.labels(&env.roots).label),
@@ -221,6 +221,7 @@ impl Tool for Run {
             carries: sees,
             effect: if writes { Effect::Local } else { Effect::None },
             writes_into: writes.then_some(sees.class),
+            marks_writes: false,
         })
     }
     fn run(&self, args: &RunArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
@@ -240,7 +241,7 @@ impl Tool for Run {
             ));
         }
         // What it sees now (a hard link made since the plan): never more than was decided.
-        let now = sees(&env.roots, &at.root.path, plan.carries);
+        let now = sees_marked(&env.roots, &at.root.path, plan.carries);
         if now != plan.carries {
             return Err(ToolError::Touched(
                 crate::workspace::Reached {
@@ -255,6 +256,11 @@ impl Tool for Run {
         // Writes only as decided: where the plan's own class is kept, and only if it writes.
         let write = plan.effect == Effect::Local && plan.writes_into == Some(plan.carries.class);
         let reach = reach(&env.roots, plan.carries, write);
+        // A program that may have read third-party content writes it where it may write: each
+        // trusted writable root it is given is marked whole, durably, before it starts.
+        if plan.marks_writes {
+            mark_roots(env, &reach.read_write)?;
+        }
         let sandbox = settings
             .sandbox
             .with_paths(&reach.read_write, &reach.read_only)
@@ -406,6 +412,34 @@ pub fn describe(done: &Finished, timeout_ms: u64, max_output: usize) -> String {
         }
     }
     out
+}
+
+/// Mark whole every root among `writable` that is not untrusted already (`crate::marks`): what
+/// a program that may have read third-party content writes there is third-party content.
+fn mark_roots(env: &Env, writable: &[PathBuf]) -> Result<(), ToolError> {
+    for root in env.roots.iter().filter(|r| writable.contains(&r.path)) {
+        if root.untrusted {
+            continue;
+        }
+        let fd = nix::fcntl::open(
+            &root.path,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| {
+            ToolError::Failed(format!(
+                "the workspace root {} cannot be opened: {}",
+                root.path.display(),
+                e.desc()
+            ))
+        })?;
+        // SAFETY: `open` returned a new descriptor that nothing else owns.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        env.roots.mark(&fd, None, None, true).map_err(|e| {
+            ToolError::Failed(format!("the program was not started: {}", e.pointed()))
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -138,3 +138,29 @@ fn linked_file_systems(tree: &Path, budget: &mut usize) -> Option<BTreeSet<u64>>
     }
     Some(found)
 }
+
+/// [`sees`], and untrusted when any root the call can see holds a mark (`crate::marks`): a file
+/// an untrusted session wrote is third-party content, which the program may read. Untrusted,
+/// the call may see more roots (the untrusted ones), so it is looked at again until nothing
+/// changes.
+pub fn sees_marked(roots: &Roots, cwd_root: &Path, label: Label) -> Label {
+    let mut label = sees(roots, cwd_root, label);
+    loop {
+        if label.untrusted {
+            return label;
+        }
+        let marked = reach(roots, label, false)
+            .read_only
+            .iter()
+            .any(|tree| roots.marks().any_within(&canonical(tree)));
+        if !marked {
+            return label;
+        }
+        label = sees(roots, cwd_root, Label::new(label.class, true));
+    }
+}
+
+/// A root's directory as the kernel resolves it (the marks hold resolved paths).
+fn canonical(tree: &Path) -> PathBuf {
+    std::fs::canonicalize(tree).unwrap_or_else(|_| tree.to_path_buf())
+}
