@@ -270,7 +270,8 @@ fn a_full_mark_store_fails_closed_and_forgets_no_mark() {
         o => panic!("{o:?}"),
     }
     let mut rest = Vec::new();
-    let _ = s.read_to_end(&mut rest);
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let _ = s.read_to_end(&mut rest); // bounded: the read timeout just set
     assert!(!h.home.join("notes/second.txt").exists());
     assert_eq!(marks(&h).marks.len(), 1, "the first mark is kept");
     match read(&h, "fresh", 30, "notes/first.txt") {
