@@ -16,6 +16,7 @@ pub mod in_flight;
 pub mod logs;
 pub mod memory;
 pub mod model;
+pub mod ondemand;
 pub mod output;
 pub mod peer;
 pub mod procfs;

@@ -1,9 +1,12 @@
 //! `bxctl selftest`: what the owner cares about, each as one check: every socket of the box
 //! answers `ping` as its own daemon, every daemon runs confined, the model answers one minimal
 //! request through inferproxy, the audit chain verifies, and `loopd selftest` passes (in the dev
-//! box directly; on the device by starting its oneshot unit, which runs as loopd's user). A
-//! check that could not run (a socket that is not the caller's to reach) is `skipped`, and a
-//! skipped check is never `ok`: the verdict is `ok` only when every check passed.
+//! box directly; on the device through the owner's on-demand unit, `boxmaker-selftest@.service`,
+//! which runs it as loopd's user: `crate::ondemand`). On the device the owner pings the sockets
+//! that are the owner's, and loopd's selftest those that are loopd's user's; no model request
+//! is made there (the device check, `bxctl check`, reaches every socket as its client). A check
+//! that could not run (a socket that is not the caller's to reach) is `skipped`, and a skipped
+//! check is never `ok`: the verdict is `ok` only when every check passed.
 
 use std::io::{self, Write};
 use std::process::Command;
@@ -21,10 +24,14 @@ use crate::model::{self, ModelLine};
 use crate::status::{self, SocketState};
 use crate::target::Target;
 
-/// The device's unit that runs `loopd selftest` as loopd's user.
-pub const UNIT: &str = "boxmaker-selftest.service";
+/// The device's template unit that runs `loopd selftest` as loopd's user, one instance per
+/// connection on the owner's selftest socket.
+pub const UNIT: &str = "boxmaker-selftest@.service";
 
 const PING: Duration = Duration::from_secs(5);
+
+/// How long loopd's selftest unit has for its report on the device.
+const UNIT_DEADLINE: Duration = Duration::from_secs(120);
 
 /// How long the model has to answer the minimal request, unless `--model-timeout` says.
 pub const MODEL_DEADLINE: Duration = Duration::from_secs(120);
@@ -127,7 +134,13 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
             }
         }
     }
+    let device = !target.is_dev_box();
     for spec in SOCKETS {
+        // On the device a socket whose client is a daemon's user is that user's alone (0600 in
+        // a 0700 directory): loopd's selftest pings loopd's, the device check every one.
+        if device && spec.client != layout::OWNER {
+            continue;
+        }
         let path = target.socket(&spec);
         if !status::expected(target, spec.server) && !path.exists() {
             continue;
@@ -228,43 +241,11 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
         };
         check(&mut checks, out, json, c);
     }
-    let c = match &model {
-        Err(why) => Check {
-            check: "model answers".to_string(),
-            state: State::Failed,
-            detail: why.clone(),
-        },
-        Ok(m) => match crate::peer::as_client(target, &layout::INFER, || {
-            model::ask(target, &m.slot, opts.model_timeout)
-        })
-        .unwrap_or_else(|why| {
-            Err(ClientError::Connect {
-                socket: target.socket(&layout::INFER),
-                error: io::Error::other(why),
-            })
-        }) {
-            Ok(a) => Check {
-                check: "model answers".to_string(),
-                state: State::Ok,
-                detail: format!("{}: {}", m.describe(), Shown(&a.said, Mode::Line)),
-            },
-            Err(ClientError::Connect { error, .. })
-                if error.kind() == io::ErrorKind::PermissionDenied =>
-            {
-                Check {
-                    check: "model answers".to_string(),
-                    state: State::Skipped,
-                    detail: "infer.sock is not yours to reach: run it as root".to_string(),
-                }
-            }
-            Err(e) => Check {
-                check: "model answers".to_string(),
-                state: State::Failed,
-                detail: format!("{}: {e}", m.describe()),
-            },
-        },
-    };
-    check(&mut checks, out, json, c);
+    // The device's infer.sock is loopd's user's: the owner's selftest asks no model there.
+    if !device {
+        let c = model_answers(target, &model, opts);
+        check(&mut checks, out, json, c);
+    }
     let admin = target.socket(&layout::ADMIN);
     let c = match client::call(&admin, PING, 1, Message::AuditVerify {}, |_| {}) {
         Ok(Message::AuditReport(r)) if r.ok => Check {
@@ -320,6 +301,46 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
     report.verdict()
 }
 
+/// One minimal request to the model through inferproxy, as `model answers`.
+fn model_answers(target: &Target, model: &Result<ModelLine, String>, opts: Options) -> Check {
+    match model {
+        Err(why) => Check {
+            check: "model answers".to_string(),
+            state: State::Failed,
+            detail: why.clone(),
+        },
+        Ok(m) => match crate::peer::as_client(target, &layout::INFER, || {
+            model::ask(target, &m.slot, opts.model_timeout)
+        })
+        .unwrap_or_else(|why| {
+            Err(ClientError::Connect {
+                socket: target.socket(&layout::INFER),
+                error: io::Error::other(why),
+            })
+        }) {
+            Ok(a) => Check {
+                check: "model answers".to_string(),
+                state: State::Ok,
+                detail: format!("{}: {}", m.describe(), Shown(&a.said, Mode::Line)),
+            },
+            Err(ClientError::Connect { error, .. })
+                if error.kind() == io::ErrorKind::PermissionDenied =>
+            {
+                Check {
+                    check: "model answers".to_string(),
+                    state: State::Skipped,
+                    detail: "infer.sock is not yours to reach: run it as root".to_string(),
+                }
+            }
+            Err(e) => Check {
+                check: "model answers".to_string(),
+                state: State::Failed,
+                detail: format!("{}: {e}", m.describe()),
+            },
+        },
+    }
+}
+
 fn loopd_selftest(target: &Target) -> Result<String, String> {
     let output = if target.is_dev_box() {
         let loopd = find_daemon("loopd").ok_or("cannot find the loopd executable")?;
@@ -335,7 +356,7 @@ fn loopd_selftest(target: &Target) -> Result<String, String> {
         }
         cmd.output()
     } else {
-        Command::new("systemctl").args(["start", UNIT]).output()
+        return device_selftest();
     }
     .map_err(|e| format!("cannot run it: {e}"))?;
     let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
@@ -352,5 +373,28 @@ fn loopd_selftest(target: &Target) -> Result<String, String> {
             text = said(&output.stdout);
         }
         Err(format!("loopd selftest {}: {text}", output.status))
+    }
+}
+
+/// `loopd selftest` on the device: through the owner's selftest socket, which starts one
+/// instance of [`UNIT`] (as loopd's user, in loopd's sandbox) and carries back what it printed.
+fn device_selftest() -> Result<String, String> {
+    let m = crate::check::manifest::Manifest::load(std::path::Path::new(
+        crate::check::manifest::DEFAULT_PATH,
+    ))
+    .map_err(|e| e.to_string())?;
+    let socket = m
+        .ondemand
+        .map(|o| o.selftest)
+        .ok_or("this device's /etc/boxmaker/device.json names no selftest unit for its owner")?;
+    let text = crate::ondemand::report(&socket, UNIT_DEADLINE)?;
+    let text = text.trim();
+    match text.lines().last() {
+        Some("selftest: ok") => Ok("passed".to_string()),
+        Some(last) => Err(format!("loopd selftest: {last}")),
+        None => Err(format!(
+            "{UNIT} said nothing (one selftest runs at a time; journalctl -u 'boxmaker-selftest@*' \
+             says why)"
+        )),
     }
 }

@@ -21,6 +21,20 @@ pub struct Manifest {
     pub services: Vec<Service>,
     pub sockets: Vec<Socket>,
     pub directories: Vec<Directory>,
+    /// The sockets the owner starts the selftest and the device check on (`crate::ondemand`);
+    /// absent in a manifest written before they were.
+    #[serde(default)]
+    pub ondemand: Option<OnDemand>,
+}
+
+/// The owner's on-demand sockets, by what they start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnDemand {
+    /// `boxmaker-check@.service`: `bxctl check --json` as root.
+    pub check: PathBuf,
+    /// `boxmaker-selftest@.service`: `loopd selftest` as loopd's user.
+    pub selftest: PathBuf,
 }
 
 /// A user and group, by name.

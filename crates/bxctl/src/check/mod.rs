@@ -1,5 +1,7 @@
-//! `bxctl check`: the device check. The owner runs it as root after each `nixos-rebuild
-//! switch`; the NixOS VM test and the device twin (`make twin`) run the same. It reads what the
+//! `bxctl check`: the device check. The owner runs it after each `nixos-rebuild switch`, as
+//! themselves (the checks then run as root in the owner's on-demand unit,
+//! `boxmaker-check@.service`, and the report comes back on its socket: `crate::ondemand`) or as
+//! root; the NixOS VM test and the device twin (`make twin`) run the same. It reads what the
 //! module installed (`/etc/boxmaker/device.json`: the units, sockets, directories and owners)
 //! and checks the running box against it, one line per check: `ok`, `FAIL` with why, or `skip`
 //! with why (a skipped check is never counted as passed). Exit 1 on any failure.
@@ -186,14 +188,15 @@ pub fn run(m: &Manifest) -> Report {
     r
 }
 
-/// `bxctl check`: load the manifest, run the checks, print, and say whether all passed.
+/// How long the device check's unit has for its report when the owner asks for it.
+pub const UNIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// `bxctl check`: load the manifest, run the checks, print, and say whether all passed. As
+/// anyone but root, the checks run in the owner's on-demand unit (`boxmaker-check@.service`,
+/// as root: `crate::ondemand`) and its report is printed here the same way.
 pub fn main(manifest: &std::path::Path, json: bool, out: &mut dyn Write) -> Result<bool, String> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(
-            "bxctl check reads every daemon's /proc and talks to each socket as its client: \
-             run it as root (sudo bxctl check)"
-                .into(),
-        );
+        return through_unit(manifest, json, out);
     }
     let m = Manifest::load(manifest).map_err(|e| e.to_string())?;
     let report = run(&m);
@@ -205,9 +208,78 @@ pub fn main(manifest: &std::path::Path, json: bool, out: &mut dyn Write) -> Resu
     Ok(report.passed())
 }
 
+/// The device check as its unit runs it: connect to the owner's check socket, read the JSON
+/// report (`bxctl check --json`, as root) and print it as this invocation asked.
+fn through_unit(
+    manifest: &std::path::Path,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<bool, String> {
+    let m = Manifest::load(manifest).map_err(|e| e.to_string())?;
+    let Some(socket) = m.ondemand.as_ref().map(|o| o.check.clone()) else {
+        return Err(
+            "bxctl check reads every daemon's /proc and talks to each socket as its client, and \
+             this device has no check unit for its owner: run it as root (sudo bxctl check)"
+                .into(),
+        );
+    };
+    let text = crate::ondemand::report(&socket, UNIT_DEADLINE)?;
+    let report = serde_json::from_str::<serde_json::Value>(text.trim())
+        .map_err(|e| e.to_string())
+        .and_then(|v| Report::from_json(&v))
+        .map_err(|why| {
+            format!(
+                "the device check's unit sent no report ({why}): journalctl -u 'boxmaker-check@*' \
+                 says why"
+            )
+        })?;
+    if json {
+        let _ = writeln!(out, "{}", report.to_json());
+    } else {
+        let _ = write!(out, "{}", report.render());
+    }
+    Ok(report.passed())
+}
+
+impl Report {
+    /// The report `to_json` wrote.
+    pub fn from_json(v: &serde_json::Value) -> Result<Report, String> {
+        let checks = v["checks"]
+            .as_array()
+            .ok_or("no \"checks\" list in the report")?;
+        let mut r = Report::default();
+        for c in checks {
+            let field = |k: &str| {
+                c[k].as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("a check without \"{k}\": {c}"))
+            };
+            let detail = field("detail")?;
+            let verdict = match field("result")?.as_str() {
+                "ok" => Verdict::Ok(detail),
+                "fail" => Verdict::Fail(detail),
+                "skip" => Verdict::Skip(detail),
+                other => return Err(format!("a check whose result is `{other}`")),
+            };
+            r.add(field("check")?, verdict);
+        }
+        Ok(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_read_back_from_its_json_renders_the_same() {
+        let mut r = report();
+        r.add("directory /x", Verdict::Fail("mode 0755, not 0700".into()));
+        let back = Report::from_json(&r.to_json()).unwrap();
+        assert_eq!(back.render(), r.render());
+        assert_eq!(back.to_json(), r.to_json());
+        assert!(Report::from_json(&serde_json::json!({"ok": true})).is_err());
+    }
 
     fn report() -> Report {
         let mut r = Report::default();
