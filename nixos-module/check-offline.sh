@@ -380,15 +380,6 @@ step_module() {
     "$stub { overlays = m ? nixpkgs; package = m.services.boxmaker.package.default; }" \
     '{"overlays":false,"package":"callPackage '"$repo"'/nix/package.nix"}'
   expect_eval "flake: a formatter output" "$stub builtins.elem \"formatter\" (builtins.attrNames self)" 'true'
-  # The package's source: docs/runbook.md (the runbook test reads it), no other doc.
-  expect_eval "package source: docs/runbook.md and no other doc" \
-    "let
-      lib = { importTOML = f: builtins.fromTOML (builtins.readFile f); licenses.asl20 = null; platforms.linux = null;
-              fileset = { toSource = x: x; unions = l: l; maybeMissing = p: p; }; };
-      pkg = import $repo/nix/package.nix { inherit lib; rustPlatform.buildRustPackage = a: a; installShellFiles = null; };
-      files = map toString pkg.src.fileset;
-    in { docs = builtins.elem \"$repo/docs\" files; runbook = builtins.elem \"$repo/docs/runbook.md\" files; }" \
-    '{"docs":false,"runbook":true}'
   # The device images: mkDevice puts the module, device.nix and the system together, and the
   # flake has both configurations.
   expect_eval "flake: lib.mkDevice composes the module, device.nix and the system" \
