@@ -51,11 +51,12 @@ package-check: nix-check
 	nix/package-check.sh
 
 # The device twin (nixos-module/twin.sh): the module's units, tmpfiles.d and sysusers.d under a
-# real systemd in systemd-nspawn, the device check inside it, kills, socket activation, a refused
-# configuration that fails the switch, two chat turns; ends `twin: ok`. It says `skipped: <why>`
-# where systemd-nspawn cannot run (a failure under CI=true). Runs after nix-check in the gate.
-twin:
-	$(CARGO) build --release --workspace --bins
+# real systemd in systemd-nspawn, with the package package-check built and installed; the device
+# check inside it, the owner's first boot, the units' egress rules, kills, socket activation, a
+# refused configuration that fails the switch, two chat turns; ends `twin: ok`. It says
+# `skipped: <why>` where systemd-nspawn cannot run (a failure under CI=true). Runs after
+# package-check in the gate, whose install it boots.
+twin: package-check
 	nixos-module/twin.sh
 
 # The gate as CI runs it on a fresh machine: first remove what earlier runs left behind (the dev

@@ -66,6 +66,14 @@ let
       bool = leaf "boolean" builtins.isBool;
       package = leaf "package" (_: true);
       path = leaf "path" (v: builtins.substring 0 1 (toString v) == "/");
+      # lib.types.externalPath: an absolute path, as a string, not in the Nix store.
+      externalPath = leaf "absolute path not in the Nix store" (
+        v:
+        builtins.isString v
+        && builtins.substring 0 1 v == "/"
+        && builtins.substring 0 (builtins.stringLength builtins.storeDir + 1) v != "${builtins.storeDir}/"
+      );
+      listOf = t: leaf "list of ${t.name}" (v: builtins.isList v && all t.check v);
       enum = vs: leaf "one of ${toJSON vs}" (v: elem v vs);
       nullOr = t: leaf "null or ${t.name}" (v: v == null || t.check v);
       ints.positive = leaf "positive integer" (v: builtins.isInt v && v > 0);
@@ -104,6 +112,22 @@ let
         change = v: f (setAttrByPath from v);
       };
     };
+    isOption = v: isAttrs v && (v._type or "") == "option";
+    recursiveUpdateUntil =
+      pred: lhs: rhs:
+      lhs
+      // mapAttrs (
+        n: r:
+        let
+          l = lhs.${n};
+        in
+        if lhs ? ${n} && isAttrs l && isAttrs r && !(pred [ n ] l r) then
+          recursiveUpdateUntil pred l r
+        else
+          r
+      ) rhs;
+    recursiveUpdate = recursiveUpdateUntil (_: _: _: false);
+    isFunction = builtins.isFunction;
     any = builtins.any;
     filter = builtins.filter;
     concatStringsSep = builtins.concatStringsSep;
@@ -159,8 +183,17 @@ let
     type = tomlType;
     generate = name: value: {
       outPath = "/nix/store/generated-${name}";
-      inherit value;
+      inherit name value;
     };
+  };
+  # pkgs.runCommand: what would be built, kept for the check to read.
+  pkgs.runCommand = name: env: script: {
+    outPath = "/nix/store/runcommand-${name}";
+    inherit name env script;
+  };
+  pkgs.stdenv = {
+    buildPlatform.canExecute = _: true;
+    hostPlatform = { };
   };
 
   package = "/nix/store/boxmaker";
@@ -209,7 +242,13 @@ let
     let
       all' = defs ++ (if opt ? default then [ (lib.mkOverride 1500 opt.default) ] else [ ]);
     in
-    if all' == [ ] then throw "The option `${loc}' is used but not defined." else mergeType loc opt.type all';
+    if (opt.readOnly or false) && defs != [ ] then
+      # lib/modules.nix: the default and one more definition are two.
+      throw "The option `${loc}' is read-only, but it's set multiple times."
+    else if all' == [ ] then
+      throw "The option `${loc}' is used but not defined."
+    else
+      mergeType loc opt.type all';
 
   mergeType =
     loc: type: defs:
@@ -359,7 +398,6 @@ let
           createHome = true;
         };
       };
-    security.polkit.enable = true;
   };
 
   c =
@@ -375,19 +413,55 @@ in
   sockets = builtins.attrNames c.systemd.sockets;
   # [Service] keys switch-to-configuration reads, per service.
   switch = builtins.mapAttrs (_: s: {
-    type = s.serviceConfig.Type;
-    notSocketActivated = s.serviceConfig.X-NotSocketActivated or false;
+    type = s.serviceConfig.Type or "simple";
+    notSocketActivated = s.notSocketActivated or false;
   }) c.systemd.services;
+  # The units as the module hands them to NixOS's systemd options.
+  systemd = {
+    inherit (c.systemd) services sockets;
+  };
+  users = {
+    groups = builtins.mapAttrs (_: g: g.members or [ ]) c.users.groups;
+  };
+  inherit (module) meta;
   tmpfiles = builtins.attrNames c.systemd.tmpfiles.settings."10-boxmaker";
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) c.assertions);
   etc = builtins.attrNames c.environment.etc;
-  inherit warnings;
+  # The old option names' warnings (lib's renames), then the module's own.
+  warnings = warnings ++ (c.warnings or [ ]);
   # What each /etc/boxmaker/<daemon>.toml would hold.
-  toml = mapAttrs (_: e: e.source.value) (
+  # What each configuration file would hold, and whether it is the daemon's own check's
+  # derivation (its script runs validate-config.sh on it) or the TOML file itself.
+  validated = mapAttrs (_: e: e.source ? script && builtins.match ".*validate-config.sh.*" e.source.script != null) (
     lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
       lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
     )
   );
+  checked = mapAttrs (_: e: if e.source ? env then e.source.env.checked.value else null) (
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
+  );
+  toml = mapAttrs (_: e: e.source.value or e.source.env.raw.value) (
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
+  );
+  # Every option of services.boxmaker, as a tree whose leaves (the options, the renamed old
+  # ones among them) are `true`: what a document may name (check-offline.sh).
+  optionTree =
+    let
+      walk = mapAttrs (_: v: if lib.isOption v then true else walk v);
+      renamed = foldl' (t: r: lib.recursiveUpdate t (lib.setAttrByPath (builtins.tail (builtins.tail r.from)) true)) { } renames;
+    in
+    lib.recursiveUpdate (walk opts) renamed;
+  # The types of the options that name paths.
+  pathTypes = {
+    home = opts.home.type.name;
+    "inference.apiKeyFile" = opts.inference.apiKeyFile.type.name;
+    "memory.honcho.apiKeyFile" = opts.memory.honcho.apiKeyFile.type.name;
+    "gateway.credentialFiles" = opts.gateway.credentialFiles.type.name;
+  };
   # The option tree's shape: what sits beside settings, and each settings.<daemon>'s type.
   options = {
     beside = filter (n: n != "settings") (attrNames opts);

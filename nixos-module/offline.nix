@@ -1,69 +1,71 @@
-# Renders every unit of units.nix to unit-file text with builtins only, for the offline
-# check (check-offline.sh): no nixpkgs needed, so it runs on Debian's Nix 2.8 in CI.
-#
-# The text follows NixOS's own rendering of serviceConfig / socketConfig / unitConfig
-# (systemd-lib's attrsToSection): keys sorted, a list gives one line per item, booleans
-# are "true"/"false". What NixOS adds on top (Environment=PATH, X-Restart-Triggers)
-# carries no hardening.
+# Renders every unit of the box to unit-file text with builtins only, for the offline check
+# (check-offline.sh) and the twin (twin.nix): no nixpkgs needed, so it runs on Debian's Nix 2.8
+# in CI. The units are the module's own: units.nix's renderDevice (what default.nix calls) on
+# the configuration the module writes (configs.nix with the option defaults), turned into
+# NixOS's options (units.nix's nixos, what default.nix assigns to systemd.services and
+# systemd.sockets) and written as nixpkgs' systemd-lib writes them (units.nix's unitFiles).
 #
 #   nix-instantiate --eval --strict --json offline.nix --argstr bindir D --argstr confdir C \
 #     --argstr variant default|full
 #
-# `default` is the module with only `enable` and `owner` set; `full` adds an API key
-# credential and broker workspace roots, one of them writable and under /home.
+# `default` is the module with only `enable` and `owner` set; `full` adds an OpenAI-compatible
+# provider at an address with its API key, and a broker workspace root, writable and under
+# /home.
 {
   bindir,
   confdir,
   variant ? "default",
+  # The script provider's default script, which the package installs.
+  defaultScript ? "${bindir}/../share/boxmaker/inferproxy-default-script.toml",
 }:
 let
   units = import ./units.nix;
-  home = "/var/lib/boxmaker";
+  defaults = import ./defaults.nix;
+  inherit (defaults) home;
 
   full = variant == "full";
+  ownerUser = "boxowner";
 
-  value =
-    v:
-    if builtins.isBool v then
-      (if v then "true" else "false")
+  inference =
+    if full then
+      defaults.inference
+      // {
+        provider = "openai";
+        baseUrl = "http://192.168.1.5:8080/v1";
+      }
     else
-      toString v;
+      defaults.inference;
 
-  section =
-    name: keys:
-    let
-      lines = builtins.concatLists (
-        map (
-          k:
-          let
-            v = keys.${k};
-          in
-          map (x: "${k}=${value x}\n") (if builtins.isList v then v else [ v ])
-        ) (builtins.attrNames keys)
-      );
-    in
-    if lines == [ ] then "" else "[${name}]\n" + builtins.concatStringsSep "" lines + "\n";
+  configs = import ./configs.nix {
+    inherit home ownerUser inference;
+    inherit (defaults) tools;
+    inherit defaultScript;
+  };
 
-  text =
-    unit:
-    section "Unit" (unit.Unit or { })
-    + section "Service" (unit.Service or { })
-    + section "Socket" (unit.Socket or { })
-    + section "Install" (unit.Install or { });
+  settings =
+    if full then
+      configs
+      // {
+        brokerd = configs.brokerd // {
+          workspace.roots = [
+            {
+              path = "/home/boxowner/projects";
+              class = "private";
+              writable = true;
+            }
+          ];
+        };
+      }
+    else
+      configs;
 
-  rendered = units.render {
-    inherit home;
+  rendered = units.renderDevice {
+    inherit home ownerUser settings;
     runbook = "${confdir}/runbook.md";
-    ownerUser = "boxowner";
     ownerGroup = "users";
     exe = daemon: "${bindir}/${daemon}";
     configFile = daemon: "${confdir}/${daemon}.toml";
-    credentials = if full then { inferproxy = [ "api_key:/run/keys/boxmaker-api-key" ]; } else { };
-    extraReadWritePaths = if full then { brokerd = [ "/home/boxowner/projects" ]; } else { };
-    readOnlyHome = if full then { brokerd = true; } else { };
-    # The full variant's provider names an address: inferproxy's unit allows it alone.
-    ipAddresses =
-      if full then { inferproxy = units.ipAddressesOfProvider "http://192.168.1.5:8080/v1"; } else { };
+    apiKeyFile = if full then "${units.keysDir}/api-key" else null;
   };
 in
-builtins.mapAttrs (_: text) rendered
+units.unitFiles (units.nixos rendered)

@@ -18,9 +18,13 @@ let
   ownerGroup = "users";
   inherit (defaults) home;
 
+  defaultScript = "${package}/share/boxmaker/inferproxy-default-script.toml";
+
+  # The units exactly as the module renders them (offline.nix: units.nix's renderDevice on the
+  # configurations below, as NixOS's options, written as systemd-lib writes them).
   unitTexts = import ./offline.nix {
     bindir = "${package}/bin";
-    inherit confdir;
+    inherit confdir defaultScript;
   };
 
   lines = builtins.concatStringsSep "";
@@ -39,12 +43,14 @@ let
   configs = import ./configs.nix {
     inherit home ownerUser;
     inherit (defaults) inference tools;
-    defaultScript = "${package}/share/boxmaker/inferproxy-default-script.toml";
+    inherit defaultScript;
   };
+  # The owner's groups the module adds (default.nix's ownerReadsJournal).
+  ownerGroups = if defaults.ownerReadsJournal then [ "systemd-journal" ] else [ ];
 in
 {
   units = unitTexts;
-  inherit tmpfiles sysusers configs;
+  inherit tmpfiles sysusers configs ownerGroups;
   manifest = units.deviceManifest {
     inherit home ownerUser ownerGroup;
     configFile = d: "${confdir}/${d}.toml";
