@@ -76,9 +76,10 @@ let
     daemon:
     let
       v = import ./validation.nix {
-        inherit daemon;
+        inherit daemon defaultScript;
         settings = tomlOf daemon;
         credentials = credentialNames.${daemon} or [ ];
+        caBundle = "${pkgs.cacert}/etc/ssl/certs/ca-bundle.crt";
       };
     in
     pkgs.runCommand "boxmaker-${daemon}.toml"

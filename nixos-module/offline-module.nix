@@ -186,6 +186,7 @@ let
       inherit name value;
     };
   };
+  pkgs.cacert = "/nix/store/cacert";
   # pkgs.runCommand: what would be built, kept for the check to read.
   pkgs.runCommand = name: env: script: {
     outPath = "/nix/store/runcommand-${name}";

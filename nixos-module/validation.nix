@@ -10,21 +10,27 @@
 #     provider.api_key_file, gatewayd's hosts[].secret_file, memoryd's honcho.key_file)
 #     outside the store are made under the stand-in root `@device@` (validate-config.sh puts it
 #     in the build directory): directories, and files holding one placeholder line, 0600;
-#   - a file whose content the check parses and that lies outside the store (a CA bundle,
-#     inferproxy's provider.ca_file and gatewayd's tls.ca_file; inferproxy's provider.script)
-#     cannot be stood in for: its key is left out of the copy checked (the CA: the built-in
-#     roots instead; the script: the one the package ships), and the device reads it at start;
+#   - a file whose content the check parses and that lies outside the store cannot be stood in
+#     for: gatewayd's tls.ca_file is left out of the copy checked (gatewayd then trusts its
+#     built-in roots), inferproxy's provider.ca_file is `caBundle` instead (a CA bundle in the
+#     store; an https provider without one is refused, and the build's sandbox has no
+#     /etc/ssl), inferproxy's provider.script `defaultScript` (the one the package ships); the
+#     device reads the real file at start;
 #   - the systemd credentials the unit loads (`credentials`, their names) are placeholder files
 #     in a stand-in $CREDENTIALS_DIRECTORY.
 # Everything else is checked as written: every key, value, table, and every file in the store.
 #
-#   daemon      the daemon's name
-#   settings    its configuration as the module writes it
-#   credentials the names of the credentials its unit loads (LoadCredential=)
+#   daemon        the daemon's name
+#   settings      its configuration as the module writes it
+#   credentials   the names of the credentials its unit loads (LoadCredential=)
+#   caBundle      a CA bundle in the store, for an https provider (the module: pkgs.cacert's)
+#   defaultScript the script provider's default script (the package's)
 {
   daemon,
   settings,
   credentials ? [ ],
+  caBundle ? null,
+  defaultScript ? null,
 }:
 let
   marker = "@device@";
@@ -68,7 +74,16 @@ let
     inferproxy =
       let
         p = fileKey "files" "api_key_file" (settings.provider or { });
-        provider = dropKey "script" (dropKey "ca_file" p.table);
+        https = builtins.substring 0 8 (p.table.base_url or "") == "https://";
+        replaced =
+          key: by: t:
+          if onDevice (t.${key} or null) then
+            (if by == null then removeAttrs t [ key ] else t // { ${key} = by; })
+          else
+            t;
+        withCa =
+          t: if https && !(t ? ca_file) && caBundle != null then t // { ca_file = caBundle; } else t;
+        provider = withCa (replaced "script" defaultScript (replaced "ca_file" caBundle p.table));
       in
       {
         settings = if settings ? provider then settings // { inherit provider; } else settings;

@@ -189,16 +189,28 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
     assert!(refused.is_empty(), "{}", refused.join("\n"));
 }
 
+/// The CA bundle the module hands the build-time check (pkgs.cacert's there; a test CA here).
+fn ca_bundle() -> PathBuf {
+    repo().join("crates/bxtls/tests/ca.pem")
+}
+
 /// What `nixos-module/validation.nix` makes of `daemon`'s configuration `settings` for the
 /// build-time check (default.nix's validated configurations): the configuration with its
 /// device files moved under the stand-in root, and the stand-ins to make.
 fn validation(daemon: &str, settings: &Value, credentials: &[&str]) -> Value {
     let module = repo().join("nixos-module");
     let expr = format!(
-        "{{ args }}: let a = builtins.fromJSON args; in import {}/validation.nix {{ inherit (a) daemon settings credentials; }}",
+        "{{ args }}: let a = builtins.fromJSON args; in import {}/validation.nix \
+         {{ inherit (a) daemon settings credentials caBundle defaultScript; }}",
         module.display()
     );
-    let args = json!({ "daemon": daemon, "settings": settings, "credentials": credentials });
+    let args = json!({
+        "daemon": daemon,
+        "settings": settings,
+        "credentials": credentials,
+        "caBundle": ca_bundle(),
+        "defaultScript": repo().join("crates/inferproxy/scripts/default.toml"),
+    });
     let out = Command::new("nix-instantiate")
         .args([
             "--eval", "--strict", "--json", "-E", &expr, "--argstr", "args",
@@ -281,6 +293,7 @@ fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_
         "brokerd": { "workspace": { "roots": [
             { "path": format!("{gone}/projects"), "class": "private", "writable": true }
         ] } },
+        "inferproxy": { "provider": { "ca_file": format!("{gone}/provider-ca.pem") } },
         "gatewayd": {
             "hosts": [ { "name": "api.example.org", "header": "authorization", "prefix": "Bearer ",
                          "secret_file": format!("{gone}/keys/example-token") } ],
@@ -313,6 +326,20 @@ fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_
         }
     }
     assert!(refused.is_empty(), "{}", refused.join("\n"));
+    // The https provider is checked with a CA bundle from the store: the build's sandbox has
+    // no /etc/ssl, and inferproxy refuses an https provider without a bundle.
+    let mut inferproxy = configs["inferproxy"].clone();
+    merge(&mut inferproxy, &settings["inferproxy"]);
+    let v = validation("inferproxy", &inferproxy, &["api_key"]);
+    assert_eq!(
+        v["settings"]["provider"]["ca_file"],
+        json!(ca_bundle()),
+        "{v}"
+    );
+    let mut bare = inferproxy.clone();
+    bare["provider"].as_object_mut().unwrap().remove("ca_file");
+    let v = validation("inferproxy", &bare, &["api_key"]);
+    assert_eq!(v["settings"]["provider"]["ca_file"], json!(ca_bundle()), "{v}");
     // And without the stand-ins the check would not pass: brokerd refuses a missing root.
     let mut brokerd = configs["brokerd"].clone();
     merge(&mut brokerd, &settings["brokerd"]);
@@ -322,6 +349,27 @@ fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_
         validate(home.path(), "brokerd", &bare).is_err(),
         "brokerd passed a workspace root that exists nowhere"
     );
+}
+
+#[test]
+fn the_build_time_check_stands_the_packages_script_in_for_one_only_the_device_has() {
+    if !have_nix() {
+        bxtest::skip("nix-instantiate is not installed");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let configs = render(&device(home.path()));
+    let mut cfg = configs["inferproxy"].clone();
+    let gone = format!("/nonexistent-{}/turns.toml", bxtest::unique_name("script"));
+    merge(&mut cfg, &json!({ "provider": { "script": gone } }));
+    let v = validation("inferproxy", &cfg, &[]);
+    assert_eq!(
+        v["settings"]["provider"]["script"],
+        json!(repo().join("crates/inferproxy/scripts/default.toml")),
+        "{v}"
+    );
+    assert!(v["settings"]["provider"].get("ca_file").is_none(), "{v}");
+    validate(home.path(), "inferproxy", &v).unwrap();
 }
 
 #[test]
