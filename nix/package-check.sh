@@ -106,8 +106,8 @@ vendor="$work/vendor"
 if ! cmp -s "$vendor/Cargo.lock" "$src/Cargo.lock"; then
   say "vendoring the crates of Cargo.lock into $vendor"
   rm -rf "$vendor.new"
-  (cd "$src" && cargo vendor --locked --versioned-dirs "$vendor.new" >/dev/null) ||
-    fail "cargo vendor: the crates of Cargo.lock could not be vendored"
+  (cd "$src" && cargo vendor --locked --versioned-dirs "$vendor.new" >"$work/vendor.log" 2>&1) ||
+    fail "cargo vendor: the crates of Cargo.lock could not be vendored: $(tail -n 5 "$work/vendor.log")"
   cp "$src/Cargo.lock" "$vendor.new/Cargo.lock"
   rm -rf "$vendor"
   mv "$vendor.new" "$vendor"
@@ -211,10 +211,10 @@ if ! as_builder bash --noprofile --norc "$top/phases.sh" "$top/attrs.sh" >"$log"
   grep -E '^(package-check:|test result:|---- |failures:|error|thread .* panicked|  [a-z_:]+$)' "$log" | tail -n 60 >&2 || true
   fail "the package does not build, check and install as Nix builds it; the whole log: $log"
 fi
-grep -E '^package-check: (Executing|cargo)' "$log" || true
+grep -E '^package-check: (Executing|cargo|[a-z]+ phase: [0-9]+ s)' "$log" || true
 passed="$(grep -Eo 'test result: ok\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')"
 skips="$(grep -c 'skipped: ' "$log" || true)"
-say "check phase: $passed tests passed; $skips skip lines, each saying why (grep 'skipped: ' $log)"
+say "tests: $passed passed; $skips skip lines, each saying why (grep 'skipped: ' $log)"
 
 # --- 5. the installed programs ------------------------------------------------------------
 version="$(jq -r .version "$attrs")"

@@ -18,6 +18,7 @@ cd "$NIX_BUILD_TOP/source"
 step() { echo "package-check: $*"; }
 
 # --- buildPhase: cargoBuildHook ----------------------------------------------------------
+started=$SECONDS
 step "Executing cargoBuildHook"
 # Let stdenv handle stripping (the hook's own words): cargo's strip is off for the build type.
 export "CARGO_PROFILE_${buildType^^}_STRIP"=false
@@ -37,7 +38,10 @@ mkdir -p "$tmpDir"
 find "$releaseDir" -maxdepth 1 -type f -exec cp -t "$tmpDir/" {} +
 bins="$(find "$tmpDir" -maxdepth 1 -type f -executable ! \( -regex ".*\.\(so.[0-9.]+\|so\|a\|dylib\)" \))"
 
+step "build phase: $((SECONDS - started)) s"
+
 # --- checkPhase: cargoCheckHook ----------------------------------------------------------
+started=$SECONDS
 if [[ -n "$doCheck" ]]; then
   step "Executing cargoCheckHook"
   threads="$NIX_BUILD_CORES"
@@ -50,7 +54,10 @@ if [[ -n "$doCheck" ]]; then
   cargo test -j "$NIX_BUILD_CORES" "${args[@]}" -- --test-threads="$threads" "${checkFlags[@]}"
 fi
 
+step "check phase: $((SECONDS - started)) s"
+
 # --- installPhase: cargoInstallHook, then postInstall --------------------------------------
+started=$SECONDS
 step "Executing cargoInstallHook"
 mkdir -p "$out/bin" "$out/lib"
 xargs -r cp -t "$out/bin" <<<"$bins"
@@ -92,3 +99,4 @@ installManPage() {
 step "Executing postInstall"
 eval "$postInstall"
 step "installed into $out: $(cd "$out" && find . -type f | sort | tr '\n' ' ')"
+step "install phase: $((SECONDS - started)) s"

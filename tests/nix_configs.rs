@@ -339,7 +339,11 @@ fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_
     let mut bare = inferproxy.clone();
     bare["provider"].as_object_mut().unwrap().remove("ca_file");
     let v = validation("inferproxy", &bare, &["api_key"]);
-    assert_eq!(v["settings"]["provider"]["ca_file"], json!(ca_bundle()), "{v}");
+    assert_eq!(
+        v["settings"]["provider"]["ca_file"],
+        json!(ca_bundle()),
+        "{v}"
+    );
     // And without the stand-ins the check would not pass: brokerd refuses a missing root.
     let mut brokerd = configs["brokerd"].clone();
     merge(&mut brokerd, &settings["brokerd"]);
