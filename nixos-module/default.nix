@@ -160,7 +160,7 @@ let
               types.str;
           default = v;
           readOnly = true;
-          defaultText = literalExpression (builtins.toJSON v);
+          defaultText = lib.literalMD "from `nixos-module/layout.json`, the home and the owner";
           description = ''
             Follows from nixos-module/layout.json, {option}`services.boxmaker.home` and
             {option}`services.boxmaker.owner`; read-only.

@@ -61,6 +61,10 @@ let
       _type = "literalExpression";
       inherit text;
     };
+    literalMD = text: {
+      _type = "literalMD";
+      inherit text;
+    };
     types = {
       str = leaf "string" builtins.isString;
       bool = leaf "boolean" builtins.isBool;
