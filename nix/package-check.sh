@@ -27,8 +27,9 @@
 #
 # The target directory (target/package-check/target) and the vendored crates are kept between
 # runs, so a second run rebuilds only what changed. Needs root, cargo, nix-instantiate, jq,
-# unshare, setpriv and ip; without one it says `skipped: <why>` (a failure under CI=true unless
-# .ci/allowed-skips lists it). Usage: nix/package-check.sh
+# unshare, setpriv, ip, useradd and dpkg (the stdenv's tools are taken from Debian's packages);
+# without one it says `skipped: <why>` (a failure under CI=true unless .ci/allowed-skips lists
+# it). Usage: nix/package-check.sh
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -56,7 +57,7 @@ skip() {
 have() { command -v "$1" >/dev/null 2>&1; }
 
 [[ "$(id -u)" == 0 ]] || skip "needs root (it makes the build user and the network namespace)"
-for tool in cargo rustc nix-instantiate jq unshare setpriv ip useradd userdel; do
+for tool in cargo rustc nix-instantiate jq unshare setpriv ip useradd userdel dpkg; do
   have "$tool" || skip "$tool is not installed (.ci/run installs it)"
 done
 
