@@ -3,9 +3,14 @@
 
 CARGO ?= cargo
 
-.PHONY: gate gate-fresh gate-load fmt clippy test runbook nix-check package-check twin demo bench honcho
+.PHONY: gate gate-fresh gate-load fmt clippy peers test runbook nix-check package-check twin skips demo bench honcho synapse
 
-gate: fmt clippy test runbook nix-check package-check twin
+# Every skip of the run is logged here (bxtest::skip, check-offline.sh, package-check.sh,
+# twin.sh) and summed up before the gate's last line; one that .ci/allowed-skips does not list
+# fails the gate.
+export BXTEST_SKIP_LOG := $(CURDIR)/target/gate-skips.log
+
+gate: fmt clippy test runbook nix-check package-check twin skips
 	@echo "gate: ok"
 
 fmt:
@@ -14,11 +19,26 @@ fmt:
 clippy: fmt
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# The real peers the tests talk to (.ci/peers: fakellm, Honcho, Honcho with auth, llama-cpp-python's
+# server), brought up and named in target/peers.env; a peer that cannot be brought up fails here,
+# saying which.
+PEERS_ENV := target/peers.env
+peers:
+	@mkdir -p target && rm -f $(BXTEST_SKIP_LOG)
+	.ci/peers > $(PEERS_ENV).new && mv $(PEERS_ENV).new $(PEERS_ENV)
+
 # The whole suite under a watchdog: every wait in a test has its own deadline, and this ends a
-# run that hangs anyway (docs/testing.md).
+# run that hangs anyway (docs/testing.md). It builds every binary first: the end-to-end tests
+# run the workspace's own daemons.
 TEST_LIMIT ?= 45m
-test: clippy
-	timeout --kill-after=60 $(TEST_LIMIT) $(CARGO) test --workspace
+test: clippy peers
+	set -a && . ./$(PEERS_ENV) && set +a && \
+		$(CARGO) build --workspace --bins && \
+		timeout --kill-after=60 $(TEST_LIMIT) $(CARGO) test --workspace
+
+# What skipped in this run, and whether .ci/allowed-skips lists it (the gate's last step).
+skips:
+	.ci/skips $(BXTEST_SKIP_LOG)
 
 # The Honcho tests (crates/honcho, memoryd's Honcho store) need a real Honcho server named by
 # HONCHO_URL (and one with its auth on, HONCHO_AUTH_URL with HONCHO_AUTH_TOKEN_FILE, for the
@@ -30,6 +50,14 @@ honcho:
 	@url=$$(.ci/honcho-up) && echo "export HONCHO_URL=$$url HONCHO_DB=postgresql://postgres@127.0.0.1:$${HONCHO_PG_PORT:-55432}/honcho"
 	@url=$$(HONCHO_AUTH_STATE=$(HONCHO_AUTH_STATE) .ci/honcho-up --auth) && \
 		echo "export HONCHO_AUTH_URL=$$url HONCHO_AUTH_TOKEN_FILE=$(HONCHO_AUTH_STATE)/admin.jwt"
+
+# The Matrix channel's tests (tests/matrix.rs) need a real Synapse named by SYNAPSE_URL (with
+# SYNAPSE_SHARED_SECRET, SYNAPSE_REGISTER and SYNAPSE_VENV), and say `skipped:` without (a
+# failure under CI=true, where .ci/run brings it up). `make synapse` brings it up on loopback
+# (matrix-synapse from PyPI into target/synapse-venv) and prints the lines to paste before
+# `make gate` (docs/testing.md).
+synapse:
+	@.ci/synapse-up
 
 # Every runbook pointer in the source has its entry, and every entry is pointed at.
 runbook: test
@@ -67,9 +95,9 @@ gate-fresh:
 	CI=true .ci/run
 
 # The test suite with two bounded CPU hogs beside it, which .ci/load stops itself.
-gate-load:
+gate-load: peers
 	$(CARGO) build --workspace --all-targets
-	.ci/load $(CARGO) test --workspace
+	set -a && . ./$(PEERS_ENV) && set +a && .ci/load $(CARGO) test --workspace
 
 # The dev box demo: build every binary, then one scripted conversation that shows the broker at
 # work on a temporary home (docs/devbox.md).

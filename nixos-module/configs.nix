@@ -29,6 +29,9 @@
     url = null;
     workspace = null;
   },
+  # services.boxmaker.channels.matrix: { homeserver, user, owners, rooms } (null: no Matrix
+  # channel, and no channeld configuration); its token is the credential `matrix_token`.
+  matrix ? null,
 }:
 let
   layout = import ./layout-configs.nix { inherit home ownerUser; };
@@ -60,6 +63,25 @@ in
 
   # The allow-list is empty until settings.gatewayd.hosts opens a host (docs/gateway.md).
   gatewayd = layout.gatewayd;
+}
+// (
+  if matrix == null then
+    { }
+  else
+    {
+      channeld = layout.channeld // {
+        matrix = {
+          inherit (matrix)
+            homeserver
+            user
+            owners
+            rooms
+            ;
+        };
+      };
+    }
+)
+// {
 
   inferproxy = layout.inferproxy // {
     provider = {

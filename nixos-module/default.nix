@@ -8,7 +8,8 @@
 # settings.<daemon>: free-form TOML with typed, documented options for the keys this module
 # sets or reads. Beside it stay only what is no configuration key: enable, the package, the
 # owner (a login the units and directories use), the home (the directories', and every
-# daemon's `[paths] home`), and the secrets (the API key, gatewayd's host credentials: paths
+# daemon's `[paths] home`), the channels (channels.matrix, which fills settings.channeld) and
+# the secrets (the API key, gatewayd's host credentials, Honcho's key, the Matrix token: paths
 # handed over by systemd).
 {
   config,
@@ -60,11 +61,17 @@ let
     in
     removeAttrs s (builtins.filter (t: (s.${t} or null) == { }) [ "tools" "dns" ]);
 
+  matrix = cfg.channels.matrix;
+  # channeld and its channel.sock exist on the device only with the Matrix channel.
+  without = lib.optional (!matrix.enable) "channeld";
+  runningDaemons = units.runningDaemons without;
+
   # The credentials each daemon's unit loads (LoadCredential=), by name.
   credentialNames = {
     inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key";
     memoryd = lib.optional (honcho.apiKeyFile != null) "honcho_key";
     gatewayd = builtins.attrNames cfg.gateway.credentialFiles;
+    channeld = lib.optional (matrix.tokenFile != null) "matrix_token";
   };
 
   # Each daemon's configuration file, checked by the daemon itself at build time (as nginx's
@@ -105,10 +112,12 @@ let
       runbook = "${cfg.package}/share/doc/boxmaker/runbook.md";
       inherit ownerUser ownerGroup configFile;
       exe = daemon: lib.getExe' cfg.package daemon;
-      settings = lib.genAttrs units.daemonNames tomlOf;
+      settings = lib.genAttrs runningDaemons tomlOf;
       inherit (cfg.inference) apiKeyFile;
       inherit honcho;
       inherit (cfg.gateway) credentialFiles;
+      matrixTokenFile = matrix.tokenFile;
+      inherit without;
     }
   );
 
@@ -479,7 +488,55 @@ in
       '';
     };
 
+    # The Matrix channel (docs/channels.md): channeld, its user and unit, only when enabled.
+    # They fill settings.channeld.matrix (a value there wins); the token is a secret, so no
+    # configuration key: systemd hands the file to channeld alone as the credential
+    # `matrix_token`.
+    channels.matrix = {
+      enable = mkEnableOption "the Matrix channel: the owner talks to the box, and answers its approvals, from their Matrix rooms";
+      homeserver = mkOption {
+        type = types.str;
+        default = "";
+        example = "https://matrix.example.org";
+        description = "The homeserver's base URL: https://, or http:// to a loopback address only.";
+      };
+      user = mkOption {
+        type = types.str;
+        default = "";
+        example = "@box:example.org";
+        description = "The box's own Matrix account; its events are never turns.";
+      };
+      tokenFile = mkOption {
+        type = types.nullOr types.externalPath;
+        default = null;
+        example = "${units.keysDir}/matrix-token";
+        description = ''
+          A file holding the box account's access token, outside the Nix store. systemd hands
+          it to channeld alone as the credential `matrix_token`; no other unit can read it. A
+          token put in place by hand belongs in `${units.keysDir}` (root only, made by the
+          module, kept across reboots); `/run/keys` is a ramfs, empty after every boot, and only
+          for a tool that puts the file there at each boot (docs/install.md, "Secrets").
+        '';
+      };
+      owners = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [ "@alice:example.org" ];
+        description = ''
+          The Matrix ids that may be paired as the owner (`bxctl channel pair`) and whose
+          invites to a configured room are taken. Nobody is the owner before pairing.
+        '';
+      };
+      rooms = mkOption {
+        type = types.listOf types.str;
+        default = [ ];
+        example = [ "!abcdef:example.org" ];
+        description = "The room ids the channel serves; a message anywhere else is never a turn.";
+      };
+    };
+
     settings = {
+      channeld = settingsOption "channeld" { };
       loopd = settingsOption "loopd" loopdOptions;
       brokerd = settingsOption "brokerd" brokerdOptions;
       inferproxy = settingsOption "inferproxy" inferproxyOptions;
@@ -543,6 +600,12 @@ in
           message = "services.boxmaker.memory.honcho.workspace and apiKeyFile need services.boxmaker.memory.honcho.url.";
         }
         {
+          assertion =
+            !matrix.enable
+            || (matrix.homeserver != "" && matrix.user != "" && matrix.rooms != [ ] && matrix.tokenFile != null);
+          message = "services.boxmaker.channels.matrix needs homeserver, user, rooms and tokenFile.";
+        }
+        {
           assertion = cfg.settings.inferproxy.slots ? main;
           message = "services.boxmaker.settings.inferproxy.slots needs a `main` slot: new sessions use it.";
         }
@@ -560,6 +623,16 @@ in
     services.boxmaker.settings = {
       memoryd = lib.mapAttrsRecursive (_: mkDefault) honchoTable;
       inferproxy.provider.script = mkIf (provider.kind == "script") (mkDefault defaultScript);
+      channeld = lib.mapAttrsRecursive (_: mkDefault) {
+        matrix = {
+          inherit (matrix)
+            homeserver
+            user
+            owners
+            rooms
+            ;
+        };
+      };
     };
 
     users.users = lib.mapAttrs (name: _: {
@@ -595,14 +668,14 @@ in
     environment.systemPackages = [ cfg.package ];
     environment.etc =
       lib.listToAttrs (
-        map (d: lib.nameValuePair "boxmaker/${d}.toml" { source = configFile d; }) units.daemonNames
+        map (d: lib.nameValuePair "boxmaker/${d}.toml" { source = configFile d; }) runningDaemons
       )
       // {
         # What `bxctl check` (the device check) expects: units, sockets, directories, owners.
         "boxmaker/device.json".text = builtins.toJSON (
           units.deviceManifest {
             inherit (cfg) home;
-            inherit ownerUser ownerGroup configFile;
+            inherit ownerUser ownerGroup configFile without;
           }
         );
       };

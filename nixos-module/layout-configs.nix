@@ -4,7 +4,8 @@
 # settings.<daemon> (as defaults, so a value there wins), and configs.nix adds what the
 # typed options produce, for the test that runs each daemon's `check` (tests/nix_configs.rs).
 #
-#   - `[sockets]` per daemon: loopd `channel`; brokerd `broker`, `admin`, `state`;
+#   - `[sockets]` per daemon: loopd `channel`, `bridge`; brokerd `broker`, `admin`, `state`,
+#     `decide`; channeld `channel` and the `bridge` and `decide` it uses;
 #     inferproxy `infer`; memoryd `memory`, `memories` and the `state` it asks (the socket
 #     paths of layout.json); gatewayd `gateway`; loopd's `[memory] socket`; brokerd's
 #     `[gateway] socket`;
@@ -76,4 +77,17 @@ in
   };
   inferproxy = common "inferproxy";
   gatewayd = common "gatewayd";
+  # channeld connects to loopd's bridge.sock and brokerd's decide.sock, under the run
+  # directory whatever the home.
+  channeld =
+    let
+      c = common "channeld";
+    in
+    c
+    // {
+      sockets = c.sockets // {
+        bridge = units.socketPath "bridge";
+        decide = units.socketPath "decide";
+      };
+    };
 }

@@ -15,7 +15,7 @@
 #     moved to the new one (through the change function) with the warning lib gives.
 #
 # Types are checked only as far as the leaf types default.nix uses (str, bool, path, enum,
-# nullOr, positive ints, numbers between). Not NixOS: no other module, no `nix flake check`.
+# nullOr, listOf, positive ints, numbers between). Not NixOS: no other module, no `nix flake check`.
 #
 #   nix-instantiate --eval --strict --json offline-module.nix --argstr owner NAME \
 #     [--arg declareOwner false] [--arg boxmaker '{ settings.inferproxy.provider.kind = "openai"; }']
@@ -77,9 +77,10 @@ let
         && builtins.substring 0 1 v == "/"
         && builtins.substring 0 (builtins.stringLength builtins.storeDir + 1) v != "${builtins.storeDir}/"
       );
-      listOf = t: leaf "list of ${t.name}" (v: builtins.isList v && all t.check v);
       enum = vs: leaf "one of ${toJSON vs}" (v: elem v vs);
       nullOr = t: leaf "null or ${t.name}" (v: v == null || t.check v);
+      # A list is one value here (the module defines each list option once), not merged.
+      listOf = t: leaf "list of ${t.name}" (v: builtins.isList v && builtins.all t.check v);
       ints.positive = leaf "positive integer" (v: builtins.isInt v && v > 0);
       numbers.between = lo: hi: leaf "number between ${toString lo} and ${toString hi}" (
         v: (builtins.isInt v || builtins.isFloat v) && v >= lo && v <= hi
@@ -430,11 +431,19 @@ in
   };
   inherit (module) meta;
   tmpfiles = builtins.attrNames c.systemd.tmpfiles.settings."10-boxmaker";
+  # The Matrix channel's unit keys that carry its token and its network.
+  channeld =
+    if c.systemd.services ? boxmaker-channeld then
+      {
+        inherit (c.systemd.services.boxmaker-channeld.serviceConfig) LoadCredential User;
+        IPAddressAllow = c.systemd.services.boxmaker-channeld.serviceConfig.IPAddressAllow or null;
+      }
+    else
+      null;
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) c.assertions);
   etc = builtins.attrNames c.environment.etc;
   # The old option names' warnings (lib's renames), then the module's own.
   warnings = warnings ++ (c.warnings or [ ]);
-  # What each /etc/boxmaker/<daemon>.toml would hold.
   # What each configuration file would hold, and whether it is the daemon's own check's
   # derivation (its script runs validate-config.sh on it) or the TOML file itself.
   validated = mapAttrs (_: e: e.source ? script && builtins.match ".*validate-config.sh.*" e.source.script != null) (
@@ -443,6 +452,12 @@ in
     )
   );
   checked = mapAttrs (_: e: if e.source ? env then e.source.env.checked.value else null) (
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
+  );
+  # The stand-ins the build-time check makes for each daemon's device-only files and credentials.
+  standIns = mapAttrs (_: e: if e.source ? env then { inherit (e.source.env) fakeDirs fakeFiles fakeCredentials; } else null) (
     lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
       lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
     )
@@ -466,6 +481,7 @@ in
     "inference.apiKeyFile" = opts.inference.apiKeyFile.type.name;
     "memory.honcho.apiKeyFile" = opts.memory.honcho.apiKeyFile.type.name;
     "gateway.credentialFiles" = opts.gateway.credentialFiles.type.name;
+    "channels.matrix.tokenFile" = opts.channels.matrix.tokenFile.type.name;
   };
   # The option tree's shape: what sits beside settings, and each settings.<daemon>'s type.
   options = {
@@ -473,6 +489,7 @@ in
     inference = attrNames opts.inference;
     memory = attrNames opts.memory;
     gateway = attrNames opts.gateway;
+    channels = attrNames opts.channels;
     settings = mapAttrs (d: _: {
       type = (settingsOf d).kind or null;
       freeform = ((settingsOf d).module.freeformType or { }).kind or null;

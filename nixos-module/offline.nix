@@ -8,15 +8,21 @@
 #   nix-instantiate --eval --strict --json offline.nix --argstr bindir D --argstr confdir C \
 #     --argstr variant default|full
 #
-# `default` is the module with only `enable` and `owner` set; `full` adds an OpenAI-compatible
-# provider at an address with its API key, and a broker workspace root, writable and under
-# /home.
+# `default` is the module with only `enable` and `owner` set (no Matrix channel, so no
+# channeld, as the module renders it); `full` adds an OpenAI-compatible provider at an address
+# with its API key, a broker workspace root, writable and under /home, and the Matrix channel
+# on an https homeserver with its token (channels.matrix).
+#
+# `matrix` (the twin's: { homeserver, user, owners, rooms }, as channels.matrix holds them)
+# gives either variant the Matrix channel: channeld's configuration, its token as the
+# credential, its IP reach.
 {
   bindir,
   confdir,
   variant ? "default",
   # The script provider's default script, which the package installs.
   defaultScript ? "${bindir}/../share/boxmaker/inferproxy-default-script.toml",
+  matrix ? null,
 }:
 let
   units = import ./units.nix;
@@ -36,10 +42,24 @@ let
     else
       defaults.inference;
 
+  channel =
+    if matrix != null then
+      matrix
+    else if full then
+      {
+        homeserver = "https://matrix.example.org";
+        user = "@box:example.org";
+        owners = [ "@boxowner:example.org" ];
+        rooms = [ "!abcdef:example.org" ];
+      }
+    else
+      null;
+
   configs = import ./configs.nix {
     inherit home ownerUser inference;
     inherit (defaults) tools;
     inherit defaultScript;
+    matrix = channel;
   };
 
   settings =
@@ -66,6 +86,9 @@ let
     exe = daemon: "${bindir}/${daemon}";
     configFile = daemon: "${confdir}/${daemon}.toml";
     apiKeyFile = if full then "${units.keysDir}/api-key" else null;
+    # As default.nix: channeld only with the Matrix channel, its token a key placed by hand.
+    without = if channel == null then [ "channeld" ] else [ ];
+    matrixTokenFile = if channel == null then null else "${units.keysDir}/matrix-token";
   };
 in
 units.unitFiles (units.nixos rendered)

@@ -9,8 +9,17 @@
 #
 # The owner is `boxowner` (group `users`), as in the offline check; the package is the
 # twin's installed binaries; configurations live where the module puts them, /etc/boxmaker.
-{ package }:
+#
+# `matrix` (a JSON string, empty for none): { homeserver, user, owners, rooms } of a Matrix
+# channel on a homeserver the twin reaches (the host's Synapse, through the twin's loopback),
+# whose token twin.sh puts where a key placed by hand goes (/var/lib/boxmaker-keys/matrix-token);
+# without it the twin has no channeld.
+{
+  package,
+  matrix ? "",
+}:
 let
+  channel = if matrix == "" then null else builtins.fromJSON matrix;
   units = import ./units.nix;
   defaults = import ./defaults.nix;
   confdir = "/etc/boxmaker";
@@ -25,6 +34,7 @@ let
   unitTexts = import ./offline.nix {
     bindir = "${package}/bin";
     inherit confdir defaultScript;
+    matrix = channel;
   };
 
   lines = builtins.concatStringsSep "";
@@ -44,6 +54,7 @@ let
     inherit home ownerUser;
     inherit (defaults) inference tools;
     inherit defaultScript;
+    matrix = channel;
   };
   # The owner's groups the module adds (default.nix's ownerReadsJournal).
   ownerGroups = if defaults.ownerReadsJournal then [ "systemd-journal" ] else [ ];
@@ -54,5 +65,6 @@ in
   manifest = units.deviceManifest {
     inherit home ownerUser ownerGroup;
     configFile = d: "${confdir}/${d}.toml";
+    without = if channel == null then [ "channeld" ] else [ ];
   };
 }

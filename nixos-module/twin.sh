@@ -17,7 +17,13 @@
 #   6. a workspace root and the run tool, configured as an owner would: workspace_read reads
 #      the root under brokerd's unit, and run starts a program from the store that reads it
 #      and is refused /etc by its own sandbox; the chain verifies;
-#   7. the device check passes again, and its output is kept in target/twin/check.txt;
+#   7. with a Synapse on the host's loopback (SYNAPSE_URL, .ci/synapse-up), the Matrix channel:
+#      channeld's unit with its token as the credential (from /var/lib/boxmaker-keys), paired
+#      by `bxctl channel pair`, a message of the owner answered in the room (channeld is in
+#      steps 1 to 3 as every daemon; the twin's loopback reaches the host's Synapse through a
+#      forwarder, nothing else of the host's network); without SYNAPSE_URL the twin has no
+#      channeld and says so;
+#   8. the device check passes again, and its output is kept in target/twin/check.txt;
 # and, after step 1: the owner's first boot (the device check and the selftest as the owner,
 # through their on-demand units; the runbook's lines in the journal as the owner; a visitor
 # refused the check's socket), and egress: gatewayd's and inferproxy's units refuse their own
@@ -58,6 +64,8 @@ skip() {
     fail "cannot run under CI: $*"
   fi
   echo "skipped: twin: $*"
+  # The gate lists every skip before its last line (Makefile, BXTEST_SKIP_LOG).
+  if [[ -n "${BXTEST_SKIP_LOG:-}" ]]; then printf 'twin: %s\n' "$*" >>"$BXTEST_SKIP_LOG"; fi
   exit 0
 }
 have() { command -v "$1" >/dev/null 2>&1; }
@@ -65,6 +73,8 @@ have() { command -v "$1" >/dev/null 2>&1; }
 # unless WHY starts with a line of .ci/allowed-skips (the rule of the tests' bxtest::skip).
 skip_part() {
   echo "skipped: $*"
+  # The gate lists every skip before its last line (Makefile, BXTEST_SKIP_LOG).
+  if [[ -n "${BXTEST_SKIP_LOG:-}" ]]; then printf '%s\n' "$*" >>"$BXTEST_SKIP_LOG"; fi
   if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then
     local line
     while IFS= read -r line; do
@@ -97,6 +107,7 @@ fi
 machine="boxmaker-twin-$$"
 nspawn_pid=""
 cleanup() {
+  if [[ -n "${forward_pid:-}" ]]; then kill "$forward_pid" 2>/dev/null || true; fi
   if [[ -n "$nspawn_pid" ]] && kill -0 "$nspawn_pid" 2>/dev/null; then
     kill -TERM "$nspawn_pid" 2>/dev/null || true
     for _ in $(seq 1 100); do
@@ -111,9 +122,54 @@ trap cleanup EXIT
 rm -rf "$root"
 cp -a "$base" "$root"
 
+# The Matrix channel, when a Synapse is on the host's loopback (the twin reaches it through
+# forward.py below, from its own loopback): a bot and an owner registered with its shared
+# secret, a room of the owner's with the bot invited. matrix.py speaks the client-server API for
+# this script.
+matrix_json=""
+matrix_py="$twin/matrix.py"
+cat >"$matrix_py" <<'EOF'
+import json, sys, time, urllib.parse, urllib.request
+url = sys.argv[1]
+def call(method, path, token=None, body=None):
+    req = urllib.request.Request(url + "/_matrix/client/v3" + path, method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"content-type": "application/json", **({"authorization": "Bearer " + token} if token else {})})
+    return json.load(urllib.request.urlopen(req, timeout=30))
+q = lambda s: urllib.parse.quote(s, safe="")
+cmd = sys.argv[2]
+if cmd == "login":
+    v = call("POST", "/login", body={"type": "m.login.password", "identifier": {"type": "m.id.user", "user": sys.argv[3]}, "password": sys.argv[4]})
+    print(v["user_id"], v["access_token"])
+elif cmd == "room":
+    print(call("POST", "/createRoom", sys.argv[3], {"preset": "private_chat", "invite": [sys.argv[4]]})["room_id"])
+elif cmd == "say":
+    print(call("PUT", f"/rooms/{q(sys.argv[4])}/send/m.room.message/twin{time.time_ns()}", sys.argv[3], {"msgtype": "m.text", "body": sys.argv[5]})["event_id"])
+elif cmd == "bodies":
+    v = call("GET", f"/rooms/{q(sys.argv[4])}/messages?dir=b&limit=100", sys.argv[3])
+    for e in v["chunk"]:
+        c = e.get("content", {})
+        print(e.get("sender"), (c.get("m.new_content") or c).get("body", "").replace("\n", " "))
+elif cmd == "member":
+    v = call("GET", f"/rooms/{q(sys.argv[4])}/members", sys.argv[3])
+    print(" ".join(e["content"]["membership"] for e in v["chunk"] if e["state_key"] == sys.argv[5]))
+EOF
+if [[ -n "${SYNAPSE_URL:-}" && -n "${SYNAPSE_REGISTER:-}" && -n "${SYNAPSE_SHARED_SECRET:-}" ]]; then
+  tag="twin$$$(date +%s)"
+  for who in bot owner; do
+    "$SYNAPSE_REGISTER" -u "$tag$who" -p "pw-$tag$who" --no-admin -k "$SYNAPSE_SHARED_SECRET" "$SYNAPSE_URL" >/dev/null ||
+      fail "cannot register $tag$who on $SYNAPSE_URL"
+  done
+  read -r bot_id bot_token < <(python3 "$matrix_py" "$SYNAPSE_URL" login "${tag}bot" "pw-${tag}bot")
+  read -r mx_owner mx_owner_token < <(python3 "$matrix_py" "$SYNAPSE_URL" login "${tag}owner" "pw-${tag}owner")
+  mx_room="$(python3 "$matrix_py" "$SYNAPSE_URL" room "$mx_owner_token" "$bot_id")"
+  matrix_json="$(jq -c -n --arg hs "$SYNAPSE_URL" --arg u "$bot_id" --arg o "$mx_owner" --arg r "$mx_room" \
+    '{homeserver: $hs, user: $u, owners: [$o], rooms: [$r]}')"
+fi
+
 render="$twin/render.json"
-nix-instantiate --eval --strict --json "$here/twin.nix" --argstr package "$pkg" >"$render" 2>"$twin/render.err" ||
-  fail "nix-instantiate twin.nix: $(cat "$twin/render.err")"
+nix-instantiate --eval --strict --json "$here/twin.nix" --argstr package "$pkg" --argstr matrix "$matrix_json" \
+  >"$render" 2>"$twin/render.err" || fail "nix-instantiate twin.nix: $(cat "$twin/render.err")"
 
 # The package as its install phase made it, its programs' loader and libraries beside it in the
 # store (as Nix links them).
@@ -179,6 +235,15 @@ for daemon, conf in configs.items():
         f.write("\n".join(out) + "\n")
 EOF
 
+# The bot's token where a key placed by hand goes, root's alone, and where the unit's
+# LoadCredential= reads it (tmpfiles makes the directory 0700 root at boot, as on the device).
+keys="$(jq -r '.manifest.directories[] | select(.path | endswith("-keys")) | .path' "$render")"
+[[ "$keys" == /var/lib/boxmaker-keys ]] || fail "the manifest names no keys directory: $keys"
+if [[ -n "$matrix_json" ]]; then
+  install -d -m 0700 "$root$keys"
+  install -m 0600 /dev/stdin "$root$keys/matrix-token" <<<"$bot_token"
+fi
+
 # The system users, as the module declares them; the owner's login account, which the module
 # leaves to the device's own configuration.
 systemd-sysusers --root="$root" >/dev/null 2>&1 || fail "systemd-sysusers: $(systemd-sysusers --root="$root" 2>&1)"
@@ -238,6 +303,62 @@ leader="$(find_leader)"
 in_twin() { nsenter -t "$leader" -a "$@"; }
 as_owner() { in_twin runuser -u "$owner" -- "$@"; }
 
+# The host's Synapse on the twin's loopback: forward.py listens on the twin's 127.0.0.1 at
+# Synapse's port (a socket made inside the twin's network namespace, setns(2)) and carries each
+# connection to the host's, and nothing else of the host's network. channeld's unit allows
+# 127.0.0.1 alone (its homeserver's address), as on a device whose homeserver is local.
+forward_pid=""
+if [[ -n "$matrix_json" ]]; then
+  cat >"$twin/forward.py" <<'EOF'
+import ctypes, os, socket, sys, threading
+leader, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+own = os.open("/proc/self/ns/net", os.O_RDONLY)
+twin = os.open(f"/proc/{leader}/ns/net", os.O_RDONLY)
+if libc.setns(twin, CLONE_NEWNET) != 0:
+    raise OSError(ctypes.get_errno(), "setns into the twin's network namespace")
+listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", port))
+listener.listen(64)
+if libc.setns(own, CLONE_NEWNET) != 0:
+    raise OSError(ctypes.get_errno(), "setns back")
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (a, b):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+print("ready", flush=True)
+while True:
+    inner, _ = listener.accept()
+    try:
+        outer = socket.create_connection((host, port), timeout=10)
+        outer.settimeout(None)
+    except OSError:
+        inner.close()
+        continue
+    threading.Thread(target=pipe, args=(inner, outer), daemon=True).start()
+    threading.Thread(target=pipe, args=(outer, inner), daemon=True).start()
+EOF
+  mx_port="$(sed -E 's|^https?://[^:/]+:([0-9]+).*|\1|' <<<"$SYNAPSE_URL")"
+  [[ "$mx_port" =~ ^[0-9]+$ ]] || fail "SYNAPSE_URL $SYNAPSE_URL names no port"
+  python3 "$twin/forward.py" "$leader" 127.0.0.1 "$mx_port" >"$twin/forward.log" 2>&1 &
+  forward_pid=$!
+  forwarding() { grep -q '^ready$' "$twin/forward.log"; }
+  wait_for "the forwarder to the host's Synapse" 10 forwarding
+fi
+
 booted() {
   local state
   state="$(in_twin systemctl is-system-running 2>/dev/null)" || true
@@ -282,7 +403,9 @@ if ! out="$(as_owner bxctl selftest 2>&1)"; then
   fail "bxctl selftest as the owner failed:"$'\n'"$out"
 fi
 grep -q '^selftest: ok' <<<"$out" || fail "bxctl selftest as the owner did not say ok:"$'\n'"$out"
-grep -qE 'loopd selftest +ok: passed' <<<"$out" || fail "the owner's selftest did not run loopd's selftest through its unit:"$'\n'"$out"
+grep -qE "loopd's own sockets +ok: boxmaker-selftest@\.service, as loopd's user" <<<"$out" ||
+  fail "the owner's selftest did not run loopd's selftest through its unit:"$'\n'"$out"
+grep -qE '^  loopd finds inferproxy +ok' <<<"$out" || fail "the owner's selftest did not ask loopd's health on loop.sock:"$'\n'"$out"
 runbook_lines="$(as_owner journalctl --no-pager -o cat RUNBOOK=socket-peer-refused | wc -l)"
 ((runbook_lines > 0)) || fail "the owner reads no RUNBOOK=socket-peer-refused line in the journal"
 say "the owner's first boot: bxctl check ($n_owner lines ok, run as root by boxmaker-check@.service), bxctl selftest (loopd's through boxmaker-selftest@.service), $runbook_lines runbook lines in the journal; a visitor is refused the check's socket"
@@ -366,6 +489,7 @@ anchor_of() {
     gatewayd) echo gateway-config-invalid ;;
     loopd) echo loopd-config-refused ;;
     memoryd) echo memoryd-config-invalid ;;
+    channeld) echo channel-config-invalid ;;
     *) fail "no configuration anchor known for $1" ;;
   esac
 }
@@ -480,7 +604,35 @@ as_owner bxctl audit verify >/dev/null || fail "after the run turn the audit cha
 say "workspace_read read a root under brokerd's unit (openat2 refused by RestrictSUIDSGID=; the walk beneath the root instead)"
 say "run: a program from the store ran under brokerd's unit, read its root, was refused /etc; no network namespace of its own (said once, RUNBOOK=run-no-network-namespace); the chain verified"
 
-# --- 7. the device check once more, kept for docs/install.md -------------------------------
+# --- 7. the Matrix channel, when the host has a Synapse ---------------------------------------
+if [[ -n "$matrix_json" ]]; then
+  mx() { python3 "$matrix_py" "$SYNAPSE_URL" "$@"; }
+  joined() { [[ "$(mx member "$mx_owner_token" "$mx_room" "$bot_id")" == join ]]; }
+  wait_for "channeld to join the owner's room" 60 joined
+  syncing() { as_owner bxctl channel status | grep -q "syncing with"; }
+  wait_for "bxctl channel status to say channeld syncs" 60 syncing
+  code="$(as_owner bxctl channel pair --room "$mx_room" --json | jq -r .code)"
+  mx say "$mx_owner_token" "$mx_room" "$code" >/dev/null
+  paired() { mx bodies "$mx_owner_token" "$mx_room" | grep -q "^$bot_id Paired:"; }
+  wait_for "the pairing to be confirmed in the room" 60 paired
+  mx say "$mx_owner_token" "$mx_room" "hello from the phone" >/dev/null
+  answered() { mx bodies "$mx_owner_token" "$mx_room" | grep -q "^$bot_id Hello!"; }
+  wait_for "the owner's message to be answered in the room" 60 answered
+  if grep -rqF "$bot_token" "$root/etc/boxmaker"/*.toml; then fail "the Matrix token is in a configuration file"; fi
+  pid="$(in_twin systemctl show -p MainPID --value boxmaker-channeld.service)"
+  if in_twin cat "/proc/$pid/environ" | tr '\0' '\n' | grep -qF "$bot_token"; then
+    fail "the Matrix token is in channeld's environment"
+  fi
+  if in_twin cat "/proc/$pid/cmdline" | tr '\0' ' ' | grep -qF "$bot_token"; then
+    fail "the Matrix token is in channeld's command line"
+  fi
+  if in_twin journalctl --no-pager -o cat | grep -qF "$bot_token"; then fail "the Matrix token is in the journal"; fi
+  say "matrix: channeld under its unit, paired by bxctl channel pair, the owner's message answered in the room; the token in no config, command line, environment or journal"
+else
+  say "matrix: no SYNAPSE_URL, so the twin has no channeld (.ci/synapse-up brings a Synapse up)"
+fi
+
+# --- 8. the device check once more, kept for docs/install.md -------------------------------
 out="$(check 2>&1)" || fail "the device check failed at the end:"$'\n'"$out"
 printf '%s\n' "$out" >"$twin/check.txt"
 check --json >"$twin/check.json" || fail "bxctl check --json failed"

@@ -288,6 +288,7 @@ let
       ownerUser,
       ownerGroup,
       configFile,
+      without ? [ ],
     }:
     {
       inherit home securityThreshold;
@@ -301,7 +302,7 @@ let
         user = daemons.${d}.user;
         group = daemons.${d}.user;
         config = configFile d;
-      }) daemonNames;
+      }) (runningDaemons without);
       sockets = map (
         s:
         let
@@ -314,11 +315,17 @@ let
           server = sockets.${s}.server;
           inherit (c) user group;
         }
-      ) socketNames;
+      ) (runningSockets without);
       directories = directories { inherit home ownerUser ownerGroup; };
       # The sockets the owner starts the selftest and the device check on.
       ondemand = builtins.mapAttrs (n: _: ondemandSocketPath n) ondemand;
     };
+
+  # The daemons a device runs: all of layout.json's but those left `without` (channeld when
+  # no Matrix channel is configured), and the sockets those serve.
+  runningDaemons = without: builtins.filter (d: !(builtins.elem d without)) daemonNames;
+  runningSockets =
+    without: builtins.filter (s: !(builtins.elem sockets.${s}.server without)) socketNames;
 
   # What a daemon's unit may write: its own state directory and the directories of the
   # sockets it is the client of (the same set its Landlock ruleset allows).
@@ -452,6 +459,7 @@ let
   #   ipAddresses: per daemon, IPAddressAllow=/IPAddressDeny= narrowed from the module's
   #     options (inferproxy: the provider's address, ipAddressesOfProvider below; gatewayd:
   #     the local ranges denied, ipAddressesOfGateway)
+  #   without: the daemons the device does not run (their units and sockets left out)
   render =
     {
       home,
@@ -464,6 +472,7 @@ let
       extraReadWritePaths ? { },
       readOnlyHome ? { },
       ipAddresses ? { },
+      without ? [ ],
     }:
     let
       sandbox =
@@ -626,8 +635,8 @@ let
       };
     in
     builtins.listToAttrs (
-      map serviceUnitOf daemonNames
-      ++ map socketUnitOf socketNames
+      map serviceUnitOf (runningDaemons without)
+      ++ map socketUnitOf (runningSockets without)
       ++ map ondemandSocketOf (builtins.attrNames ondemand)
       ++ [
         selftestService
@@ -651,6 +660,8 @@ let
   #   apiKeyFile      services.boxmaker.inference.apiKeyFile (null: none)
   #   honcho          services.boxmaker.memory.honcho ({ url, apiKeyFile })
   #   credentialFiles services.boxmaker.gateway.credentialFiles (name -> file)
+  #   matrixTokenFile services.boxmaker.channels.matrix.tokenFile (null: none)
+  #   without         the daemons the device does not run (channeld without the Matrix channel)
   # and home, runbook, ownerUser, ownerGroup, exe, configFile as `render` takes them.
   renderDevice =
     {
@@ -664,12 +675,15 @@ let
       apiKeyFile ? null,
       honcho ? { },
       credentialFiles ? { },
+      matrixTokenFile ? null,
+      without ? [ ],
     }:
     let
       roots = ((settings.brokerd or { }).workspace or { }).roots or [ ];
       underHome = p: builtins.any (h: p == h || hasPrefix "${h}/" p) [ "/home" "/root" "/run/user" ];
       honchoUrl = honcho.url or null;
       honchoKey = honcho.apiKeyFile or null;
+      homeserver = ((settings.channeld or { }).matrix or { }).homeserver or "";
     in
     render {
       inherit
@@ -679,15 +693,20 @@ let
         ownerGroup
         exe
         configFile
+        without
         ;
       credentials = {
         inferproxy = if apiKeyFile == null then [ ] else [ "api_key:${apiKeyFile}" ];
         memoryd = if honchoKey == null then [ ] else [ "honcho_key:${honchoKey}" ];
         gatewayd = map (n: "${n}:${credentialFiles.${n}}") (builtins.attrNames credentialFiles);
+        channeld = if matrixTokenFile == null then [ ] else [ "matrix_token:${matrixTokenFile}" ];
       };
       ipAddresses = {
         inferproxy = ipAddressesOfProvider (((settings.inferproxy or { }).provider or { }).base_url or null);
         gatewayd = ipAddressesOfGateway (gatewayAllows (settings.gatewayd or { }));
+        # channeld reaches its homeserver only: its address when the URL names one, else all
+        # but link-local; no homeserver configured, no IP at all.
+        channeld = ipAddressesOfProvider (if homeserver == "" then null else homeserver);
         # memoryd has no network (layout.json) unless Honcho is configured; then IP to it only,
         # as inferproxy to its provider.
         memoryd =
@@ -861,6 +880,8 @@ in
     userDescription
     deviceManifest
     readWritePaths
+    runningDaemons
+    runningSockets
     ipAddressesOfProvider
     ipAddressesOfGateway
     gatewayAllows

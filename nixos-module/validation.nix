@@ -7,15 +7,16 @@
 # the device (as nginx's module gives `nginx -t` stand-in certificates, this gives the check
 # stand-ins for them):
 #   - a workspace root (brokerd's workspace.roots[].path) and a secret file (inferproxy's
-#     provider.api_key_file, gatewayd's hosts[].secret_file, memoryd's honcho.key_file)
-#     outside the store are made under the stand-in root `@device@` (validate-config.sh puts it
-#     in the build directory): directories, and files holding one placeholder line, 0600;
+#     provider.api_key_file, gatewayd's hosts[].secret_file, memoryd's honcho.key_file,
+#     channeld's matrix.token_file) outside the store are made under the stand-in root
+#     `@device@` (validate-config.sh puts it in the build directory): directories, and files
+#     holding one placeholder line, 0600;
 #   - a file whose content the check parses and that lies outside the store cannot be stood in
 #     for: gatewayd's tls.ca_file is left out of the copy checked (gatewayd then trusts its
-#     built-in roots), inferproxy's provider.ca_file is `caBundle` instead (a CA bundle in the
-#     store; an https provider without one is refused, and the build's sandbox has no
-#     /etc/ssl), inferproxy's provider.script `defaultScript` (the one the package ships); the
-#     device reads the real file at start;
+#     built-in roots), inferproxy's provider.ca_file and channeld's tls.ca_file are `caBundle`
+#     instead (a CA bundle in the store; an https provider or homeserver without one is
+#     refused, and the build's sandbox has no /etc/ssl), inferproxy's provider.script
+#     `defaultScript` (the one the package ships); the device reads the real file at start;
 #   - the systemd credentials the unit loads (`credentials`, their names) are placeholder files
 #     in a stand-in $CREDENTIALS_DIRECTORY.
 # Everything else is checked as written: every key, value, table, and every file in the store.
@@ -23,7 +24,8 @@
 #   daemon        the daemon's name
 #   settings      its configuration as the module writes it
 #   credentials   the names of the credentials its unit loads (LoadCredential=)
-#   caBundle      a CA bundle in the store, for an https provider (the module: pkgs.cacert's)
+#   caBundle      a CA bundle in the store, for an https provider or homeserver (the module:
+#                 pkgs.cacert's)
 #   defaultScript the script provider's default script (the package's)
 {
   daemon,
@@ -113,6 +115,28 @@ let
         settings = if settings ? honcho then settings // { honcho = h.table; } else settings;
         dirs = [ ];
         files = h.files or [ ];
+      };
+
+    channeld =
+      let
+        m = fileKey "files" "token_file" (settings.matrix or { });
+        https = builtins.substring 0 8 (m.table.homeserver or "") == "https://";
+        t = settings.tls or { };
+        tls =
+          if onDevice (t.ca_file or null) then
+            (if caBundle == null then removeAttrs t [ "ca_file" ] else t // { ca_file = caBundle; })
+          else if https && !(t ? ca_file) && caBundle != null then
+            t // { ca_file = caBundle; }
+          else
+            t;
+      in
+      {
+        settings =
+          settings
+          // (if settings ? matrix then { matrix = m.table; } else { })
+          // (if tls == { } then { } else { inherit tls; });
+        dirs = [ ];
+        files = m.files or [ ];
       };
 
     loopd = {

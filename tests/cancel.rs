@@ -6,28 +6,13 @@
 use std::fs;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use boxmaker_e2e::{DEADLINE, DevBox, bin_dir, said};
+use boxmaker_e2e::{DEADLINE, DevBox, mail_then_write, said};
 use bxtest::Bounded;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use serde_json::Value;
-
-/// `bxctl chat` started in the background on this box.
-fn chat_in_background(b: &DevBox, args: &[&str]) -> Bounded {
-    let mut cmd = Command::new(bin_dir().join("bxctl"));
-    cmd.args(args)
-        .arg("--home")
-        .arg(b.home())
-        .env_remove("BOXMAKER_HOME")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    Bounded::spawn(&mut cmd, "bxctl chat").expect("bxctl starts")
-}
 
 /// Wait for `child` to end within `DEADLINE`; its exit code and what it printed.
 fn finish(child: Bounded) -> (Option<i32>, String) {
@@ -83,7 +68,7 @@ fn ctrl_c_abandons_a_hanging_model_call_and_the_session_takes_the_next_message_a
         "--api-key-file",
         key.to_str().unwrap(),
     ]);
-    let chat = chat_in_background(&b, &["chat", "--session", "c1", "hello"]);
+    let chat = b.bxctl_in_background(&["chat", "--session", "c1", "hello"]);
     asked
         .recv_timeout(DEADLINE)
         .expect("the model server was asked");
@@ -113,41 +98,24 @@ fn ctrl_c_abandons_a_hanging_model_call_and_the_session_takes_the_next_message_a
     );
 }
 
-const SCRIPT: &str = r#"
-[[step]]
-after = "user"
-text = "Let me read that email."
-tool_calls = [{ tool = "workspace_read", args = { path = "@WORKSPACE@/inbox/meeting.txt" } }]
-
-[[step]]
-after = "tool"
-text = "I will note that down."
-tool_calls = [{ tool = "workspace_write", args = { path = "@WORKSPACE@/notes/cancelled.txt", content = "written\n" } }]
-
-[[rule]]
-text = "Fine."
-"#;
-
-fn pending(b: &DevBox) -> Vec<Value> {
-    let out = b.bxctl(&["approvals", "--json"]);
-    assert!(out.status.success(), "{}", said(&out));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["pending"].as_array().cloned().unwrap_or_default()
-}
-
 fn cancel_during_an_approval(signal: Signal) {
     let b = DevBox::new();
-    let script = b.beside("script.toml");
-    fs::write(&script, SCRIPT).unwrap();
-    b.up(&["--script", script.to_str().unwrap()]);
-    let chat = chat_in_background(&b, &["chat", "--session", "a1", "read my mail"]);
-    wait("the write to wait for the owner", || pending(&b).len() == 1);
+    b.up_with_script(
+        &mail_then_write(
+            "notes/cancelled.txt",
+            "written
+",
+        ),
+        &[],
+    );
+    let chat = b.bxctl_in_background(&["chat", "--session", "a1", "read my mail"]);
+    wait("the write to wait for the owner", || b.pending().len() == 1);
     kill(Pid::from_raw(chat.id() as i32), signal).unwrap();
     let (code, out) = finish(chat);
     if signal == Signal::SIGINT {
         assert_eq!(code, Some(130), "{out}");
     }
-    wait("the approval to be withdrawn", || pending(&b).is_empty());
+    wait("the approval to be withdrawn", || b.pending().is_empty());
     let chain = fs::read_to_string(b.home().join("broker/audit/chain.jsonl")).unwrap();
     assert!(
         chain.contains("\"event\":\"withdrawn\""),

@@ -69,7 +69,12 @@ fn the_demo_conversation_does_what_each_step_says() {
     let b = DevBox::new();
     let script = b.beside("demo.toml");
     fs::write(&script, demo::DEMO_SCRIPT).unwrap();
-    b.up(&["--script", &script.display().to_string()]);
+    b.up(&[
+        "--script",
+        &script.display().to_string(),
+        "--web-host",
+        demo::WEB_HOST,
+    ]);
 
     let reports = demo::conversation(b.home(), &mut io::sink()).expect("every step passes");
     assert_eq!(reports.len(), 6);
@@ -221,7 +226,12 @@ fn the_demo_fails_at_its_first_memory_step_when_memoryd_files_nothing() {
     let b = DevBox::new();
     let script = b.beside("demo.toml");
     fs::write(&script, demo::DEMO_SCRIPT).unwrap();
-    b.up(&["--script", &script.display().to_string()]);
+    b.up(&[
+        "--script",
+        &script.display().to_string(),
+        "--web-host",
+        demo::WEB_HOST,
+    ]);
     // memoryd gone: every turn still ends (recall is skipped), but nothing is filed.
     let pid = nix::unistd::Pid::from_raw(b.pid("memoryd").unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();

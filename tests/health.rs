@@ -38,7 +38,11 @@ fn a_healthy_box_exits_0_from_status_and_selftest_and_shows_its_model() {
         "confined brokerd",
         "confined inferproxy",
         "ping loop.sock",
-        "loopd selftest",
+        "loopd's own sockets",
+        "loopd finds inferproxy",
+        "loopd finds the model provider",
+        "loopd finds the tool broker",
+        "loopd finds memoryd",
     ] {
         let c = checks
             .iter()
@@ -155,4 +159,128 @@ fn a_model_server_that_is_down_fails_selftest_naming_provider_model_and_url() {
         "{stderr}"
     );
     assert!(stderr.contains(&url), "{stderr}");
+}
+
+/// A loopback port that refuses: bound, then closed again.
+fn refusing_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+fn problems(out: &std::process::Output) -> Vec<String> {
+    let s: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    s["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn status_exits_1_naming_the_model_provider_when_its_server_is_down() {
+    let b = DevBox::new();
+    let url = format!("http://127.0.0.1:{}/v1", refusing_port());
+    // Keyless, as a local llama.cpp is: no key file to make.
+    b.up(&["--provider", "openai", "--base-url", &url, "--model", "m"]);
+    let out = b.bxctl(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let p = problems(&out);
+    let provider = p
+        .iter()
+        .find(|p| p.starts_with("the model provider: "))
+        .unwrap_or_else(|| panic!("the provider is named: {p:?}"));
+    assert!(
+        provider.contains(&url.replace("/v1", "/v1/models")),
+        "{provider}"
+    );
+    assert!(
+        provider.ends_with("see docs/runbook.md#inference-unreachable"),
+        "{provider}"
+    );
+    // The human view says it too, under what loopd finds.
+    let out = b.bxctl(&["status"]);
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("the model provider FAILED"), "{stdout}");
+    assert!(stdout.contains("status: DEGRADED"), "{stdout}");
+}
+
+#[test]
+fn status_exits_1_when_a_configured_honcho_does_not_answer() {
+    let b = DevBox::new();
+    let url = format!("http://127.0.0.1:{}", refusing_port());
+    b.up(&["--honcho-url", &url]);
+    let out = b.bxctl(&["status", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let p = problems(&out);
+    assert!(
+        p.iter()
+            .any(|p| p.starts_with("memory's remote store does not answer: ")
+                && p.contains(&url)
+                && p.contains("see docs/runbook.md#honcho-")),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn chat_with_brokerd_killed_names_the_broker_and_exits_1() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let pid = nix::unistd::Pid::from_raw(b.pid("brokerd").unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    bxtest::wait_for("brokerd to be gone", boxmaker_e2e::DEADLINE, || {
+        bxtest::gone(pid.as_raw() as u32)
+    });
+    let out = b.bxctl(&["chat", "--session", "nob", "what is on my todo list?"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let (stdout, stderr) = text(&out);
+    assert!(
+        stderr.starts_with("bxctl: the turn failed: the tool broker is unavailable"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .trim_end()
+            .ends_with("see docs/runbook.md#broker-unavailable"),
+        "{stderr}"
+    );
+    assert!(
+        !stdout.contains("is offered"),
+        "no tool call was tried: {stdout}"
+    );
+    // No session was made: the next turn, with the broker back, starts it new.
+    assert!(!b.home().join("loop/sessions/nob.jsonl").exists());
+}
+
+#[test]
+fn with_loopd_dead_no_check_of_loopd_says_it_passed() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let pid = nix::unistd::Pid::from_raw(b.pid("loopd").unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    bxtest::wait_for("loopd to be gone", boxmaker_e2e::DEADLINE, || {
+        bxtest::gone(pid.as_raw() as u32)
+    });
+    let out = b.bxctl(&["selftest"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let (stdout, _) = text(&out);
+    for line in stdout.lines() {
+        let line = line.trim_start();
+        if line.starts_with("ping loop.sock")
+            || line.starts_with("confined loopd")
+            || line.starts_with("loopd answers health")
+        {
+            assert!(line.contains("FAILED"), "{line}\n{stdout}");
+        }
+        assert!(!line.contains("passed"), "{line}");
+    }
+    // The check that runs loopd's own selftest says what it checked: not loopd itself.
+    let own = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("loopd's own sockets"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        own.contains("every socket its configuration names"),
+        "{own}"
+    );
 }

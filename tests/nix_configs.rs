@@ -4,7 +4,7 @@
 //! directory, and handed to the real `<daemon> check --config`, which loads it and every file
 //! it names and must exit 0. Once for the module's defaults (only `enable` and `owner` set), once
 //! for a fuller device (an OpenAI-compatible provider with a key, two slots, workspace roots,
-//! tightened tools).
+//! tightened tools, the Matrix channel).
 //!
 //! Debian's Nix 2.8 is enough (builtins only); without `nix-instantiate` the test says
 //! `skipped: nix-instantiate is not installed`.
@@ -82,7 +82,9 @@ fn check_all(
     let etc = home.join("etc");
     fs::create_dir_all(&etc).unwrap();
     let mut refused = Vec::new();
-    for daemon in DAEMONS {
+    // channeld, when the device has the Matrix channel (configs.nix renders it only then).
+    let channel = configs.get("channeld").map(|_| "channeld");
+    for daemon in DAEMONS.into_iter().chain(channel) {
         let mut cfg = configs[daemon].clone();
         assert!(
             cfg.is_object(),
@@ -154,6 +156,13 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
     fs::write(creds.join("api_key"), "sk-test-not-a-real-key\n").unwrap();
     // As systemd makes a credential: readable by its owner only (inferproxy refuses more).
     fs::set_permissions(creds.join("api_key"), fs::Permissions::from_mode(0o400)).unwrap();
+    // services.boxmaker.channels.matrix's token, the credential matrix_token.
+    fs::write(creds.join("matrix_token"), "syt_test_not_a_real_token\n").unwrap();
+    fs::set_permissions(
+        creds.join("matrix_token"),
+        fs::Permissions::from_mode(0o400),
+    )
+    .unwrap();
 
     let mut args = device(home.path());
     args["inference"] = json!({
@@ -170,7 +179,19 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
         "web_fetch": { "enabled": false },
         "workspace_write": { "approval": "always" }
     });
+    args["matrix"] = json!({
+        "homeserver": "http://127.0.0.1:8008",
+        "user": "@box:localhost",
+        "owners": ["@alice:localhost"],
+        "rooms": ["!abc:localhost"]
+    });
     let configs = render(&args);
+    assert!(
+        configs["channeld"].get("matrix").is_some()
+            && !configs["channeld"].to_string().contains("token"),
+        "the token reaches channeld as a credential, never in its configuration: {}",
+        configs["channeld"]
+    );
     assert!(
         configs["inferproxy"]["provider"]
             .get("api_key_file")
@@ -285,9 +306,17 @@ fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_
         "slots": { "main": { "model": "gpt-4o-mini", "maxTokens": 4096, "contextTokens": 128000, "temperature": null } }
     });
     args["honcho"] = json!({ "url": "http://127.0.0.1:8765", "workspace": "boxmaker" });
+    // The Matrix channel on an https homeserver (an address: no name is looked up).
+    args["matrix"] = json!({
+        "homeserver": "https://127.0.0.1:8448",
+        "user": "@box:example.org",
+        "owners": ["@alice:example.org"],
+        "rooms": ["!abc:example.org"]
+    });
     let configs = render(&args);
     // Files that exist only on the device, none of them on this machine: the workspace roots,
-    // a gateway host's secret file, Honcho's key file, a CA bundle outside the store.
+    // a gateway host's secret file, Honcho's key file, the Matrix token file, CA bundles
+    // outside the store.
     let gone = format!("/nonexistent-{}", bxtest::unique_name("device"));
     let settings = json!({
         "brokerd": { "workspace": { "roots": [
@@ -300,14 +329,19 @@ fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_
             "dns": { "servers": [ "9.9.9.9:53" ] },
             "tls": { "ca_file": format!("{gone}/ca.pem") }
         },
-        "memoryd": { "honcho": { "key_file": format!("{gone}/keys/honcho") } }
+        "memoryd": { "honcho": { "key_file": format!("{gone}/keys/honcho") } },
+        "channeld": {
+            "matrix": { "token_file": format!("{gone}/keys/matrix-token") },
+            "tls": { "ca_file": format!("{gone}/matrix-ca.pem") }
+        }
     });
-    let credentials: [(&str, &[&str]); 5] = [
+    let credentials: [(&str, &[&str]); 6] = [
         ("loopd", &[]),
         ("brokerd", &[]),
         ("inferproxy", &["api_key"]),
         ("memoryd", &[]),
         ("gatewayd", &[]),
+        ("channeld", &["matrix_token"]),
     ];
     let mut refused = Vec::new();
     for (daemon, creds) in credentials {
@@ -343,6 +377,24 @@ fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_
         v["settings"]["provider"]["ca_file"],
         json!(ca_bundle()),
         "{v}"
+    );
+    // channeld's https homeserver too, and its token as the credential the module's unit loads
+    // (no token_file: what channels.matrix writes).
+    let mut channeld = configs["channeld"].clone();
+    merge(&mut channeld, &settings["channeld"]);
+    let v = validation("channeld", &channeld, &["matrix_token"]);
+    assert_eq!(v["settings"]["tls"]["ca_file"], json!(ca_bundle()), "{v}");
+    let module = configs["channeld"].clone();
+    let v = validation("channeld", &module, &["matrix_token"]);
+    assert_eq!(v["settings"]["tls"]["ca_file"], json!(ca_bundle()), "{v}");
+    validate(home.path(), "channeld", &v).unwrap();
+    // Without the credential's stand-in channeld would refuse it: no token to read.
+    let bare = validation("channeld", &module, &[]);
+    let said = validate(home.path(), "channeld", &bare)
+        .expect_err("channeld passed a configuration without a token");
+    assert!(
+        said.contains("credentials/matrix_token") && said.contains("channel-token-missing"),
+        "{said}"
     );
     // And without the stand-ins the check would not pass: brokerd refuses a missing root.
     let mut brokerd = configs["brokerd"].clone();

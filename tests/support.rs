@@ -24,7 +24,14 @@ pub fn bin_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("the test runs from target/<profile>/deps")
         .to_path_buf();
-    for b in ["bxctl", "loopd", "brokerd", "inferproxy", "memoryd"] {
+    for b in [
+        "bxctl",
+        "loopd",
+        "brokerd",
+        "inferproxy",
+        "memoryd",
+        "channeld",
+    ] {
         assert!(
             dir.join(b).is_file(),
             "{} is missing: build the workspace's binaries first (`cargo build --workspace \
@@ -64,8 +71,9 @@ pub fn bxctl_as(uid: u32, gid: u32, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The daemons of a dev box, as `bxctl dev` starts them.
-pub use bxctl::dev::DAEMONS;
+/// The daemons of a dev box, as `bxctl dev` starts them (and every one it may start: channeld
+/// with `--matrix`).
+pub use bxctl::dev::{ALL_DAEMONS, DAEMONS};
 
 /// A dev box on its own temporary home.
 #[derive(Debug)]
@@ -157,6 +165,28 @@ impl DevBox {
         bxctl::peer::as_client(&target, spec, f).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// `bxctl` with `args` and `--home` this box started in the background, its standard input
+    /// closed and its output read by threads (`bxtest::Bounded`): a chat whose turn waits.
+    pub fn bxctl_in_background(&self, args: &[&str]) -> bxtest::Bounded {
+        let mut cmd = Command::new(bin_dir().join("bxctl"));
+        cmd.args(args)
+            .arg("--home")
+            .arg(&self.home)
+            .env_remove("BOXMAKER_HOME")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        bxtest::Bounded::spawn(&mut cmd, &format!("bxctl {args:?}")).expect("bxctl starts")
+    }
+
+    /// The approvals waiting for the owner, each whole (`bxctl approvals --json`).
+    pub fn pending(&self) -> Vec<serde_json::Value> {
+        let out = self.bxctl(&["approvals", "--json"]);
+        assert!(out.status.success(), "{}", said(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v["pending"].as_array().cloned().unwrap_or_default()
+    }
+
     /// `bxctl` with `args` and `--home` this box.
     pub fn bxctl(&self, args: &[&str]) -> Output {
         let home = self.home_arg();
@@ -178,7 +208,7 @@ impl Drop for DevBox {
             let _ = self.down();
         }
         // Whatever `down` could not stop is killed before the home goes.
-        for d in DAEMONS {
+        for d in ALL_DAEMONS {
             if let Some(pid) = self.pid(d) {
                 let pid = Pid::from_raw(pid as i32);
                 if fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == d) {
@@ -186,5 +216,39 @@ impl Drop for DevBox {
                 }
             }
         }
+    }
+}
+
+/// A script for the scripted provider in which the model reads a mail third parties wrote (the
+/// inbox, an untrusted root) and then writes `content` to `path`: the write waits for the
+/// owner's approval. It answers "Fine." after.
+pub fn mail_then_write(path: &str, content: &str) -> String {
+    format!(
+        r#"
+[[step]]
+after = "user"
+text = "Let me read that email."
+tool_calls = [{{ tool = "workspace_read", args = {{ path = "inbox/meeting.txt" }} }}]
+
+[[step]]
+after = "tool"
+text = "I will note that down."
+tool_calls = [{{ tool = "workspace_write", args = {{ path = {path:?}, content = {content:?} }} }}]
+
+[[rule]]
+text = "Fine."
+"#
+    )
+}
+
+impl DevBox {
+    /// `dev up` with `script` as the scripted provider's script (written beside the home).
+    pub fn up_with_script(&self, script: &str, extra: &[&str]) -> Output {
+        let file = self.beside("script.toml");
+        fs::write(&file, script).expect("the script is written");
+        let file = file.display().to_string();
+        let mut args = vec!["--script", file.as_str()];
+        args.extend_from_slice(extra);
+        self.up(&args)
     }
 }

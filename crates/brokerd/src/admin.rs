@@ -1,44 +1,56 @@
 //! One `admin.sock` connection: the owner lists pending approvals (summaries), shows one whole,
-//! decides one, or asks for the audit chain to be verified. Only the owner's account may connect
+//! decides one (with a lease for the calls like it, when asked), lists or revokes leases, or asks
+//! for the audit chain to be verified. Only the owner's account may connect
 //! (the socket's owner and the peer check), so only the owner approves.
 
 use std::os::unix::net::UnixStream;
 
+use bxcore::layout::AdminRequest;
+use bxcore::runbook::Anchored;
 use bxcore::{
-    ApprovalAck, ApprovalDecision, Approvals, AuditHead, AuditReport, Envelope, ErrorCode, Message,
-    WireError,
+    Approval, ApprovalAck, ApprovalDecision, Approvals, AuditHead, AuditReport, ErrorCode, Lease,
+    LeaseRef, Leases, Message, WireError,
 };
+use serde_json::json;
 
-use crate::approvals::Verdict;
+use crate::approvals::{By, Verdict};
 use crate::broker::{Broker, Redecision, send};
+use crate::leases::Covers;
 use crate::ledger::chain;
+use crate::ledger::record::{Draft, Event};
 
 /// The socket's name in the lines brokerd logs and the errors it sends.
 pub const SOCKET: &str = "admin.sock";
 
 /// Serve one `admin.sock` request (a kind its table accepts): one final answer.
-pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
-    let id = envelope.id;
-    let response = match envelope.msg {
-        Message::ApprovalsList {} => Message::Approvals(Approvals {
+pub fn handle(mut stream: UnixStream, id: u64, request: AdminRequest, broker: &Broker) {
+    let response = match request {
+        AdminRequest::ApprovalsList => Message::Approvals(Approvals {
             pending: broker.approvals().list(),
         }),
-        Message::ApprovalShow(s) => match broker.approvals().get(&s.approval) {
+        AdminRequest::ApprovalShow(s) => match broker.approvals().get(&s.approval) {
             Ok(a) => Message::Approval(a),
             Err(e) => Message::Error(WireError {
                 code: ErrorCode::Forbidden,
                 detail: e.to_string(),
             }),
         },
-        Message::ApprovalDecision(d) => {
-            let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+        AdminRequest::ApprovalDecision(d) => {
+            let uid = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            let by = By {
+                uid,
+                approver: d.approver.clone(),
+            };
             decide(broker, d, by)
         }
-        Message::AuditVerify {} => verify(broker, None),
-        Message::AuditVerifyHead(h) => verify(broker, Some(h)),
-        other => {
-            bxharden::serve::unhandled(&mut stream, id, &other);
-            return;
+        AdminRequest::AuditVerify => verify(broker, None),
+        AdminRequest::AuditVerifyHead(h) => verify(broker, Some(h)),
+        AdminRequest::LeasesList => Message::Leases(Leases {
+            leases: broker.leases().list(),
+        }),
+        AdminRequest::LeaseRevoke(r) => {
+            let by = bxharden::peers::peer_uid(&stream).unwrap_or(u32::MAX);
+            revoke(broker, r, by)
         }
     };
     let _ = send(&mut stream, id, true, response);
@@ -46,7 +58,7 @@ pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
 
 /// The owner's decision. An approval is decided again against the session's state now: a call
 /// the policy denies since it asked is denied, and the answer says why.
-fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
+pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
     let forbidden = |detail: String| {
         Message::Error(WireError {
             code: ErrorCode::Forbidden,
@@ -54,6 +66,21 @@ fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
         })
     };
     let mut failed = None;
+    // A lease asked with the approval is granted first, so that one that cannot be (a full
+    // table) leaves the approval pending for the owner to answer without it.
+    let lease = match (d.allow && d.lease, broker.approvals().pending(&d.approval)) {
+        (true, Some(a)) => match grant(broker, &a, &by) {
+            Ok(l) => Some(l),
+            Err(why) => {
+                return forbidden(format!(
+                    "the approval {} was not decided: the lease could not be granted ({why}); \
+                     approve it without a lease, or revoke a lease first",
+                    d.approval
+                ));
+            }
+        },
+        _ => None,
+    };
     let verdict = if !d.allow {
         Verdict::Denied { by, reason: None }
     } else {
@@ -85,7 +112,12 @@ fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
         } => Some(r.clone()),
         _ => None,
     };
-    match broker.approvals().decide(&d.approval, verdict) {
+    let decided = broker.approvals().decide(&d.approval, verdict);
+    if let (Some(l), true) = (&lease, decided.is_err() || refused.is_some()) {
+        // The approval this lease came with was not carried out: neither is the lease.
+        broker.leases().revoke(&l.lease);
+    }
+    match decided {
         Ok(_) => match (refused, failed) {
             (Some(reason), _) => forbidden(format!(
                 "the approval {} was not carried out: the policy, asked again, now denies the \
@@ -103,6 +135,69 @@ fn decide(broker: &Broker, d: ApprovalDecision, by: u32) -> Message {
         },
         Err(e) => forbidden(e.to_string()),
     }
+}
+
+/// The owner ends a lease: recorded, then gone.
+fn revoke(broker: &Broker, r: LeaseRef, by: u32) -> Message {
+    match broker.leases().revoke(&r.lease) {
+        Some(l) => {
+            let record = Draft {
+                session: Some(l.session.clone()),
+                call: None,
+                tool: Some(l.tool.clone()),
+                event: Event::LeaseRevoked,
+                detail: json!({"lease": l.lease, "by": format!("uid {by}")}),
+            };
+            if let Err(e) = broker.ledger().record(vec![record]) {
+                bxharden::log::fail(&e);
+            }
+            Message::LeaseRevoked(LeaseRef { lease: l.lease })
+        }
+        None => Message::Error(WireError {
+            code: ErrorCode::Forbidden,
+            detail: format!(
+                "no such lease: {} (expired, revoked, or never granted)",
+                r.lease
+            ),
+        }),
+    }
+}
+
+/// A lease for the calls like `a`, granted by `by` and recorded in the chain before it counts.
+fn grant(broker: &Broker, a: &Approval, by: &By) -> Result<Lease, String> {
+    let rule = a.rule.as_str();
+    let scope = broker.place(&a.tool, &a.args);
+    let covers = Covers {
+        session: &a.session,
+        tool: &a.tool,
+        scope: &scope,
+        rule,
+    };
+    let by = by.name();
+    let lease = broker
+        .leases()
+        .grant(&covers, &by)
+        .map_err(|e| e.pointed().to_string())?;
+    let record = Draft {
+        session: Some(a.session.clone()),
+        call: Some(a.call),
+        tool: Some(a.tool.clone()),
+        event: Event::Leased,
+        detail: json!({
+            "lease": lease.lease,
+            "approval": a.approval,
+            "scope": lease.scope,
+            "rule": lease.rule,
+            "by": lease.by,
+            "expires": lease.expires,
+        }),
+    };
+    if let Err(e) = broker.ledger().record(vec![record]) {
+        broker.leases().revoke(&lease.lease);
+        bxharden::log::fail(&e);
+        return Err(e.pointed().to_string());
+    }
+    Ok(lease)
 }
 
 /// Verify the chain as far as it is written whole, while calls go on appending.

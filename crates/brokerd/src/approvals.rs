@@ -88,15 +88,53 @@ impl Anchored for Refused {
     }
 }
 
-/// How a pending approval ended; `by` is the uid of the account that decided.
+/// Who decided: the uid of the account that connected, and, through a channel (decide.sock),
+/// the approver the channel names (a Matrix user id). The audit chain records both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct By {
+    pub uid: u32,
+    pub approver: Option<String>,
+}
+
+impl By {
+    /// The account `uid`, deciding itself (admin.sock).
+    pub fn uid(uid: u32) -> By {
+        By {
+            uid,
+            approver: None,
+        }
+    }
+
+    /// Who decided, for a person and a lease: the approver when there is one (a Matrix id),
+    /// else `uid N`.
+    pub fn name(&self) -> String {
+        match &self.approver {
+            Some(a) => a.clone(),
+            None => format!("uid {}", self.uid),
+        }
+    }
+
+    /// `fields` (an object) with `by` and, when there is one, `approver` added.
+    pub fn record(&self, mut fields: serde_json::Value) -> serde_json::Value {
+        if let Some(o) = fields.as_object_mut() {
+            o.insert("by".into(), self.uid.into());
+            if let Some(a) = &self.approver {
+                o.insert("approver".into(), a.clone().into());
+            }
+        }
+        fields
+    }
+}
+
+/// How a pending approval ended; `by` is who decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Approved {
-        by: u32,
+        by: By,
     },
     /// The owner denied it, or approved it while the policy, asked again, denied it (`reason`).
     Denied {
-        by: u32,
+        by: By,
         reason: Option<String>,
     },
     Expired,
@@ -258,7 +296,7 @@ impl Approvals {
             return Verdict::Expired;
         }
         w.rx.try_recv().unwrap_or(Verdict::Denied {
-            by: 0,
+            by: By::uid(0),
             reason: Some("the approval ended without a decision".to_string()),
         })
     }

@@ -7,22 +7,24 @@
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use bxcore::layout::BrokerRequest;
 use bxcore::runbook::{Anchored, Pointed};
 use bxcore::{
-    Approval, ApprovalId, CallId, DataClass, Envelope, ErrorCode, Message, SessionId, Timestamp,
-    ToolRequest, ToolResponse, Tools, WireError, canonical,
+    Approval, ApprovalId, CallId, DataClass, ErrorCode, Label, Message, SessionId, Timestamp,
+    ToolRequest, ToolResponse, Tools, WireError, WorkspaceRoot, canonical,
 };
 use serde_json::{Value, json};
-use toolkit::{Effect, Entry, Env, Plan, Reads, Registry, ToolError};
+use toolkit::{Entry, Env, Plan, Reads, Registry, ToolError};
 
 pub use bxharden::serve::send;
 
 use crate::approvals::{Approvals, Verdict};
 use crate::config::Config;
 use crate::fingerprints::{Fingerprints, LEAK_ANCHOR};
+use crate::leases::{Covers, Leases};
 use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
-use crate::policy::{self, AskRule, Carried, Decision, SessionState};
+use crate::policy::{self, AskRule, Decision};
 
 /// Why a pending approval closed without a decision: its requester cancelled or went away.
 const WITHDRAWN: &str = "the requester cancelled or went away before the decision";
@@ -45,6 +47,7 @@ pub struct Broker {
     env: Env,
     ledger: Ledger,
     approvals: Approvals,
+    leases: Leases,
     fingerprints: Fingerprints,
 }
 
@@ -58,12 +61,14 @@ impl Broker {
         fingerprints: Fingerprints,
     ) -> Broker {
         let approvals = Approvals::new(cfg.approvals.limits());
+        let leases = Leases::new(cfg.approvals.lease_limits());
         Broker {
             cfg,
             registry,
             env,
             ledger,
             approvals,
+            leases,
             fingerprints,
         }
     }
@@ -84,6 +89,50 @@ impl Broker {
         &self.approvals
     }
 
+    pub fn leases(&self) -> &Leases {
+        &self.leases
+    }
+
+    /// Where a call of `tool` with `args` lands, as a lease names it (`root notes`, `any`).
+    pub fn place(&self, tool: &str, args: &Value) -> String {
+        self.registry
+            .get(tool)
+            .map_or_else(|| "any".to_string(), |e| e.place(args, &self.env))
+    }
+
+    /// What the model may be offered now: every enabled tool, and the workspace roots they
+    /// reach. `web_fetch` names the hosts gatewayd allows, and is left out while it allows
+    /// none (every fetch would be refused); a gateway that cannot be asked leaves it offered
+    /// as it is, so the outage shows where a fetch fails.
+    pub fn offer(&self) -> Tools {
+        let mut tools = self.registry.defs();
+        if let Some(socket) = &self.env.gateway {
+            let web = toolkit::Tool::name(&toolkit::WebFetch);
+            match toolkit::web_fetch::allowed_hosts(socket) {
+                Ok(hosts) if hosts.is_empty() => tools.retain(|t| t.name != web),
+                Ok(hosts) => {
+                    for t in tools.iter_mut().filter(|t| t.name == web) {
+                        t.description = toolkit::web_fetch::description_for(&hosts);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        let workspace = self
+            .env
+            .roots
+            .iter()
+            .map(|r| WorkspaceRoot {
+                name: r.name().to_string(),
+                path: r.path.display().to_string(),
+                class: r.class,
+                writable: r.writable,
+                untrusted: r.untrusted,
+            })
+            .collect();
+        Tools { tools, workspace }
+    }
+
     /// Log one line that already ends with its runbook pointer.
     pub fn log(&self, anchor: &str, line: &str) {
         bxharden::log::line(anchor, line);
@@ -97,15 +146,12 @@ impl Broker {
 
 /// Serve one `broker.sock` request from loopd (a kind its table accepts): its frames, then the
 /// close.
-pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
-    let id = envelope.id;
-    match envelope.msg {
-        Message::ToolRequest(req) => tool_request(&mut stream, broker, id, req),
-        Message::ToolsList {} => {
-            let tools = broker.registry.defs();
-            let _ = send(&mut stream, id, true, Message::Tools(Tools { tools }));
+pub fn handle(mut stream: UnixStream, id: u64, request: BrokerRequest, broker: &Broker) {
+    match request {
+        BrokerRequest::ToolRequest(req) => tool_request(&mut stream, broker, id, req),
+        BrokerRequest::ToolsList => {
+            let _ = send(&mut stream, id, true, Message::Tools(broker.offer()));
         }
-        other => bxharden::serve::unhandled(&mut stream, id, &other),
     }
 }
 
@@ -170,23 +216,23 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
     let Some(state) = c.state(&requested) else {
         return;
     };
-    match broker.judge(&c.session, c.call, &c.tool, &c.args, state) {
-        Decision::Denied(reason) => c.deny(vec![requested], None, reason),
+    match broker.decide(&c.session, c.call, &c.tool, &c.args, state) {
+        Decision::Denied(d) => c.deny(vec![requested], None, d.reason),
         Decision::Failed { message, touched } => c.fail(vec![requested], message, touched),
         Decision::Allow { entry, plan } => c.allow(requested, entry, &plan),
         Decision::Ask {
             entry,
-            plan: _,
+            plan,
             rule,
             reason,
-        } => c.ask(requested, state, entry, rule, reason),
+        } => c.ask(requested, state, entry, &plan, rule, reason),
     }
 }
 
 impl Call<'_> {
-    /// The session's state. Never the default: a damaged state is a refusal, recorded and logged
-    /// with the store's text.
-    fn state(&mut self, requested: &Draft) -> Option<SessionState> {
+    /// The session's label. Never the default: a damaged state is a refusal, recorded and
+    /// logged with the store's text.
+    fn state(&mut self, requested: &Draft) -> Option<Label> {
         match self.broker.ledger.state(&self.session) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -212,7 +258,7 @@ impl Call<'_> {
     /// Answer `failed`: what the failure told raises the session first when the call ran
     /// against a root's files (`touched`). The chain holds the message's digest, never its
     /// text, which may echo argument values.
-    fn fail(&mut self, before: Vec<Draft>, message: String, touched: Option<Carried>) {
+    fn fail(&mut self, before: Vec<Draft>, message: String, touched: Option<Label>) {
         let Some(carried) = touched else {
             let failed = self.draft(Event::Failed, failed_detail(&message));
             let mut drafts = before;
@@ -256,12 +302,38 @@ impl Call<'_> {
     fn ask(
         &mut self,
         requested: Draft,
-        state: SessionState,
+        state: Label,
         entry: &Entry,
+        plan: &Plan,
         rule: AskRule,
         reason: String,
     ) {
         let broker = self.broker;
+        let scope = entry.place(&self.args, &broker.env);
+        // A lease the owner gave for calls like this one answers the ask: recorded as approved
+        // by it, before the call runs. Only an ask: a denial never reaches here.
+        let covers = Covers {
+            session: &self.session,
+            tool: &self.tool,
+            scope: &scope,
+            rule: rule.as_str(),
+        };
+        if let Some(lease) = broker.leases.find(&covers) {
+            let approved = self.draft(
+                Event::Approved,
+                json!({
+                    "lease": lease.lease,
+                    "by": lease.by,
+                    "rule": rule.as_str(),
+                    "digest": canonical::digest(&self.args),
+                }),
+            );
+            if let Err(e) = broker.ledger.record(vec![requested, approved]) {
+                broker.fault(&e);
+                return self.internal(&e);
+            }
+            return run(self, entry, plan);
+        }
         let now = Timestamp::now();
         let ttl = broker.cfg.approvals.ttl_ms;
         let approval = Approval {
@@ -271,10 +343,11 @@ impl Call<'_> {
             tool: self.tool.clone(),
             args: self.args.clone(),
             digest: canonical::digest(&self.args),
-            taint: state.taint,
+            taint: state.class,
             untrusted: state.untrusted,
             rule: rule.as_str().to_string(),
             reason: reason.clone(),
+            lease_scope: lease_scope(&self.tool, &scope, rule),
             requested: now,
             expires: now.plus_millis(ttl),
         };
@@ -324,10 +397,14 @@ impl Call<'_> {
         // The requester's end of input while it waits withdraws the approval: a turn
         // cancelled, or a loopd gone. Watched by a thread until the wait is over.
         match wait_watching(self.stream, broker, waiter, &aid) {
-            Verdict::Approved { by } => self.approved(&aid, by, entry),
+            Verdict::Approved { by } => self.approved(&aid, &by, entry),
             Verdict::Denied { by, reason } => {
                 let reason = reason.unwrap_or_else(|| OWNER_DENIED.to_string());
-                self.deny(Vec::new(), Some(json!({"approval": aid, "by": by})), reason);
+                self.deny(
+                    Vec::new(),
+                    Some(by.record(json!({"approval": aid}))),
+                    reason,
+                );
             }
             Verdict::Expired => {
                 let reason = "the approval expired".to_string();
@@ -349,9 +426,9 @@ impl Call<'_> {
 
     /// The owner approved: decide the call again against the session's state now (it may have
     /// read something since it asked), and run it only if the policy still lets it.
-    fn approved(&mut self, aid: &ApprovalId, by: u32, entry: &Entry) {
+    fn approved(&mut self, aid: &ApprovalId, by: &crate::approvals::By, entry: &Entry) {
         let broker = self.broker;
-        let tag = json!({"approval": aid, "by": by});
+        let tag = by.record(json!({"approval": aid}));
         let plan = match broker.redecide(&self.session, &self.tool, &self.args) {
             Redecision::Runs(p) => p,
             Redecision::Denied(reason) => return self.deny(Vec::new(), Some(tag), reason),
@@ -366,7 +443,7 @@ impl Call<'_> {
         };
         let approved = self.draft(
             Event::Approved,
-            json!({"approval": aid, "by": by, "digest": canonical::digest(&self.args)}),
+            by.record(json!({"approval": aid, "digest": canonical::digest(&self.args)})),
         );
         if let Err(e) = broker.ledger.record(vec![approved]) {
             broker.fault(&e);
@@ -385,18 +462,13 @@ fn wait_watching(
     waiter: crate::approvals::Waiter,
     approval: &ApprovalId,
 ) -> Verdict {
-    use std::io::Read;
-    let (Ok(mut clone), Ok(own)) = (stream.try_clone(), stream.try_clone()) else {
+    let (Ok(clone), Ok(own)) = (stream.try_clone(), stream.try_clone()) else {
         return broker.approvals.wait(waiter);
     };
     std::thread::scope(|s| {
         let watcher = std::thread::Builder::new().spawn_scoped(s, move || {
-            let mut byte = [0u8; 1];
-            while let Err(e) = clone.read(&mut byte) {
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    break;
-                }
-            }
+            // A timeout is not the requester going away: only its end of input (or a byte) is.
+            bxcore::deadline::wait_for_hangup(&clone);
             broker.approvals.withdraw(approval);
         });
         let verdict = broker.approvals.wait(waiter);
@@ -416,7 +488,7 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
     match entry.run(&c.args, plan, &c.broker.env) {
         Ok(out) => {
             // Released from a secret root: fingerprinted, durably, before anyone sees it.
-            if plan.reads == DataClass::Secret {
+            if plan.carries.class == DataClass::Secret {
                 if let Err(e) = c.broker.fingerprints.release(out.content.as_bytes()) {
                     bxharden::log::fail(&e);
                     return c.answer(ToolResponse::Failed {
@@ -425,23 +497,25 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
                 }
             }
             let mut detail = json!({
-                "class": plan.reads,
-                "untrusted_output": plan.untrusted_output,
+                "class": plan.carries.class,
+                "untrusted_output": plan.carries.untrusted,
                 "content_bytes": out.content.len(),
             });
             if let Some(summary) = &out.summary {
                 detail["ended"] = json!(summary);
             }
-            let carried = Carried::from(plan);
-            match c
-                .broker
-                .ledger
-                .raise(&c.session, c.call, &c.tool, carried, Event::Result, detail)
-            {
+            match c.broker.ledger.raise(
+                &c.session,
+                c.call,
+                &c.tool,
+                plan.carries,
+                Event::Result,
+                detail,
+            ) {
                 Ok(_) => c.answer(ToolResponse::Result {
                     content: out.content,
-                    class: plan.reads,
-                    untrusted: plan.untrusted_output,
+                    class: plan.carries.class,
+                    untrusted: plan.carries.untrusted,
                 }),
                 Err(e) => {
                     // A result whose raise is not on disk is never returned.
@@ -454,15 +528,28 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
         }
         Err(e) => {
             let touched = match (&e, entry.declared().reads) {
-                (ToolError::Touched(labels, _), _) => {
-                    Some(Carried::from(plan).join(Carried::from(labels)))
-                }
-                (_, Reads::Root) => Some(Carried::from(plan)),
+                (ToolError::Touched(reached, _), _) => Some(plan.carries.join(reached.label)),
+                (_, Reads::Root) => Some(plan.carries),
                 (_, Reads::Fixed(_)) => None,
             };
             c.fail(Vec::new(), e.to_string(), touched);
         }
     }
+}
+
+/// What a lease given with an approval would cover, for a person.
+pub fn lease_scope(tool: &str, scope: &str, rule: AskRule) -> String {
+    let place = if scope == "any" {
+        format!("any call of {tool}")
+    } else {
+        format!("{tool} calls in {scope}")
+    };
+    let when = match rule {
+        AskRule::UntrustedEffect => "while the session has read third-party content",
+        AskRule::Always => "that always ask the owner",
+        AskRule::WhileUntrusted => "that ask while the session has read third-party content",
+    };
+    format!("{place} {when}, for the rest of this session")
 }
 
 /// What the chain holds about a failure: the digest and length of its message, never the text,
@@ -482,54 +569,46 @@ pub enum Redecision {
     /// The policy now denies it, with this reason.
     Denied(String),
     /// It can no longer be carried out.
-    Failed(String, Option<Carried>),
+    Failed(String, Option<Label>),
     /// The session's state cannot be read.
     Unreadable(crate::state::StateError),
 }
 
 impl Broker {
-    /// The policy's decision, and then the leak check: a call that would carry data out of the
-    /// box or into a place below `secret` is `denied` (reason `leak`) when its arguments hold
-    /// text released from a secret root to any session, plain or encoded. No approval lifts it.
-    pub fn judge<'r>(
+    /// The policy's decision for one call (`policy::decide`, the leak check against the
+    /// fingerprint store within it); a call denied as a leak is logged with its pointer.
+    pub fn decide<'r>(
         &'r self,
         session: &SessionId,
         call: CallId,
         tool: &str,
         args: &Value,
-        state: SessionState,
+        state: Label,
     ) -> Decision<'r> {
-        let d = policy::decide(&self.registry, &self.env, tool, args, state);
-        let plan = match &d {
-            Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => plan,
-            Decision::Denied(_) | Decision::Failed { .. } => return d,
-        };
-        let down = match (plan.effect, plan.writes_into) {
-            (Effect::None, _) => false,
-            (Effect::Egress { max }, _) => max < DataClass::Secret,
-            (Effect::Local, into) => into.is_none_or(|c| c < DataClass::Secret),
-        };
-        if !down {
-            return d;
-        }
-        let Some(how) = self.fingerprints.leak(args) else {
-            return d;
-        };
-        self.log(
-            LEAK_ANCHOR,
-            &format!(
-                "brokerd: denied {tool} call {} of session {} as a leak ({}); {}",
-                call.0,
-                session.as_str(),
-                how.as_str(),
-                bxcore::runbook::pointer(LEAK_ANCHOR)
-            ),
+        let d = policy::decide(
+            &self.registry,
+            &self.env,
+            &self.fingerprints,
+            tool,
+            args,
+            state,
         );
-        Decision::Denied(format!(
-            "leak: the arguments carry text released from a secret root ({}); no approval can \
-             allow this",
-            how.as_str()
-        ))
+        if let Decision::Denied(policy::Denial {
+            leak: Some(how), ..
+        }) = &d
+        {
+            self.log(
+                LEAK_ANCHOR,
+                &format!(
+                    "brokerd: denied {tool} call {} of session {} as a leak ({}); {}",
+                    call.0,
+                    session.as_str(),
+                    how.as_str(),
+                    bxcore::runbook::pointer(LEAK_ANCHOR)
+                ),
+            );
+        }
+        d
     }
 
     /// Decide `tool(args)` for `session` against its state now: the second decision of an
@@ -539,8 +618,8 @@ impl Broker {
             Ok(s) => s,
             Err(e) => return Redecision::Unreadable(e),
         };
-        match self.judge(session, CallId(0), tool, args, state) {
-            Decision::Denied(reason) => Redecision::Denied(reason),
+        match self.decide(session, CallId(0), tool, args, state) {
+            Decision::Denied(d) => Redecision::Denied(d.reason),
             Decision::Failed { message, touched } => Redecision::Failed(message, touched),
             Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => Redecision::Runs(plan),
         }

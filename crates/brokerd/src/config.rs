@@ -14,9 +14,6 @@ pub const DEFAULT_TTL_MS: u64 = 600_000;
 /// The longest approval time accepted: a day.
 pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// The socket file names `[peers]` keys by.
-pub const SOCKET_NAMES: [&str; 3] = ["broker.sock", "admin.sock", "state.sock"];
-
 /// `[paths]`: the box's home, as every daemon has it.
 pub use bxharden::config::Paths;
 
@@ -30,6 +27,26 @@ pub struct Sockets {
     pub admin: PathBuf,
     /// `memoryd`'s session-state questions.
     pub state: PathBuf,
+    /// The channel daemon's decisions on its own sessions' approvals.
+    pub decide: PathBuf,
+}
+
+/// `[decide]`: which approvals decide.sock may decide. Until sessions are minted by brokerd
+/// itself, a channel's sessions are known by their name: every session loopd runs for the
+/// channel begins with `session_prefix` (loopd's `[bridge]` has the same), and decide.sock
+/// refuses the approval of any other (`docs/channels.md` says what this rule does not cover).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecideConfig {
+    pub session_prefix: String,
+}
+
+impl Default for DecideConfig {
+    fn default() -> DecideConfig {
+        DecideConfig {
+            session_prefix: layout::CHANNEL_SESSION_PREFIX.to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -43,6 +60,12 @@ pub struct ApprovalsConfig {
     pub max_pending_per_session: usize,
     /// The most approvals pending at once in all.
     pub max_pending: usize,
+    /// How long a lease (the owner's "allow for this session") lives, in milliseconds.
+    pub lease_ttl_ms: u64,
+    /// The most leases one session may hold at once.
+    pub max_leases_per_session: usize,
+    /// The most leases held at once in all.
+    pub max_leases: usize,
 }
 
 /// The largest `max_args_bytes`: one whole approval (`approval_show`) fits in a frame.
@@ -51,19 +74,35 @@ pub const MAX_ARGS_BYTES: usize = bxcore::MAX_FRAME / 2;
 /// The largest `max_pending`: the list of summaries fits in a frame.
 pub const MAX_PENDING: usize = 256;
 
+/// The largest `max_leases`: the list of leases fits in a frame.
+pub const MAX_LEASES: usize = 1024;
+
 impl Default for ApprovalsConfig {
     fn default() -> Self {
         let limits = crate::approvals::Limits::default();
+        let leases = crate::leases::Limits::default();
         ApprovalsConfig {
             ttl_ms: DEFAULT_TTL_MS,
             max_args_bytes: limits.max_args_bytes,
             max_pending_per_session: limits.max_per_session,
             max_pending: limits.max_pending,
+            lease_ttl_ms: leases.ttl_ms,
+            max_leases_per_session: leases.per_session,
+            max_leases: leases.total,
         }
     }
 }
 
 impl ApprovalsConfig {
+    /// The bounds of the leases table.
+    pub fn lease_limits(&self) -> crate::leases::Limits {
+        crate::leases::Limits {
+            ttl_ms: self.lease_ttl_ms,
+            per_session: self.max_leases_per_session,
+            total: self.max_leases,
+        }
+    }
+
     /// The bounds of the approvals table.
     pub fn limits(&self) -> crate::approvals::Limits {
         crate::approvals::Limits {
@@ -208,6 +247,8 @@ pub struct Config {
     #[serde(default)]
     pub approvals: ApprovalsConfig,
     #[serde(default)]
+    pub decide: DecideConfig,
+    #[serde(default)]
     pub workspace: WorkspaceConfig,
     #[serde(default)]
     pub tools: BTreeMap<String, Tightening>,
@@ -225,8 +266,12 @@ pub struct Config {
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
+    /// state.sock first: whoever waits for the tool and admin sockets then finds it bound too.
+    const SOCKETS: &'static [layout::SocketSpec] =
+        &[layout::STATE, layout::BROKER, layout::ADMIN, layout::DECIDE];
+
     /// The home absolute, approvals' time within a day, the gateway socket absolute, the roots
-    /// usable, the tightening consistent, `[peers]` and `[serve]` naming brokerd's sockets.
+    /// usable, the tightening consistent.
     fn check(&mut self) -> Result<(), String> {
         self.paths.check()?;
         if self.approvals.ttl_ms == 0 || self.approvals.ttl_ms > MAX_TTL_MS {
@@ -254,6 +299,19 @@ impl bxharden::daemon::DaemonConfig for Config {
                 a.max_pending_per_session, a.max_pending
             ));
         }
+        if a.lease_ttl_ms == 0 || a.lease_ttl_ms > MAX_TTL_MS {
+            return Err(format!(
+                "[approvals] lease_ttl_ms = {} is not between 1 and {MAX_TTL_MS} (a day)",
+                a.lease_ttl_ms
+            ));
+        }
+        if a.max_leases > MAX_LEASES || a.max_leases_per_session > a.max_leases {
+            return Err(format!(
+                "[approvals] max_leases = {} must be at most {MAX_LEASES}, and \
+                 max_leases_per_session = {} at most max_leases (0 turns leases off)",
+                a.max_leases, a.max_leases_per_session
+            ));
+        }
         if let Some(gw) = &self.gateway.socket {
             if !gw.is_absolute() {
                 return Err(format!("[gateway] socket = {gw:?} is not an absolute path"));
@@ -264,38 +322,19 @@ impl bxharden::daemon::DaemonConfig for Config {
         }
         self.roots().map_err(|e| e.to_string())?;
         self.registry().map_err(|e| e.to_string())?;
-        self.peers
-            .check_sockets(&SOCKET_NAMES)
-            .map_err(|e| e.to_string())?;
-        self.serve
-            .check(&[layout::BROKER, layout::ADMIN, layout::STATE])
+        let prefix = &self.decide.session_prefix;
+        if prefix.is_empty() || prefix.len() > 32 || bxcore::SessionId::new(prefix).is_err() {
+            return Err(format!(
+                "[decide] session_prefix {prefix:?} must be 1 to 32 of A-Z a-z 0-9 _ -"
+            ));
+        }
+        Ok(())
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 impl Config {
-    /// Read and check `path`: TOML, no unknown key, the home absolute, the roots usable, the
-    /// tightening consistent (`bxharden::daemon::load`).
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        bxharden::daemon::load(path)
-    }
-
-    /// Check `text`, named `path` in errors.
-    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        bxharden::daemon::parse(path, text)
-    }
-
     /// The workspace roots, checked.
     pub fn roots(&self) -> Result<Roots, toolkit::RootsError> {
         Roots::new(self.workspace.roots.clone())
@@ -331,6 +370,11 @@ impl Config {
     /// `state.sock`, where `memoryd` asks for a session's state.
     pub fn state_socket(&self) -> PathBuf {
         self.or_default(&self.sockets.state, layout::STATE)
+    }
+
+    /// `decide.sock`, where the channel daemon decides its own sessions' approvals.
+    pub fn decide_socket(&self) -> PathBuf {
+        self.or_default(&self.sockets.decide, layout::DECIDE)
     }
 
     /// `<home>/broker`: brokerd's own directory.

@@ -205,6 +205,12 @@ impl Fingerprints {
 
     /// Whether any string in `args` carries a released window, and how.
     pub fn leak(&self, args: &Value) -> Option<Encoding> {
+        crate::policy::Leaks::leak(self, args)
+    }
+}
+
+impl crate::policy::Leaks for Fingerprints {
+    fn leak(&self, args: &Value) -> Option<Encoding> {
         let inner = self.lock();
         if inner.set.is_empty() {
             return None;
@@ -217,7 +223,9 @@ impl Fingerprints {
         });
         found
     }
+}
 
+impl Fingerprints {
     /// Replace the file durably (`bxcore::durable`).
     fn write(&self, inner: &Inner) -> Result<(), StoreError> {
         let mut body = Vec::with_capacity(16 + 8 * inner.order.len());

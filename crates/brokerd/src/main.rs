@@ -1,22 +1,17 @@
-//! `brokerd`: the broker role. `serve` takes the audit lock, binds its three sockets, and serves;
-//! `check` says what it would serve; `audit verify` and `audit accept` look after the chain.
+//! brokerd, as its table: `serve` takes the audit lock, verifies the chain, binds its four
+//! sockets and serves; `check` says what it would serve; `audit verify` and `audit accept` look
+//! after the chain.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use brokerd::config::Config;
+use brokerd::daemon::{self, CONFIG_ANCHOR};
 use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::lock::AuditLock;
-use brokerd::serve::{self, CONFIG_ANCHOR};
 use bxcore::runbook::Anchored;
-use bxharden::daemon::{self, Args, Body, Cli, Cmd, Command, More, Usage};
-
-/// The words of brokerd's command line.
-const USAGE: Usage = Usage {
-    about: "The box's tool broker",
-    serve: "Serve broker.sock, admin.sock and state.sock",
-    check: "Load and check the configuration and the files it names, print what would be served",
-};
+use bxharden::daemon::{Args, Body, Cmd, More, Running, Spec, Start, StartError, Table, Usage};
+use bxharden::{Daemon, Profile};
 
 /// brokerd's own commands beside `serve` and `check`: the audit chain.
 #[derive(Debug)]
@@ -59,122 +54,69 @@ impl More for Audit {
     }
 }
 
-fn main() -> ExitCode {
-    bxharden::log::init(serve::SPEC.daemon);
-    match Cli::<Audit>::parse(serve::SPEC.daemon, &USAGE) {
-        Command::Serve { config } => match serve::start(&config) {
-            Ok(started) => started.run(),
-            Err(e) => daemon::exit(&e),
+struct Brokerd;
+
+impl Table for Brokerd {
+    const SPEC: Spec = Spec {
+        daemon: Daemon {
+            name: "brokerd",
+            version: env!("CARGO_PKG_VERSION"),
         },
-        Command::Check { config } => check(&config),
-        Command::More(Audit::Verify { config }) => verify(&config),
-        Command::More(Audit::Accept { config, at }) => accept(&config, at),
+        config_anchor: CONFIG_ANCHOR,
+    };
+    const USAGE: Usage = Usage {
+        about: "The box's tool broker",
+        serve: "Serve broker.sock, admin.sock, state.sock and decide.sock",
+        check: "Load and check the configuration and the files it names, print what would be served",
+    };
+    type Config = Config;
+    type Read = daemon::Read;
+    type Prepared = daemon::Prepared;
+    type More = Audit;
+
+    fn read(cfg: &Config) -> Result<daemon::Read, StartError> {
+        daemon::read(cfg)
+    }
+
+    fn describe(cfg: &Config, _: &daemon::Read) -> Vec<String> {
+        daemon::describe(cfg)
+    }
+
+    fn check(cfg: &Config, read: &daemon::Read) -> (Vec<String>, bool) {
+        daemon::check(cfg, read)
+    }
+
+    fn prepare(s: &mut Start<Config>, read: daemon::Read) -> Result<daemon::Prepared, StartError> {
+        daemon::prepare(s, read)
+    }
+
+    fn profile(s: &Start<Config>, p: &daemon::Prepared) -> Profile {
+        daemon::profile(s.cfg(), p, s.path())
+    }
+
+    fn serve(cfg: Config, p: daemon::Prepared, running: &Running) -> Result<(), StartError> {
+        daemon::serve(cfg, p, running)
+    }
+
+    fn more(command: Audit) -> ExitCode {
+        match command {
+            Audit::Verify { config } => verify(&config),
+            Audit::Accept { config, at } => accept(&config, at),
+        }
     }
 }
 
+fn main() -> ExitCode {
+    bxharden::daemon::main::<Brokerd>()
+}
+
 fn load(path: &std::path::Path) -> Option<Config> {
-    match Config::load(path) {
+    match bxharden::daemon::load::<Config>(path) {
         Ok(c) => Some(c),
         Err(e) => {
             bxharden::runbook!(CONFIG_ANCHOR, "{e}");
             None
         }
-    }
-}
-
-fn check(path: &std::path::Path) -> ExitCode {
-    let Some(cfg) = load(path) else {
-        return ExitCode::FAILURE;
-    };
-    let mut ok = true;
-    println!("brokerd: configuration {} is valid", path.display());
-    println!("  tools on     {}", cfg.broker_socket().display());
-    println!("  approvals on {}", cfg.admin_socket().display());
-    println!("  state on     {}", cfg.state_socket().display());
-    println!("  state files  {}", cfg.state_dir().display());
-    println!("  audit chain  {}", cfg.chain_path().display());
-    println!("  approvals wait {} ms", cfg.approvals.ttl_ms);
-    if let Ok(reg) = cfg.registry() {
-        let env = toolkit::Env {
-            gateway: cfg.gateway.socket.clone(),
-            ..toolkit::Env::default()
-        };
-        let names: Vec<String> = reg
-            .offered(&env)
-            .defs()
-            .into_iter()
-            .map(|d| d.name)
-            .collect();
-        println!("  tools offered: {}", names.join(", "));
-    }
-    for root in &cfg.workspace.roots {
-        let there = root.path.is_dir();
-        println!(
-            "  root {} ({}, {}{}){}",
-            root.path.display(),
-            root.class,
-            if root.writable {
-                "writable"
-            } else {
-                "read-only"
-            },
-            if root.untrusted { ", untrusted" } else { "" },
-            if there { "" } else { ": MISSING" }
-        );
-        if !there {
-            ok = false;
-            bxharden::runbook!(
-                CONFIG_ANCHOR,
-                "the workspace root {} is not a directory",
-                root.path.display()
-            );
-        }
-    }
-    match &cfg.gateway.socket {
-        Some(s) => println!("  web_fetch through {}", s.display()),
-        None => println!("  web_fetch: no gateway is configured, so it is not offered"),
-    }
-    match &cfg.run {
-        Some(r) => {
-            let path: Vec<String> = r.path.iter().map(|p| p.display().to_string()).collect();
-            println!(
-                "  run: programs {}, PATH {}, {} MiB memory, {} MiB files, {} processes, {} open files, {} output bytes",
-                r.programs
-                    .as_ref()
-                    .map_or("any".to_string(), |p| p.join(", ")),
-                path.join(":"),
-                r.memory_mb,
-                r.file_size_mb,
-                r.processes,
-                r.open_files,
-                r.max_output_bytes
-            );
-            let sys: Vec<String> = r
-                .system_paths()
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect();
-            println!("  run: programs may read {}", sys.join(", "));
-        }
-        None => println!("  run: not configured"),
-    }
-    match chain::read_file(&cfg.chain_path()) {
-        Ok(bytes) => {
-            let r = chain::report(&bytes);
-            println!("  audit chain: {} records, {}", r.records, r.detail);
-            if !r.ok {
-                ok = false;
-            }
-        }
-        Err(e) => {
-            ok = false;
-            println!("  audit chain: {}", e.pointed());
-        }
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
     }
 }
 

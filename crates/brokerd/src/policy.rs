@@ -1,99 +1,29 @@
-//! The broker's policy (`docs/policy.md`): what a session carries, and the decision for one call,
-//! in the order the design fixes. Pure: it reads the session's state and the tool's plan and
-//! says what happens; the broker records it and carries it out.
+//! The broker's policy (`docs/policy.md`): the decision for one call, every step in the order
+//! the design fixes, in one function ([`decide`]). Pure: it reads the session's label
+//! (`bxcore::Label`), the tool's plan and the leak check, and says what happens; the broker
+//! records it and carries it out.
 
 use std::fmt;
 
-use bxcore::DataClass;
-use serde::{Deserialize, Serialize};
+use bxcore::{DataClass, Label};
 use serde_json::Value;
-use toolkit::{ApprovalRule, Effect, Entry, Env, Labels, Plan, Registry, ToolError};
+use toolkit::{ApprovalRule, Effect, Entry, Env, Plan, Registry, ToolError};
 
-/// What a session has read: the highest class (`taint`, never `public`) and whether any of it
-/// was third-party content. Both only rise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, try_from = "RawState")]
-pub struct SessionState {
-    pub taint: DataClass,
-    pub untrusted: bool,
+use crate::fingerprints::Encoding;
+
+/// The leak check, as `decide` asks it (step 3): whether arguments carry text released from a
+/// secret root, and how. The fingerprint store answers it; `decide` only reads it.
+pub trait Leaks {
+    fn leak(&self, args: &Value) -> Option<Encoding>;
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawState {
-    taint: DataClass,
-    untrusted: bool,
-}
+/// No text released from a secret root at all (a test's broker, a tool with nothing to send).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLeaks;
 
-impl TryFrom<RawState> for SessionState {
-    type Error = String;
-    fn try_from(raw: RawState) -> Result<SessionState, String> {
-        if raw.taint == DataClass::Public {
-            return Err(
-                "a taint of public is never valid: a session starts private and only rises"
-                    .to_string(),
-            );
-        }
-        Ok(SessionState {
-            taint: raw.taint,
-            untrusted: raw.untrusted,
-        })
-    }
-}
-
-impl Default for SessionState {
-    /// A session that has made no tool call: the owner's own conversation, trusted.
-    fn default() -> SessionState {
-        SessionState {
-            taint: DataClass::Private,
-            untrusted: false,
-        }
-    }
-}
-
-/// What a call carried into the session, by its result or by what its failure told: the class
-/// and whether it was third-party content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Carried {
-    pub class: DataClass,
-    pub untrusted: bool,
-}
-
-impl From<&Plan> for Carried {
-    fn from(plan: &Plan) -> Carried {
-        Carried {
-            class: plan.reads,
-            untrusted: plan.untrusted_output,
-        }
-    }
-}
-
-impl From<&Labels> for Carried {
-    fn from(l: &Labels) -> Carried {
-        Carried {
-            class: l.class,
-            untrusted: l.untrusted,
-        }
-    }
-}
-
-impl Carried {
-    /// Both at once: the higher class, untrusted if either is.
-    pub fn join(self, other: Carried) -> Carried {
-        Carried {
-            class: self.class.max(other.class),
-            untrusted: self.untrusted || other.untrusted,
-        }
-    }
-}
-
-impl SessionState {
-    /// The state after a call that carried `c` in: `taint = max`, `untrusted |=`.
-    pub fn raised(self, c: Carried) -> SessionState {
-        SessionState {
-            taint: self.taint.max(c.class),
-            untrusted: self.untrusted || c.untrusted,
-        }
+impl Leaks for NoLeaks {
+    fn leak(&self, _args: &Value) -> Option<Encoding> {
+        None
     }
 }
 
@@ -124,17 +54,31 @@ impl fmt::Display for AskRule {
     }
 }
 
+/// Why a call was denied: the text the caller is shown, and the leak it carried, when that is
+/// why (brokerd logs those with their pointer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub reason: String,
+    pub leak: Option<Encoding>,
+}
+
+impl Denial {
+    fn because(reason: String) -> Denial {
+        Denial { reason, leak: None }
+    }
+}
+
 /// What happens to one call.
 #[derive(Debug)]
 pub enum Decision<'r> {
     /// Step 1 or 3: `denied`, with the reason.
-    Denied(String),
+    Denied(Denial),
     /// Step 2 (or a path the tool cannot act on): `failed`. No state change when only the
     /// arguments were looked at; `touched` when planning ran against a root's files, which
     /// raises the session as a read of that place would.
     Failed {
         message: String,
-        touched: Option<Carried>,
+        touched: Option<Label>,
     },
     /// Steps 4 and 5: the owner must approve.
     Ask {
@@ -147,18 +91,21 @@ pub enum Decision<'r> {
     Allow { entry: &'r Entry, plan: Plan },
 }
 
-/// Decide one call, in order: unknown tool, arguments, egress and write-down, untrusted effect,
-/// the tool's approval rule, allowed.
+/// Decide one call, in order (`docs/policy.md`, "The decision, in order"): unknown tool,
+/// arguments, egress and write-down and the leak check, untrusted effect, the tool's approval
+/// rule, allowed. Pure: it reads the session's label, the tool's plan and the leak check, and
+/// says what happens; the broker records it and carries it out.
 pub fn decide<'r>(
     registry: &'r Registry,
     env: &Env,
+    leaks: &dyn Leaks,
     tool: &str,
     args: &Value,
-    state: SessionState,
+    session: Label,
 ) -> Decision<'r> {
     // 1. Unknown or disabled.
     let Some(entry) = registry.get(tool) else {
-        return Decision::Denied(format!("no such tool: {tool:?}"));
+        return Decision::Denied(Denial::because(format!("no such tool: {tool:?}")));
     };
     // 2. The schema.
     if let Err(message) = entry.validate(args) {
@@ -167,16 +114,12 @@ pub fn decide<'r>(
             touched: None,
         };
     }
-    let seen = toolkit::Seen {
-        class: state.taint,
-        untrusted: state.untrusted,
-    };
-    let plan = match entry.plan_seen(args, env, seen) {
+    let plan = match entry.plan_seen(args, env, session) {
         Ok(plan) => plan,
-        Err(ToolError::Denied(reason)) => return Decision::Denied(reason),
+        Err(ToolError::Denied(reason)) => return Decision::Denied(Denial::because(reason)),
         Err(e) => {
             let touched = match &e {
-                ToolError::Touched(labels, _) => Some(Carried::from(labels)),
+                ToolError::Touched(reached, _) => Some(reached.label),
                 ToolError::Refused(_) | ToolError::Failed(_) | ToolError::Denied(_) => None,
             };
             return Decision::Failed {
@@ -188,27 +131,41 @@ pub fn decide<'r>(
     // 3. Nothing flows to a place below the session's taint: not out of the box, not into a
     //    place a fresh session could send it out from. No approval lifts this.
     if let Effect::Egress { max } = plan.effect {
-        if state.taint > max {
-            return Decision::Denied(format!(
+        if session.class > max {
+            return Decision::Denied(Denial::because(format!(
                 "this session has read {} data and {tool} sends data out of the box to a \
                  destination cleared for {max} data at most; no approval can allow this: \
                  start a fresh session for it",
-                state.taint
-            ));
+                session.class
+            )));
         }
     }
     if let (Effect::Local, Some(into)) = (plan.effect, plan.writes_into) {
-        if state.taint > into {
-            return Decision::Denied(format!(
+        if session.class > into {
+            return Decision::Denied(Denial::because(format!(
                 "this session has read {} data and {tool} would write into a {into} place, \
                  from where a fresh session could send it out; no approval can allow this: \
                  start a fresh session for it",
-                state.taint
-            ));
+                session.class
+            )));
+        }
+    }
+    //    And, for any session, nothing released from a secret root goes out or down (the
+    //    leak check: a secret cannot change sessions).
+    if goes_below_secret(&plan) {
+        if let Some(how) = leaks.leak(args) {
+            return Decision::Denied(Denial {
+                reason: format!(
+                    "leak: the arguments carry text released from a secret root ({}); no \
+                     approval can allow this",
+                    how.as_str()
+                ),
+                leak: Some(how),
+            });
         }
     }
     // 4. Prompt injection: third-party text in the context may be steering the model.
-    if state.untrusted && plan.effect != Effect::None {
+    if session.untrusted && plan.effect != Effect::None {
         return Decision::Ask {
             entry,
             plan,
@@ -233,7 +190,7 @@ pub fn decide<'r>(
                 reason: format!("{tool} always asks the owner"),
             };
         }
-        ApprovalRule::Untrusted if state.untrusted => {
+        ApprovalRule::Untrusted if session.untrusted => {
             return Decision::Ask {
                 entry,
                 plan,
@@ -247,4 +204,14 @@ pub fn decide<'r>(
     }
     // 6.
     Decision::Allow { entry, plan }
+}
+
+/// Whether the call carries data out of the box, or into a place below `secret`: what the leak
+/// check looks at.
+fn goes_below_secret(plan: &Plan) -> bool {
+    match (plan.effect, plan.writes_into) {
+        (Effect::None, _) => false,
+        (Effect::Egress { max }, _) => max < DataClass::Secret,
+        (Effect::Local, into) => into.is_none_or(|c| c < DataClass::Secret),
+    }
 }

@@ -1,5 +1,6 @@
 //! The state store: one file per session, `<home>/broker/sessions/<id>.json`, holding what the
-//! session has read (`policy::SessionState`). A missing file is the default (nothing read yet);
+//! session has read: its label (`bxcore::Label`), written `{"taint": "private", "untrusted":
+//! false}` as the design fixes. A missing file is the default (nothing read yet);
 //! a file that exists and cannot be read is an error, never the default, so damage can only make
 //! the broker refuse, never forget a taint.
 
@@ -10,7 +11,17 @@ use std::path::{Path, PathBuf};
 use bxcore::SessionId;
 use bxcore::runbook::Anchored;
 
-use crate::policy::SessionState;
+use bxcore::{DataClass, Label};
+use serde::{Deserialize, Serialize};
+
+/// A state file as it is on disk. `public` is never a valid taint: a session starts private and
+/// only rises, so a file that says public is damaged.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateFile {
+    taint: DataClass,
+    untrusted: bool,
+}
 
 /// The runbook anchor of a state file that cannot be read or written.
 pub const STATE_ANCHOR: &str = "broker-state-damaged";
@@ -47,12 +58,12 @@ impl StateStore {
         self.dir.join(format!("{}.json", session.as_str()))
     }
 
-    /// The session's state: the default when it has no file. Reads only; never writes.
-    pub fn read(&self, session: &SessionId) -> Result<SessionState, StateError> {
+    /// The session's label: [`Label::FRESH`] when it has no file. Reads only; never writes.
+    pub fn read(&self, session: &SessionId) -> Result<Label, StateError> {
         let path = self.path(session);
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(SessionState::default()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Label::FRESH),
             Err(e) => {
                 return Err(StateError {
                     path,
@@ -60,17 +71,30 @@ impl StateStore {
                 });
             }
         };
-        serde_json::from_str(&text).map_err(|e| StateError {
-            path,
+        let file: StateFile = serde_json::from_str(&text).map_err(|e| StateError {
+            path: path.clone(),
             why: format!("is not a session state: {e}"),
-        })
+        })?;
+        if file.taint == DataClass::Public {
+            return Err(StateError {
+                path,
+                why: "is not a session state: a taint of public is never valid: a session \
+                      starts private and only rises"
+                    .to_string(),
+            });
+        }
+        Ok(Label::new(file.taint, file.untrusted))
     }
 
     /// Replace the session's state durably (`bxcore::durable`): a reader sees the old state or
     /// the new one, whole.
-    pub fn write(&self, session: &SessionId, state: &SessionState) -> Result<(), StateError> {
+    pub fn write(&self, session: &SessionId, label: Label) -> Result<(), StateError> {
         let path = self.path(session);
-        let body = serde_json::to_vec(state).map_err(|e| StateError {
+        let file = StateFile {
+            taint: label.class,
+            untrusted: label.untrusted,
+        };
+        let body = serde_json::to_vec(&file).map_err(|e| StateError {
             path: path.clone(),
             why: format!("cannot be written (encode): {e}"),
         })?;

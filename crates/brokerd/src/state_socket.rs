@@ -4,8 +4,9 @@
 
 use std::os::unix::net::UnixStream;
 
+use bxcore::layout::StateRequest;
 use bxcore::runbook::Anchored;
-use bxcore::{Envelope, ErrorCode, Message, SessionStateReply, WireError};
+use bxcore::{ErrorCode, Message, WireError};
 
 use crate::broker::{Broker, send};
 use crate::state::StateStore;
@@ -16,26 +17,16 @@ pub const SOCKET: &str = "state.sock";
 /// Serve one `state.sock` question from `memoryd` (the accept path read it, answered a malformed
 /// frame or `ping`, and refused every kind but `session_state`): one final answer, then the
 /// connection is closed.
-pub fn handle(mut stream: UnixStream, envelope: Envelope, broker: &Broker) {
-    let id = envelope.id;
-    let msg = envelope.msg;
-
-    // 1. `bxcore::SessionState` is matched through `Message`, so this file names neither it nor
-    //    `policy::SessionState`, which the store returns.
-    let Message::SessionState(question) = msg else {
-        bxharden::serve::unhandled(&mut stream, id, &msg);
-        return;
-    };
+pub fn handle(mut stream: UnixStream, id: u64, request: StateRequest, broker: &Broker) {
+    // 1. The question.
+    let StateRequest::SessionState(question) = request;
 
     // 2. The store the ledger writes. A session without a file is the store's default, `private`
     //    and trusted; a file that cannot be read is an error, never that default. Its own store:
     //    the ledger's lock is never taken, so a question never waits behind a tool call.
     let store = StateStore::new(&broker.cfg().state_dir());
     let response = match store.read(&question.session) {
-        Ok(state) => Message::SessionStateReply(SessionStateReply {
-            class: state.taint,
-            untrusted: state.untrusted,
-        }),
+        Ok(label) => Message::SessionStateReply(label),
         Err(e) => {
             bxharden::log::fail(&e);
             Message::Error(WireError {

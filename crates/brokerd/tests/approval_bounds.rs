@@ -151,7 +151,7 @@ fn the_list_is_summaries_that_fit_in_a_frame_and_each_approval_comes_whole() {
 }
 
 fn parse(text: &str) -> Result<Config, String> {
-    Config::parse(Path::new("brokerd.toml"), text).map_err(|e| e.to_string())
+    bxharden::daemon::parse::<Config>(Path::new("brokerd.toml"), text).map_err(|e| e.to_string())
 }
 
 #[test]

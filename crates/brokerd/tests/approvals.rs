@@ -33,6 +33,8 @@ fn decide(h: &Home, id: &ApprovalId, allow: bool) -> Message {
         Message::ApprovalDecision(ApprovalDecision {
             approval: id.clone(),
             allow,
+            lease: false,
+            approver: None,
         }),
     );
     r[0].msg.clone()
@@ -233,4 +235,93 @@ fn a_requester_gone_before_its_pending_frame_is_recorded_withdrawn_as_one_gone_a
     );
     assert!(pending(&h).is_empty());
     assert!(!h.home.join("notes/gone.txt").exists());
+}
+
+/// A decision on decide.sock, the channel's socket, naming `approver`.
+fn decide_as_channel(h: &Home, id: &ApprovalId, allow: bool, approver: Option<&str>) -> Message {
+    let r = request(
+        &h.decide_sock(),
+        6,
+        Message::ApprovalDecision(ApprovalDecision {
+            approval: id.clone(),
+            allow,
+            lease: false,
+            approver: approver.map(str::to_string),
+        }),
+    );
+    r[0].msg.clone()
+}
+
+fn show_as_channel(h: &Home, id: &ApprovalId) -> Message {
+    let msg = Message::ApprovalShow(ApprovalShow {
+        approval: id.clone(),
+    });
+    request(&h.decide_sock(), 7, msg)[0].msg.clone()
+}
+
+#[test]
+fn the_channel_decides_its_own_sessions_approvals_and_the_chain_names_the_approver() {
+    let h = Home::with_notes("");
+    let _b = Brokerd::start(&h);
+    let (s, id) = pending_write(&h, "matrix-0123456789abcdef", 1, "m.txt");
+    match show_as_channel(&h, &id) {
+        Message::Approval(a) => assert_eq!(a.tool, "workspace_write"),
+        o => panic!("{o:?}"),
+    }
+    assert!(matches!(
+        decide_as_channel(&h, &id, true, Some("@owner:example.org")),
+        Message::ApprovalAck(_)
+    ));
+    assert!(matches!(final_of(&s), ToolResponse::Result { .. }));
+    let approved = records(&h)
+        .into_iter()
+        .find(|r| r["event"] == "approved")
+        .expect("an approved record");
+    assert_eq!(approved["detail"]["approver"], "@owner:example.org");
+    assert!(approved["detail"]["by"].is_u64());
+}
+
+#[test]
+fn the_channel_may_not_show_or_decide_another_sessions_approval_nor_decide_unnamed() {
+    let h = Home::with_notes("");
+    let b = Brokerd::start(&h);
+    let (_s, id) = pending_write(&h, "s1", 1, "a.txt");
+    for got in [
+        show_as_channel(&h, &id),
+        decide_as_channel(&h, &id, true, Some("@owner:example.org")),
+    ] {
+        match got {
+            Message::Error(e) => {
+                assert_eq!(e.code, ErrorCode::Forbidden);
+                assert!(
+                    e.detail.starts_with(&format!(
+                        "no such pending approval of the channel's sessions: {id}"
+                    )),
+                    "{}",
+                    e.detail
+                );
+                assert!(e.detail.ends_with("see docs/runbook.md#decide-refused"));
+                assert!(!e.detail.contains("workspace_write"), "{}", e.detail);
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+    b.wait_log("runbook.md#decide-refused");
+    // Still pending for the owner, who decides it on admin.sock.
+    assert_eq!(pending(&h).len(), 1);
+    let (_s2, mine) = pending_write(&h, "matrix-aa", 2, "b.txt");
+    for approver in [None, Some(""), Some("@a\nb:x")] {
+        assert!(matches!(
+            decide_as_channel(&h, &mine, true, approver),
+            Message::Error(e) if e.code == ErrorCode::Forbidden
+        ));
+    }
+    assert_eq!(pending(&h).len(), 2);
+    // The channel has no list of approvals and no audit.
+    for msg in [Message::ApprovalsList {}, Message::AuditVerify {}] {
+        assert!(matches!(
+            &request(&h.decide_sock(), 8, msg)[0].msg,
+            Message::Error(e) if e.code == ErrorCode::Forbidden
+        ));
+    }
 }

@@ -8,7 +8,7 @@ use brokerd::config::Config;
 use support::*;
 
 fn parse(text: &str) -> Result<Config, String> {
-    Config::parse(Path::new("brokerd.toml"), text).map_err(|e| e.to_string())
+    bxharden::daemon::parse::<Config>(Path::new("brokerd.toml"), text).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -186,14 +186,7 @@ fn the_socket_names_are_the_layouts() {
     assert_eq!(brokerd::broker::SOCKET, layout::BROKER.file());
     assert_eq!(brokerd::admin::SOCKET, layout::ADMIN.file());
     assert_eq!(brokerd::state_socket::SOCKET, layout::STATE.file());
-    assert_eq!(
-        brokerd::config::SOCKET_NAMES,
-        [
-            layout::BROKER.file(),
-            layout::ADMIN.file(),
-            layout::STATE.file()
-        ]
-    );
+    assert_eq!(brokerd::decide::SOCKET, layout::DECIDE.file());
 }
 
 #[test]
@@ -201,7 +194,7 @@ fn the_command_line_offers_serve_check_and_audit_and_refuses_a_missing_config() 
     let (code, out, _) = run(&["--help"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("The box's tool broker\n"), "{out}");
-    let serve = out.find("  serve  Serve broker.sock, admin.sock and state.sock");
+    let serve = out.find("  serve  Serve broker.sock, admin.sock, state.sock and decide.sock");
     let check = out.find("  check  Load and check the configuration and the files it names");
     let audit = out.find("  audit  The audit chain");
     assert!(

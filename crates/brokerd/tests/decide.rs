@@ -4,20 +4,22 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use brokerd::approvals::{Approvals, DecideError, Verdict};
-use brokerd::policy::{AskRule, Decision, SessionState, decide};
-use bxcore::{Approval, ApprovalId, CallId, DataClass, SessionId, Timestamp};
+use brokerd::approvals::{Approvals, By, DecideError, Verdict};
+use brokerd::fingerprints::Encoding;
+use brokerd::policy::{AskRule, Decision, Leaks, NoLeaks, decide};
+use bxcore::{Approval, ApprovalId, CallId, DataClass, Label, SessionId, Timestamp};
 use serde_json::json;
 use toolkit::{ApprovalRule, Env, Registry, Root, Roots, Tightening};
 
-fn state(taint: DataClass, untrusted: bool) -> SessionState {
-    SessionState { taint, untrusted }
+fn state(taint: DataClass, untrusted: bool) -> Label {
+    Label::new(taint, untrusted)
 }
 
 fn env(dir: &std::path::Path) -> Env {
     Env {
         roots: Roots::new(vec![Root {
             path: dir.to_path_buf(),
+            name: None,
             class: DataClass::Private,
             writable: true,
             untrusted: false,
@@ -45,11 +47,12 @@ fn an_unknown_tool_is_denied_before_its_arguments_are_looked_at() {
     let d = decide(
         &reg,
         &Env::default(),
+        &NoLeaks,
         "nope",
         &json!(7),
-        SessionState::default(),
+        Label::FRESH,
     );
-    assert!(matches!(d, Decision::Denied(r) if r == "no such tool: \"nope\""));
+    assert!(matches!(d, Decision::Denied(r) if r.reason == "no such tool: \"nope\""));
 }
 
 #[test]
@@ -58,6 +61,7 @@ fn bad_arguments_fail_before_the_flow_rules() {
     let d = decide(
         &reg,
         &Env::default(),
+        &NoLeaks,
         "web_fetch",
         &json!({"url": 1}),
         state(DataClass::Secret, true),
@@ -73,11 +77,12 @@ fn the_flow_rule_wins_over_approval_rules() {
     let d = decide(
         &reg,
         &Env::default(),
+        &NoLeaks,
         "web_fetch",
         &json!({"url": "https://example.org/"}),
         state(DataClass::Secret, true),
     );
-    assert!(matches!(d, Decision::Denied(r) if r.contains("no approval can allow this")));
+    assert!(matches!(d, Decision::Denied(r) if r.reason.contains("no approval can allow this")));
 }
 
 #[test]
@@ -88,21 +93,64 @@ fn write_down_is_denied_and_a_write_at_the_same_class_is_not() {
     let secret = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
         state(DataClass::Secret, false),
     );
     assert!(
-        matches!(secret, Decision::Denied(r) if r.contains("would write into a private place"))
+        matches!(secret, Decision::Denied(r) if r.reason.contains("would write into a private place"))
     );
     let private = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
-        SessionState::default(),
+        Label::FRESH,
     );
     assert!(matches!(private, Decision::Allow { .. }));
+}
+
+/// A leak check that finds every argument released from a secret root.
+struct EverythingLeaks;
+
+impl Leaks for EverythingLeaks {
+    fn leak(&self, _args: &serde_json::Value) -> Option<Encoding> {
+        Some(Encoding::Base64)
+    }
+}
+
+#[test]
+fn the_leak_check_is_step_three_before_any_ask_and_only_for_what_goes_out_or_down() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let reg = Registry::new(&BTreeMap::new()).unwrap();
+    // An untrusted session's fetch would ask (step 4); a leak denies it first, whatever asks.
+    let d = decide(
+        &reg,
+        &Env::default(),
+        &EverythingLeaks,
+        "web_fetch",
+        &json!({"url": "https://example.org/"}),
+        state(DataClass::Private, true),
+    );
+    match d {
+        Decision::Denied(r) => {
+            assert_eq!(r.leak, Some(Encoding::Base64));
+            assert!(r.reason.starts_with("leak: "), "{}", r.reason);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A read sends nothing anywhere: the leak check does not look at it.
+    let read = decide(
+        &reg,
+        &env(dir.path()),
+        &EverythingLeaks,
+        "workspace_list",
+        &json!({"path": dir.path().display().to_string()}),
+        Label::FRESH,
+    );
+    assert!(matches!(read, Decision::Allow { .. }), "{read:?}");
 }
 
 #[test]
@@ -113,6 +161,7 @@ fn untrusted_effect_asks_before_the_tools_own_rule() {
     match decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
         state(DataClass::Private, true),
@@ -126,9 +175,10 @@ fn untrusted_effect_asks_before_the_tools_own_rule() {
     match decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_write",
         &args,
-        SessionState::default(),
+        Label::FRESH,
     ) {
         Decision::Ask { rule, .. } => assert_eq!(rule, AskRule::Always),
         d => panic!("{d:?}"),
@@ -143,6 +193,7 @@ fn approval_untrusted_asks_only_while_the_session_is_untrusted() {
     match decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_read",
         &args,
         state(DataClass::Private, true),
@@ -153,9 +204,10 @@ fn approval_untrusted_asks_only_while_the_session_is_untrusted() {
     let trusted = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_read",
         &args,
-        SessionState::default(),
+        Label::FRESH,
     );
     assert!(matches!(trusted, Decision::Allow { .. }));
 }
@@ -168,6 +220,7 @@ fn an_untrusted_session_may_still_read() {
     let d = decide(
         &reg,
         &env(dir.path()),
+        &NoLeaks,
         "workspace_read",
         &args,
         state(DataClass::Secret, true),
@@ -188,6 +241,7 @@ fn approval(ttl_ms: u64) -> Approval {
         untrusted: true,
         rule: "untrusted-effect".into(),
         reason: "r".into(),
+        lease_scope: "any call of the tool".into(),
         requested: now,
         expires: now.plus_millis(ttl_ms),
     }
@@ -200,10 +254,12 @@ fn a_decision_reaches_its_waiter_once() {
     let id = a.approval.clone();
     let w = table.open(a, Duration::from_secs(60)).unwrap();
     assert_eq!(table.list().len(), 1);
-    table.decide(&id, Verdict::Approved { by: 1000 }).unwrap();
-    assert_eq!(table.wait(w), Verdict::Approved { by: 1000 });
+    table
+        .decide(&id, Verdict::Approved { by: By::uid(1000) })
+        .unwrap();
+    assert_eq!(table.wait(w), Verdict::Approved { by: By::uid(1000) });
     assert_eq!(
-        table.decide(&id, Verdict::Approved { by: 1000 }),
+        table.decide(&id, Verdict::Approved { by: By::uid(1000) }),
         Err(DecideError::NotPending(id))
     );
     assert!(table.list().is_empty());
@@ -216,7 +272,11 @@ fn the_clock_wins_when_nobody_decides_and_a_late_decision_is_refused() {
     let id = a.approval.clone();
     let w = table.open(a, Duration::from_millis(1)).unwrap();
     assert_eq!(table.wait(w), Verdict::Expired);
-    assert!(table.decide(&id, Verdict::Approved { by: 1000 }).is_err());
+    assert!(
+        table
+            .decide(&id, Verdict::Approved { by: By::uid(1000) })
+            .is_err()
+    );
     assert!(table.list().is_empty());
 }
 
@@ -230,7 +290,7 @@ fn a_withdrawn_approval_ends_its_wait_and_cannot_be_decided_any_more() {
     assert!(table.list().is_empty());
     assert_eq!(table.wait(w), Verdict::Withdrawn);
     assert_eq!(
-        table.decide(&id, Verdict::Approved { by: 1000 }),
+        table.decide(&id, Verdict::Approved { by: By::uid(1000) }),
         Err(DecideError::NotPending(id.clone()))
     );
     assert!(!table.withdraw(&id), "withdrawn once");
@@ -246,7 +306,7 @@ fn a_decision_that_came_first_wins_over_the_withdrawal() {
         .decide(
             &id,
             Verdict::Denied {
-                by: 1000,
+                by: By::uid(1000),
                 reason: None,
             },
         )
@@ -255,7 +315,7 @@ fn a_decision_that_came_first_wins_over_the_withdrawal() {
     assert_eq!(
         table.wait(w),
         Verdict::Denied {
-            by: 1000,
+            by: By::uid(1000),
             reason: None
         }
     );

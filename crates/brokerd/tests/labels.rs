@@ -283,8 +283,8 @@ fn pending_write(h: &Home, session: &str, id: u64) -> (UnixStream, ApprovalId) {
         args: json!({"path": p(h, "notes/out.txt"), "content": "written down"}),
     };
     write_frame(&mut s, &Envelope::new(id, true, Message::ToolRequest(req))).unwrap();
-    let mut d = Deadline::within(&s, WAIT).unwrap();
-    match read_frame(&mut d).unwrap().msg {
+    let first = read_frame(&mut Deadline::within(&s, WAIT).unwrap()).unwrap();
+    match first.msg {
         Message::ToolResponse(ToolResponse::PendingApproval { approval, .. }) => (s, approval),
         other => panic!("{other:?}"),
     }
@@ -306,6 +306,8 @@ fn an_approval_the_policy_now_denies_is_denied_with_the_new_reason_and_the_owner
         Message::ApprovalDecision(ApprovalDecision {
             approval: id.clone(),
             allow: true,
+            lease: false,
+            approver: None,
         }),
     );
     match &answer[0].msg {
@@ -348,6 +350,8 @@ fn an_approved_record_names_the_approver() {
         Message::ApprovalDecision(ApprovalDecision {
             approval: id,
             allow: true,
+            lease: false,
+            approver: None,
         }),
     );
     assert!(matches!(answer[0].msg, Message::ApprovalAck(_)));

@@ -8,13 +8,11 @@ use std::thread;
 use brokerd::ledger::Ledger;
 use brokerd::ledger::chain::{self, OnBreak};
 use brokerd::ledger::record::{Draft, Event, summary};
-use brokerd::policy::{Carried, SessionState};
 use brokerd::state::StateStore;
 use bxcore::runbook::Anchored;
-use bxcore::{CallId, DataClass, SessionId};
+use bxcore::{CallId, DataClass, Label, SessionId};
 use serde_json::json;
 use tempfile::TempDir;
-use toolkit::{Effect, Plan};
 
 fn sid(s: &str) -> SessionId {
     SessionId::new(s).unwrap()
@@ -24,14 +22,7 @@ fn sid(s: &str) -> SessionId {
 fn a_missing_state_is_the_default_and_reading_writes_nothing() {
     let d = TempDir::new().unwrap();
     let store = StateStore::new(d.path());
-    assert_eq!(store.read(&sid("s")).unwrap(), SessionState::default());
-    assert_eq!(
-        SessionState::default(),
-        SessionState {
-            taint: DataClass::Private,
-            untrusted: false
-        }
-    );
+    assert_eq!(store.read(&sid("s")).unwrap(), Label::FRESH);
     assert_eq!(fs::read_dir(d.path()).unwrap().count(), 0);
 }
 
@@ -39,11 +30,8 @@ fn a_missing_state_is_the_default_and_reading_writes_nothing() {
 fn a_write_replaces_the_file_whole_and_leaves_no_temporary() {
     let d = TempDir::new().unwrap();
     let store = StateStore::new(d.path());
-    let s = SessionState {
-        taint: DataClass::Secret,
-        untrusted: true,
-    };
-    store.write(&sid("s"), &s).unwrap();
+    let s = Label::new(DataClass::Secret, true);
+    store.write(&sid("s"), s).unwrap();
     assert_eq!(store.read(&sid("s")).unwrap(), s);
     assert_eq!(
         fs::read_to_string(d.path().join("s.json")).unwrap(),
@@ -82,15 +70,6 @@ fn open(d: &TempDir) -> Ledger {
     Ledger::new(StateStore::new(d.path()), audit)
 }
 
-fn plan(reads: DataClass, untrusted: bool) -> Plan {
-    Plan {
-        reads,
-        untrusted_output: untrusted,
-        effect: Effect::None,
-        writes_into: None,
-    }
-}
-
 #[test]
 fn concurrent_raises_of_one_session_never_lose_each_other() {
     let d = TempDir::new().unwrap();
@@ -100,19 +79,12 @@ fn concurrent_raises_of_one_session_never_lose_each_other() {
         let l = Arc::clone(&ledger);
         threads.push(thread::spawn(move || {
             let p = if i % 2 == 0 {
-                plan(DataClass::Secret, false)
+                Label::new(DataClass::Secret, false)
             } else {
-                plan(DataClass::Public, true)
+                Label::new(DataClass::Public, true)
             };
-            l.raise(
-                &sid("s"),
-                CallId(i),
-                "t",
-                Carried::from(&p),
-                Event::Result,
-                json!({}),
-            )
-            .unwrap();
+            l.raise(&sid("s"), CallId(i), "t", p, Event::Result, json!({}))
+                .unwrap();
         }));
     }
     for t in threads {
@@ -120,10 +92,7 @@ fn concurrent_raises_of_one_session_never_lose_each_other() {
     }
     assert_eq!(
         ledger.state(&sid("s")).unwrap(),
-        SessionState {
-            taint: DataClass::Secret,
-            untrusted: true
-        }
+        Label::new(DataClass::Secret, true)
     );
 }
 
@@ -203,7 +172,7 @@ fn a_state_file_is_0600() {
     use std::os::unix::fs::PermissionsExt;
     let d = TempDir::new().unwrap();
     let store = StateStore::new(d.path());
-    store.write(&sid("s"), &SessionState::default()).unwrap();
+    store.write(&sid("s"), Label::FRESH).unwrap();
     let mode = fs::metadata(d.path().join("s.json"))
         .unwrap()
         .permissions()

@@ -236,6 +236,8 @@ fn run_asks_the_owner_once_the_session_is_untrusted() {
         Message::ApprovalDecision(ApprovalDecision {
             approval,
             allow: true,
+            lease: false,
+            approver: None,
         }),
     );
     assert!(matches!(ack[0].msg, Message::ApprovalAck(_)), "{ack:?}");

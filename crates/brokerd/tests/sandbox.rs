@@ -90,13 +90,13 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
     let r = request(
         &h.state_sock(),
         2,
-        Message::SessionState(bxcore::SessionState {
+        Message::SessionState(bxcore::SessionQuery {
             session: SessionId::new("s").unwrap(),
         }),
     );
     assert!(matches!(
         r[0].msg,
-        Message::SessionStateReply(bxcore::SessionStateReply {
+        Message::SessionStateReply(bxcore::Label {
             class: DataClass::Secret,
             ..
         })

@@ -6,8 +6,8 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 
-use bxcore::SessionState as StateQuestion;
-use bxcore::{DataClass, ErrorCode, Message, SessionId, SessionStateReply};
+use bxcore::SessionQuery as StateQuestion;
+use bxcore::{DataClass, ErrorCode, Label, Message, SessionId};
 use support::*;
 
 fn question(session: &str) -> Message {
@@ -28,7 +28,7 @@ fn it_answers_on_its_default_path_from_the_state_files() {
     let r = request(&h.state_sock(), 2, question("s1"));
     assert_eq!(
         r[0].msg,
-        Message::SessionStateReply(SessionStateReply {
+        Message::SessionStateReply(Label {
             class: DataClass::Secret,
             untrusted: false
         })

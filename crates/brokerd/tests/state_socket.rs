@@ -7,7 +7,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 
-use bxcore::SessionState as StateQuestion;
+use bxcore::SessionQuery as StateQuestion;
 use bxcore::{DataClass, Envelope, ErrorCode, Message, SessionId, write_frame};
 use serde_json::json;
 use support::*;
@@ -24,7 +24,7 @@ fn ask(home: &Home, session: &str) -> Message {
 }
 
 fn reply(class: DataClass, untrusted: bool) -> Message {
-    Message::SessionStateReply(bxcore::SessionStateReply { class, untrusted })
+    Message::SessionStateReply(bxcore::Label { class, untrusted })
 }
 
 /// A home with a private and a secret root, one untrusted each way.
@@ -175,7 +175,7 @@ fn every_other_kind_is_forbidden_and_logged() {
         Message::ToolsList {},
         Message::ApprovalsList {},
         Message::AuditVerify {},
-        Message::SessionStateReply(bxcore::SessionStateReply {
+        Message::SessionStateReply(bxcore::Label {
             class: DataClass::Private,
             untrusted: false,
         }),

@@ -3,6 +3,11 @@
 //! A read timeout set once lets a peer that sends one byte now and then hold a reader for ever.
 //! `Deadline` allows each read only the time that is left, so a frame, however it trickles in,
 //! is complete by the deadline or is an error.
+//!
+//! The timeout it sets is the socket's (`SO_RCVTIMEO` belongs to the open file, so every clone
+//! of the stream shares it): a `Deadline` clears it when it is dropped, so the deadline of one
+//! read never becomes the timeout of the next reader of that stream (a thread that waits on a
+//! clone for the peer's end of input, say).
 
 use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
@@ -30,10 +35,12 @@ impl<'a> Deadline<'a> {
     pub fn until(&self) -> Instant {
         self.until
     }
+}
 
-    /// Move the deadline (after a pending approval, for one).
-    pub fn set_until(&mut self, until: Instant) {
-        self.until = until;
+impl Drop for Deadline<'_> {
+    /// The deadline was for this reader's reads only: the stream is left with no timeout.
+    fn drop(&mut self) {
+        let _ = self.stream.set_read_timeout(None);
     }
 }
 
@@ -57,4 +64,19 @@ pub fn is_timeout(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
     )
+}
+
+/// Block until the peer's end of input on `stream` (or a byte, which a request-then-answer
+/// protocol does not allow after the request, or the connection failing): what a watcher of a
+/// waiting request waits for. A read that times out is not the end: whatever timeout the
+/// socket carries (another reader's), the watcher only ever stops for the peer.
+pub fn wait_for_hangup(stream: &UnixStream) {
+    let mut byte = [0u8; 1];
+    let mut s = stream;
+    loop {
+        match s.read(&mut byte) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted || is_timeout(&e) => continue,
+            _ => return,
+        }
+    }
 }

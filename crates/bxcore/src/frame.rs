@@ -122,6 +122,12 @@ pub fn read_frame_body(r: &mut impl Read, n: usize) -> Result<Envelope, FrameErr
             format!("the stream ended after {} of {n} bytes", body.len()),
         )));
     }
+    decode_body(body)
+}
+
+/// A whole frame body as an envelope: UTF-8, then `v` checked before anything else, then the
+/// envelope (for a reader that gathered the body itself, a chunk at a time).
+pub fn decode_body(body: Vec<u8>) -> Result<Envelope, FrameError> {
     let text = String::from_utf8(body)
         .map_err(|e| FrameError::BadFrame(format!("the frame is not UTF-8: {}", e.utf8_error())))?;
     let value: Value = serde_json::from_str(&text).map_err(FrameError::Json)?;

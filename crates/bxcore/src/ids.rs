@@ -18,6 +18,9 @@ pub enum IdError {
     /// An approval id is 16 lowercase hex digits.
     #[error("an approval id is 16 lowercase hex digits, not {0:?}")]
     Approval(String),
+    /// A lease id is 16 lowercase hex digits.
+    #[error("a lease id is 16 lowercase hex digits, not {0:?}")]
+    Lease(String),
 }
 
 /// A session's name: 1 to 64 of `A-Z a-z 0-9 _ -`. It names files on disk
@@ -91,70 +94,85 @@ impl fmt::Display for CallId {
     }
 }
 
-/// A pending approval's id: 16 lowercase hex digits from the kernel's random source, so the
-/// owner can type it and nobody can guess the next one.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct ApprovalId(String);
+/// An id of 16 lowercase hex digits from the kernel's random source: the owner can type it,
+/// and nobody can guess the next one.
+macro_rules! random_hex_id {
+    ($(#[$doc:meta])* $name:ident, $error:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
 
-impl ApprovalId {
-    /// A fresh random id.
-    ///
-    /// # Panics
-    ///
-    /// If the kernel's random source fails, which on Linux (getrandom(2), after boot) it does
-    /// not; a box that cannot draw random numbers must not hand out guessable approvals.
-    pub fn random() -> ApprovalId {
-        let mut bytes = [0u8; 8];
-        getrandom::fill(&mut bytes).expect("the kernel's random source failed");
-        let mut s = String::with_capacity(16);
-        for b in bytes {
-            s.push_str(&format!("{b:02x}"));
+        impl $name {
+            /// A fresh random id.
+            ///
+            /// # Panics
+            ///
+            /// If the kernel's random source fails, which on Linux (getrandom(2), after boot)
+            /// it does not; a box that cannot draw random numbers must not hand out guessable
+            /// ids.
+            pub fn random() -> $name {
+                let mut bytes = [0u8; 8];
+                getrandom::fill(&mut bytes).expect("the kernel's random source failed");
+                let mut s = String::with_capacity(16);
+                for b in bytes {
+                    s.push_str(&format!("{b:02x}"));
+                }
+                $name(s)
+            }
+
+            /// Validate `s` as such an id.
+            pub fn new(s: impl Into<String>) -> Result<$name, IdError> {
+                let s = s.into();
+                let ok =
+                    s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if ok { Ok($name(s)) } else { Err(IdError::$error(s)) }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
         }
-        ApprovalId(s)
-    }
 
-    /// Validate `s` as an approval id.
-    pub fn new(s: impl Into<String>) -> Result<ApprovalId, IdError> {
-        let s = s.into();
-        let ok = s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        if ok {
-            Ok(ApprovalId(s))
-        } else {
-            Err(IdError::Approval(s))
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(s: String) -> Result<$name, IdError> {
+                $name::new(s)
+            }
         }
-    }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<$name, IdError> {
+                $name::new(s)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    };
 }
 
-impl TryFrom<String> for ApprovalId {
-    type Error = IdError;
-    fn try_from(s: String) -> Result<ApprovalId, IdError> {
-        ApprovalId::new(s)
-    }
-}
+random_hex_id!(
+    /// A pending approval's id.
+    ApprovalId,
+    Approval
+);
 
-impl From<ApprovalId> for String {
-    fn from(id: ApprovalId) -> String {
-        id.0
-    }
-}
-
-impl std::str::FromStr for ApprovalId {
-    type Err = IdError;
-    fn from_str(s: &str) -> Result<ApprovalId, IdError> {
-        ApprovalId::new(s)
-    }
-}
-
-impl fmt::Display for ApprovalId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+random_hex_id!(
+    /// A lease's id: the owner's "allow for this session", revoked by it.
+    LeaseId,
+    Lease
+);
 
 /// Milliseconds since the Unix epoch.
 #[derive(

@@ -14,6 +14,7 @@ pub mod durable;
 mod error;
 mod frame;
 mod ids;
+mod label;
 pub mod layout;
 mod message;
 pub mod runbook;
@@ -23,15 +24,18 @@ pub mod visible;
 pub use class::DataClass;
 pub use error::{ErrorCode, WireError};
 pub use frame::{
-    FrameError, MAX_FRAME, PROTOCOL_VERSION, read_frame, read_frame_body, read_frame_len,
-    write_frame,
+    FrameError, MAX_FRAME, PROTOCOL_VERSION, decode_body, read_frame, read_frame_body,
+    read_frame_len, write_frame,
 };
-pub use ids::{ApprovalId, CallId, IdError, SessionId, Timestamp};
+pub use ids::{ApprovalId, CallId, IdError, LeaseId, SessionId, Timestamp};
+pub use label::Label;
 pub use message::{
-    Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary, Approvals, AuditHead,
-    AuditReport, ChatMessage, Envelope, FetchReply, FetchRequest, Header, InferDelta, InferReply,
-    InferRequest, Memories, Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent,
-    MemoryReport, MemoryRoute, MemorySearch, Message, Outcome, Pong, SUMMARY_TEXT_MAX,
-    SessionState, SessionStateReply, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
-    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    APPROVER_MAX, Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary,
+    Approvals, AuditHead, AuditReport, ChannelPair, ChannelPairing, ChannelReport, ChatMessage,
+    Envelope, FetchReply, FetchRequest, Header, HealthCheck, HealthReport, Hosts, InferDelta,
+    InferReply, InferRequest, Lease, LeaseRef, Leases, Memories, Memory, MemoryForget,
+    MemoryForgotten, MemoryRecall, MemoryRecent, MemoryReport, MemoryRoute, MemorySearch, Message,
+    Outcome, Pong, ProviderReport, RemoteHealth, SUMMARY_TEXT_MAX, SessionQuery, ToolCall, ToolDef,
+    ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage,
+    WorkspaceRoot,
 };

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
-    ApprovalId, CallId, DataClass, ErrorCode, PROTOCOL_VERSION, SessionId, Timestamp, WireError,
+    ApprovalId, CallId, DataClass, ErrorCode, Label, LeaseId, PROTOCOL_VERSION, SessionId,
+    Timestamp, WireError,
 };
 
 /// One frame's body: `{"v": 1, "id": 7, "final": true, "msg": {...}}`.
@@ -69,6 +70,15 @@ pub enum Message {
     /// broker.sock: the tools the model may be offered.
     ToolsList {},
     Tools(Tools),
+    /// loop.sock: is every part a turn needs there? (No model request.)
+    Health {},
+    HealthReport(HealthReport),
+    /// infer.sock: does the model provider answer? (No token spent.)
+    ProviderProbe {},
+    ProviderReport(ProviderReport),
+    /// gateway.sock: the hosts gatewayd may fetch from.
+    HostsList {},
+    Hosts(Hosts),
     /// admin.sock: the owner's view and decisions.
     ApprovalsList {},
     Approvals(Approvals),
@@ -77,13 +87,18 @@ pub enum Message {
     Approval(Approval),
     ApprovalDecision(ApprovalDecision),
     ApprovalAck(ApprovalAck),
+    /// admin.sock: the owner's leases.
+    LeasesList {},
+    Leases(Leases),
+    LeaseRevoke(LeaseRef),
+    LeaseRevoked(LeaseRef),
     AuditVerify {},
     /// admin.sock: verify, and check that the chain holds a head the owner kept.
     AuditVerifyHead(AuditHead),
     AuditReport(AuditReport),
-    /// state.sock: memoryd asks what a session has read.
-    SessionState(SessionState),
-    SessionStateReply(SessionStateReply),
+    /// state.sock: memoryd asks what a session has read; the answer is its label.
+    SessionState(SessionQuery),
+    SessionStateReply(Label),
     /// infer.sock: one model call.
     InferRequest(InferRequest),
     InferDelta(InferDelta),
@@ -104,6 +119,12 @@ pub enum Message {
     /// gateway.sock: one request to the web.
     FetchRequest(FetchRequest),
     FetchReply(FetchReply),
+    /// channel.sock: the owner asks channeld for a pairing code for one room.
+    ChannelPair(ChannelPair),
+    ChannelPairing(ChannelPairing),
+    /// channel.sock: how the channel is (`bxctl status`).
+    ChannelStatus {},
+    ChannelReport(ChannelReport),
     /// Any socket: the request was not answered.
     Error(WireError),
 }
@@ -121,12 +142,22 @@ impl Message {
             Message::ToolResponse(_) => "tool_response",
             Message::ToolsList {} => "tools_list",
             Message::Tools(_) => "tools",
+            Message::Health {} => "health",
+            Message::HealthReport(_) => "health_report",
+            Message::ProviderProbe {} => "provider_probe",
+            Message::ProviderReport(_) => "provider_report",
+            Message::HostsList {} => "hosts_list",
+            Message::Hosts(_) => "hosts",
             Message::ApprovalsList {} => "approvals_list",
             Message::Approvals(_) => "approvals",
             Message::ApprovalShow(_) => "approval_show",
             Message::Approval(_) => "approval",
             Message::ApprovalDecision(_) => "approval_decision",
             Message::ApprovalAck(_) => "approval_ack",
+            Message::LeasesList {} => "leases_list",
+            Message::Leases(_) => "leases",
+            Message::LeaseRevoke(_) => "lease_revoke",
+            Message::LeaseRevoked(_) => "lease_revoked",
             Message::AuditVerify {} => "audit_verify",
             Message::AuditVerifyHead(_) => "audit_verify_head",
             Message::AuditReport(_) => "audit_report",
@@ -147,6 +178,10 @@ impl Message {
             Message::MemoryReport(_) => "memory_report",
             Message::FetchRequest(_) => "fetch_request",
             Message::FetchReply(_) => "fetch_reply",
+            Message::ChannelPair(_) => "channel_pair",
+            Message::ChannelPairing(_) => "channel_pairing",
+            Message::ChannelStatus {} => "channel_status",
+            Message::ChannelReport(_) => "channel_report",
             Message::Error(_) => "error",
         }
     }
@@ -277,11 +312,65 @@ pub enum ToolResponse {
     },
 }
 
-/// `tools {tools}`: what the model may be offered.
+/// `tools {tools, workspace}`: what the model may be offered, and the workspace roots its tools
+/// reach (loopd tells the model where they are: the system message of a new session).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tools {
     pub tools: Vec<ToolDef>,
+    pub workspace: Vec<WorkspaceRoot>,
+}
+
+/// One workspace root as the model is told of it: its name (what a relative path starts with),
+/// where it is, its class, whether it may be written, whether third parties wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceRoot {
+    pub name: String,
+    pub path: String,
+    pub class: DataClass,
+    pub writable: bool,
+    pub untrusted: bool,
+}
+
+/// `hosts {hosts}`: gatewayd's allow-list, as its entries are written (`example.org`,
+/// `*.example.org`); the answer to `hosts_list`. Nothing else about an entry (its credential) is
+/// told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hosts {
+    pub hosts: Vec<String>,
+}
+
+/// `provider_report {provider, reachable, detail}`: whether inferproxy's model provider answers,
+/// asked without spending a token (its list of models, or a connection); the answer to
+/// `provider_probe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderReport {
+    /// `openai`, `anthropic` or `script`, and where.
+    pub provider: String,
+    pub reachable: bool,
+    /// What was asked and what came back; for an unreachable provider, why, with its pointer.
+    pub detail: String,
+}
+
+/// `health_report {checks}`: loopd's answer to `health` on loop.sock: each part a turn needs,
+/// asked as a turn would ask it, without a model request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthReport {
+    pub checks: Vec<HealthCheck>,
+}
+
+/// One part of a health report: `inference`, `provider`, `broker`, `memory`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheck {
+    pub part: String,
+    pub ok: bool,
+    /// What answered, or why not (with its runbook pointer).
+    pub detail: String,
 }
 
 /// A tool's definition as the model sees it: `parameters` is a JSON Schema object.
@@ -322,6 +411,8 @@ pub struct ApprovalSummary {
     pub untrusted: bool,
     pub rule: String,
     pub reason: String,
+    /// What a lease given with this approval would cover (`lease_scope` of [`Approval`]).
+    pub lease_scope: String,
     pub requested: Timestamp,
     pub expires: Timestamp,
 }
@@ -353,6 +444,10 @@ pub struct Approval {
     pub rule: String,
     /// Why, for a person.
     pub reason: String,
+    /// What a lease given with this approval would cover: the tool, where its calls land (a
+    /// workspace root, a host), and the rule that asked (`workspace_write into the root notes,
+    /// while the session has read third-party content`).
+    pub lease_scope: String,
     pub requested: Timestamp,
     pub expires: Timestamp,
 }
@@ -381,19 +476,69 @@ impl Approval {
             untrusted: self.untrusted,
             rule: clip(&self.rule, SUMMARY_TEXT_MAX),
             reason: clip(&self.reason, SUMMARY_TEXT_MAX),
+            lease_scope: clip(&self.lease_scope, SUMMARY_TEXT_MAX),
             requested: self.requested,
             expires: self.expires,
         }
     }
 }
 
-/// `approval_decision {approval, allow}`.
+/// `approval_decision {approval, allow, lease, approver}`: `lease: true` with `allow: true` also
+/// allows the calls like this one (the approval's `lease_scope`) for the rest of the session,
+/// until the lease expires or is revoked; on decide.sock `approver` says who, in the channel's
+/// terms, decided (a Matrix user id), which brokerd records in the audit chain beside the
+/// peer's uid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalDecision {
     pub approval: ApprovalId,
     pub allow: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub lease: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
 }
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// One lease: the owner's "allow for this session". While it lives, a call of `session` that
+/// the policy would put to the owner for `rule`, of `tool`, landing in `scope`, runs without
+/// asking, recorded as approved by this lease. It never lets through a call the policy denies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lease {
+    pub lease: LeaseId,
+    pub session: SessionId,
+    pub tool: String,
+    /// Where the calls land: `root notes`, `host example.org`, or `any` for a tool with no
+    /// place of its own.
+    pub scope: String,
+    /// The policy step it answers (`untrusted-effect`, `approval-always`, ...).
+    pub rule: String,
+    /// Who granted it: `uid 1000`.
+    pub by: String,
+    pub granted: Timestamp,
+    pub expires: Timestamp,
+}
+
+/// `leases {leases}`: every live lease, the oldest first; the answer to `leases_list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Leases {
+    pub leases: Vec<Lease>,
+}
+
+/// `lease_revoke {lease}`, answered by `lease_revoked {lease}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRef {
+    pub lease: LeaseId,
+}
+
+/// The longest `approver` brokerd records, in bytes (a Matrix user id is at most 255).
+pub const APPROVER_MAX: usize = 255;
 
 /// `approval_ack {approval}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -422,19 +567,12 @@ pub struct AuditReport {
     pub detail: String,
 }
 
-/// `session_state {session}`: memoryd's question on state.sock.
+/// `session_state {session}`: memoryd's question on state.sock, answered by
+/// `session_state_reply {class, untrusted}`: the session's [`Label`] as brokerd holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SessionState {
+pub struct SessionQuery {
     pub session: SessionId,
-}
-
-/// `session_state_reply {class, untrusted}`: the session's taint and trust as brokerd holds them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionStateReply {
-    pub class: DataClass,
-    pub untrusted: bool,
 }
 
 /// A chat message for inference, tagged by `role`.
@@ -625,6 +763,17 @@ pub struct MemoryReport {
     pub outbox: u64,
     /// Why the oldest waits, when it waits for something (the broker's answer, a store).
     pub waiting: Option<String>,
+    /// The remote store, when one is configured: whether it answered just now, and why not.
+    pub remote: Option<RemoteHealth>,
+}
+
+/// Whether memoryd's remote store (Honcho) answered a question that changes nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteHealth {
+    pub reachable: bool,
+    /// What answered, or why not (with its runbook pointer).
+    pub detail: String,
 }
 
 /// One HTTP header, in order; a name may repeat.
@@ -657,4 +806,35 @@ pub struct FetchReply {
     pub headers: Vec<Header>,
     pub body: String,
     pub truncated: bool,
+}
+
+/// `channel_pair {room}`: a one-time code for the owner to send from their Matrix account in
+/// `room` (one of the rooms channeld is configured with); the sender is then bound as the owner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelPair {
+    pub room: String,
+}
+
+/// `channel_pairing {room, code, expires}`: the code, valid once, until `expires`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelPairing {
+    pub room: String,
+    pub code: String,
+    pub expires: Timestamp,
+}
+
+/// `channel_report {homeserver, user, connected, detail, owners, rooms}`: what channeld is
+/// connected to as whom, whether its last sync worked (`detail` says why not, with its runbook
+/// pointer), the owners paired and the rooms it serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelReport {
+    pub homeserver: String,
+    pub user: String,
+    pub connected: bool,
+    pub detail: String,
+    pub owners: Vec<String>,
+    pub rooms: Vec<String>,
 }

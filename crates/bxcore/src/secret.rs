@@ -152,6 +152,16 @@ pub fn read(path: &Path, words: SecretFile) -> Result<Secret, SecretFileError> {
     }))
 }
 
+/// The model API key file inferproxy reads at start, and `bxctl dev up` checks the same way
+/// before it writes anything (so a key inferproxy would refuse never makes a box that fails).
+pub const MODEL_KEY: SecretFile = SecretFile {
+    file: "the API key file",
+    noun: "key",
+    instead: "pass it as the systemd credential `api_key`",
+    anchor: "inferproxy-key-missing",
+    open_anchor: "inferproxy-key-open",
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

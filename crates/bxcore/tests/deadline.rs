@@ -31,6 +31,7 @@ fn a_peer_that_trickles_bytes_cannot_hold_a_reader_past_its_deadline() {
     let mut r = Deadline::new(&reader, Instant::now() + Duration::from_millis(300));
     let err = read_frame(&mut r).unwrap_err();
     done.store(true, Ordering::SeqCst);
+    drop(r);
     drop(reader);
     bxtest::join(trickler, "the trickler");
     assert!(err.is_timeout(), "{err:?}");
@@ -57,4 +58,19 @@ fn a_frame_that_arrives_in_time_is_read() {
 fn a_timeout_past_what_the_clock_holds_is_none() {
     let (reader, _writer) = UnixStream::pair().unwrap();
     assert!(Deadline::within(&reader, Duration::MAX).is_none());
+}
+
+#[test]
+fn a_deadline_leaves_no_timeout_on_the_stream_it_read() {
+    let (reader, mut writer) = UnixStream::pair().unwrap();
+    write_frame(&mut writer, &Envelope::new(4, true, Message::Ping {})).unwrap();
+    {
+        let mut r = Deadline::within(&reader, Duration::from_millis(500)).unwrap();
+        assert_eq!(read_frame(&mut r).unwrap().id, 4);
+    }
+    // Whoever reads the stream next (a clone shares the socket's timeout) waits as long as it
+    // chooses, not what was left of the deadline.
+    assert_eq!(reader.read_timeout().unwrap(), None);
+    let clone = reader.try_clone().unwrap();
+    assert_eq!(clone.read_timeout().unwrap(), None);
 }

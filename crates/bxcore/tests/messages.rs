@@ -257,9 +257,88 @@ fn tools() {
                     description: "Read a file".into(),
                     parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
                 }],
+                workspace: vec![WorkspaceRoot {
+                    name: "notes".into(),
+                    path: "/srv/notes".into(),
+                    class: DataClass::Private,
+                    writable: true,
+                    untrusted: false,
+                }],
             }),
         ),
-        json!({"v":1,"id":4,"final":true,"msg":{"kind":"tools","tools":[{"name":"workspace_read","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}]}}),
+        json!({"v":1,"id":4,"final":true,"msg":{"kind":"tools","tools":[{"name":"workspace_read","description":"Read a file","parameters":{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}}],"workspace":[{"name":"notes","path":"/srv/notes","class":"private","writable":true,"untrusted":false}]}}),
+    );
+}
+
+#[test]
+fn health() {
+    exact(
+        Envelope::new(2, true, Message::Health {}),
+        json!({"v":1,"id":2,"final":true,"msg":{"kind":"health"}}),
+    );
+}
+
+#[test]
+fn health_report() {
+    exact(
+        Envelope::new(
+            2,
+            true,
+            Message::HealthReport(HealthReport {
+                checks: vec![HealthCheck {
+                    part: "provider".into(),
+                    ok: false,
+                    detail: "http://127.0.0.1:8080/v1/models could not be reached".into(),
+                }],
+            }),
+        ),
+        json!({"v":1,"id":2,"final":true,"msg":{"kind":"health_report","checks":[{"part":"provider","ok":false,"detail":"http://127.0.0.1:8080/v1/models could not be reached"}]}}),
+    );
+}
+
+#[test]
+fn provider_probe() {
+    exact(
+        Envelope::new(1, true, Message::ProviderProbe {}),
+        json!({"v":1,"id":1,"final":true,"msg":{"kind":"provider_probe"}}),
+    );
+}
+
+#[test]
+fn provider_report() {
+    exact(
+        Envelope::new(
+            1,
+            true,
+            Message::ProviderReport(ProviderReport {
+                provider: "openai at http://127.0.0.1:8080/v1/chat/completions".into(),
+                reachable: true,
+                detail: "http://127.0.0.1:8080/v1/models answered 200".into(),
+            }),
+        ),
+        json!({"v":1,"id":1,"final":true,"msg":{"kind":"provider_report","provider":"openai at http://127.0.0.1:8080/v1/chat/completions","reachable":true,"detail":"http://127.0.0.1:8080/v1/models answered 200"}}),
+    );
+}
+
+#[test]
+fn hosts_list() {
+    exact(
+        Envelope::new(1, true, Message::HostsList {}),
+        json!({"v":1,"id":1,"final":true,"msg":{"kind":"hosts_list"}}),
+    );
+}
+
+#[test]
+fn hosts() {
+    exact(
+        Envelope::new(
+            1,
+            true,
+            Message::Hosts(Hosts {
+                hosts: vec!["example.org".into(), "*.wikipedia.org".into()],
+            }),
+        ),
+        json!({"v":1,"id":1,"final":true,"msg":{"kind":"hosts","hosts":["example.org","*.wikipedia.org"]}}),
     );
 }
 
@@ -283,6 +362,7 @@ fn an_approval() -> Approval {
         untrusted: true,
         rule: "untrusted_effect".into(),
         reason: "the session has read untrusted content".into(),
+        lease_scope: "workspace_write calls in root notes, for the rest of this session".into(),
         requested: Timestamp(1764489000000),
         expires: Timestamp(1764489600000),
     }
@@ -302,6 +382,7 @@ fn approvals() {
             "approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write",
             "args_bytes":29,"digest":"ab".repeat(32),"taint":"private",
             "untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content",
+            "lease_scope":"workspace_write calls in root notes, for the rest of this session",
             "requested":1764489000000u64,"expires":1764489600000u64}]}}),
     );
 }
@@ -326,6 +407,7 @@ fn approval() {
             "approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write",
             "args":{"path":"/w/a","content":"x"},"digest":"ab".repeat(32),"taint":"private",
             "untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content",
+            "lease_scope":"workspace_write calls in root notes, for the rest of this session",
             "requested":1764489000000u64,"expires":1764489600000u64}}),
     );
 }
@@ -357,6 +439,8 @@ fn approval_decision() {
             Message::ApprovalDecision(ApprovalDecision {
                 approval: aid(),
                 allow: true,
+                lease: false,
+                approver: None,
             }),
         ),
         json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_decision","approval":"9f2c4a1b0d3e5f67","allow":true}}),
@@ -372,6 +456,74 @@ fn approval_ack() {
             Message::ApprovalAck(ApprovalAck { approval: aid() }),
         ),
         json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_ack","approval":"9f2c4a1b0d3e5f67"}}),
+    );
+}
+
+#[test]
+fn approval_decision_with_a_lease() {
+    exact(
+        Envelope::new(
+            6,
+            true,
+            Message::ApprovalDecision(ApprovalDecision {
+                approval: aid(),
+                allow: true,
+                lease: true,
+                approver: None,
+            }),
+        ),
+        json!({"v":1,"id":6,"final":true,"msg":{"kind":"approval_decision","approval":"9f2c4a1b0d3e5f67","allow":true,"lease":true}}),
+    );
+}
+
+fn lid() -> LeaseId {
+    LeaseId::new("0a1b2c3d4e5f6071").unwrap()
+}
+
+#[test]
+fn leases_list() {
+    exact(
+        Envelope::new(10, true, Message::LeasesList {}),
+        json!({"v":1,"id":10,"final":true,"msg":{"kind":"leases_list"}}),
+    );
+}
+
+#[test]
+fn leases() {
+    exact(
+        Envelope::new(
+            10,
+            true,
+            Message::Leases(Leases {
+                leases: vec![Lease {
+                    lease: lid(),
+                    session: sid("s1"),
+                    tool: "workspace_write".into(),
+                    scope: "root notes".into(),
+                    rule: "untrusted-effect".into(),
+                    by: "uid 1000".into(),
+                    granted: Timestamp(1764489000000),
+                    expires: Timestamp(1764492600000),
+                }],
+            }),
+        ),
+        json!({"v":1,"id":10,"final":true,"msg":{"kind":"leases","leases":[{"lease":"0a1b2c3d4e5f6071","session":"s1","tool":"workspace_write","scope":"root notes","rule":"untrusted-effect","by":"uid 1000","granted":1764489000000u64,"expires":1764492600000u64}]}}),
+    );
+}
+
+#[test]
+fn lease_revoke() {
+    exact(
+        Envelope::new(11, true, Message::LeaseRevoke(LeaseRef { lease: lid() })),
+        json!({"v":1,"id":11,"final":true,"msg":{"kind":"lease_revoke","lease":"0a1b2c3d4e5f6071"}}),
+    );
+}
+
+#[test]
+fn lease_revoked() {
+    exact(
+        Envelope::new(11, true, Message::LeaseRevoked(LeaseRef { lease: lid() })),
+        json!({"v":1,"id":11,"final":true,"msg":{"kind":"lease_revoked","lease":"0a1b2c3d4e5f6071"}}),
     );
 }
 
@@ -406,7 +558,7 @@ fn session_state() {
         Envelope::new(
             9,
             true,
-            Message::SessionState(SessionState { session: sid("s1") }),
+            Message::SessionState(SessionQuery { session: sid("s1") }),
         ),
         json!({"v":1,"id":9,"final":true,"msg":{"kind":"session_state","session":"s1"}}),
     );
@@ -418,7 +570,7 @@ fn session_state_reply() {
         Envelope::new(
             9,
             true,
-            Message::SessionStateReply(SessionStateReply {
+            Message::SessionStateReply(Label {
                 class: DataClass::Secret,
                 untrusted: true,
             }),
@@ -642,9 +794,9 @@ fn the_documented_example_frames_parse() {
         r#"{"v":1,"id":3,"final":false,"msg":{"kind":"tool_response","outcome":"pending_approval","approval":"9f2c4a1b0d3e5f67","expires":1764489600000}}"#,
         r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"result","content":"...","class":"private","untrusted":false}}"#,
         r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"denied","reason":"the owner denied it"}}"#,
-        r#"{"v":1,"id":5,"final":true,"msg":{"kind":"approvals","pending":[{"approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args_bytes":29,"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","requested":1764489000000,"expires":1764489600000}]}}"#,
+        r#"{"v":1,"id":5,"final":true,"msg":{"kind":"approvals","pending":[{"approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args_bytes":29,"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","lease_scope":"workspace_write calls in root notes while the session has read third-party content, for the rest of this session","requested":1764489000000,"expires":1764489600000}]}}"#,
         r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval_show","approval":"9f2c4a1b0d3e5f67"}}"#,
-        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval","approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args":{"path":"/w/a","content":"x"},"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","requested":1764489000000,"expires":1764489600000}}"#,
+        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval","approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args":{"path":"/w/a","content":"x"},"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","lease_scope":"workspace_write calls in root notes while the session has read third-party content, for the rest of this session","requested":1764489000000,"expires":1764489600000}}"#,
         r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state","session":"s1"}}"#,
         r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state_reply","class":"secret","untrusted":true}}"#,
         r#"{"v":1,"id":0,"final":true,"msg":{"kind":"error","code":"bad_message","detail":"expected value at line 1 column 1"}}"#,
@@ -728,4 +880,41 @@ fn a_memory_route_is_one_of_three_names_and_nothing_else() {
     }
     let bad = r#"{"v":1,"id":1,"final":true,"msg":{"kind":"memory_recent","route":"elsewhere","limit":1}}"#;
     assert!(serde_json::from_str::<Envelope>(bad).is_err());
+}
+
+#[test]
+fn the_channel_frames_of_the_protocol_doc_parse_and_write_back_the_same() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    let frames: Vec<&str> = doc
+        .lines()
+        .filter(|l| {
+            l.starts_with(r#"{"v":1"#)
+                && (l.contains(r#""kind":"channel_"#) || l.contains(r#""approver":"#))
+        })
+        .collect();
+    assert!(frames.len() >= 5, "{frames:?}");
+    for text in frames {
+        let env: Envelope = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(
+            serde_json::to_value(&env).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap(),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn the_protocol_doc_has_an_example_frame_of_every_kind_a_socket_accepts() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/protocol.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    for spec in bxcore::layout::SOCKETS {
+        for kind in spec.accepts.iter().chain(&["ping"]) {
+            assert!(
+                doc.contains(&format!(r#""kind":"{kind}""#)),
+                "docs/protocol.md has no example frame of {kind} ({})",
+                spec.file()
+            );
+        }
+    }
 }

@@ -104,7 +104,7 @@ fn message() -> impl Strategy<Value = Message> {
             }
         )),
         (session(), class(), any::<bool>()).prop_map(|(_, class, untrusted)| {
-            Message::SessionStateReply(SessionStateReply { class, untrusted })
+            Message::SessionStateReply(Label { class, untrusted })
         }),
         (
             "[a-z]{1,8}",

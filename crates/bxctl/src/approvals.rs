@@ -11,7 +11,8 @@ use bxcore::canonical;
 use bxcore::client::{self, ClientError};
 use bxcore::visible::{Mode, Shown};
 use bxcore::{
-    Approval, ApprovalDecision, ApprovalId, ApprovalShow, ApprovalSummary, Message, Timestamp,
+    Approval, ApprovalDecision, ApprovalId, ApprovalShow, ApprovalSummary, Lease, LeaseId,
+    LeaseRef, Message, Timestamp,
 };
 use serde_json::{Value, json};
 
@@ -140,7 +141,7 @@ fn args_lines(a: &Approval, whole: bool) -> Vec<String> {
 fn header(s: &ApprovalSummary, now: Timestamp) -> String {
     let left = i128::from(s.expires.0) - i128::from(now.0);
     format!(
-        "approval {}  ({} left)\n  tool     {} (call {} of session {})\n  session  taint {}, {}\n  rule     {}: {}\n  digest   sha256 {} ({} bytes of arguments)\n",
+        "approval {}  ({} left)\n  tool     {} (call {} of session {})\n  session  taint {}, {}\n  rule     {}: {}\n  digest   sha256 {} ({} bytes of arguments)\n  lease    {}\n",
         s.approval,
         time_left(left),
         Shown(&s.tool, Mode::Line),
@@ -156,6 +157,7 @@ fn header(s: &ApprovalSummary, now: Timestamp) -> String {
         Shown(&s.reason, Mode::Line),
         s.digest,
         s.args_bytes,
+        Shown(&s.lease_scope, Mode::Line),
     )
 }
 
@@ -168,7 +170,7 @@ pub fn show(a: &Approval, now: Timestamp, whole: bool) -> String {
         s.push('\n');
     }
     s.push_str(&format!(
-        "  bxctl approve {0}{1}   |   bxctl deny {0}{1}\n",
+        "  bxctl approve {0}{1}   |   bxctl approve --lease {0}{1}   |   bxctl deny {0}{1}\n",
         a.approval,
         crate::output::hint_home()
     ));
@@ -177,7 +179,17 @@ pub fn show(a: &Approval, now: Timestamp, whole: bool) -> String {
 
 fn print(ctx: &Context, pending: &[ApprovalSummary]) {
     if ctx.json {
-        json_line(&json!({ "pending": pending }));
+        // Each approval whole, its arguments included, as the view shows them; one decided
+        // since the list came is left out, one that could not be fetched is its summary.
+        let whole: Vec<Value> = pending
+            .iter()
+            .filter_map(|s| match fetch_one(ctx, &s.approval) {
+                Ok(a) => serde_json::to_value(a).ok(),
+                Err(ClientError::Remote(_)) => None,
+                Err(_) => serde_json::to_value(s).ok(),
+            })
+            .collect();
+        json_line(&json!({ "pending": whole }));
         return;
     }
     if pending.is_empty() {
@@ -252,20 +264,45 @@ pub fn show_one(ctx: &Context, id: &str) -> Outcome {
     }
 }
 
-/// `bxctl approve ID` / `bxctl deny ID`.
-pub fn decide(ctx: &Context, id: &str, allow: bool) -> Outcome {
+/// What the owner answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Run it; with `lease`, also the calls like it for the rest of the session.
+    Allow {
+        lease: bool,
+    },
+    Deny,
+}
+
+impl Answer {
+    /// The decision on `approval`.
+    pub fn decision(self, approval: &ApprovalId) -> ApprovalDecision {
+        ApprovalDecision {
+            approval: approval.clone(),
+            allow: matches!(self, Answer::Allow { .. }),
+            lease: matches!(self, Answer::Allow { lease: true }),
+            approver: None,
+        }
+    }
+}
+
+/// `bxctl approve ID [--lease]` / `bxctl deny ID`.
+pub fn decide(ctx: &Context, id: &str, answer: Answer) -> Outcome {
     let Some(approval) = parse_id(ctx, id) else {
         return Outcome::Failed;
     };
-    let msg = Message::ApprovalDecision(ApprovalDecision {
-        approval: approval.clone(),
-        allow,
-    });
-    let verb = if allow { "approved" } else { "denied" };
+    let d = answer.decision(&approval);
+    let (allow, lease) = (d.allow, d.lease);
+    let msg = Message::ApprovalDecision(d);
+    let verb = match answer {
+        Answer::Allow { lease: true } => "approved, with a lease for the calls like it,",
+        Answer::Allow { lease: false } => "approved",
+        Answer::Deny => "denied",
+    };
     match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {}) {
         Ok(Message::ApprovalAck(ack)) => {
             if ctx.json {
-                json_line(&json!({"approval": ack.approval, "allow": allow}));
+                json_line(&json!({"approval": ack.approval, "allow": allow, "lease": lease}));
             } else {
                 println!("{verb} {}", ack.approval);
             }
@@ -277,5 +314,83 @@ pub fn decide(ctx: &Context, id: &str, allow: bool) -> Outcome {
             &ClientError::Unexpected(other.kind()),
         ),
         Err(e) => failed(ctx, &format!("cannot decide {approval}"), &e),
+    }
+}
+
+/// `bxctl approvals --leases`: every live lease.
+pub fn leases(ctx: &Context) -> Outcome {
+    let got = match client::call(&ctx.admin, ctx.timeout, 1, Message::LeasesList {}, |_| {}) {
+        Ok(Message::Leases(l)) => l.leases,
+        Ok(other) => {
+            return failed(
+                ctx,
+                "cannot list the leases",
+                &ClientError::Unexpected(other.kind()),
+            );
+        }
+        Err(e) => return failed(ctx, "cannot list the leases", &e),
+    };
+    if ctx.json {
+        json_line(&json!({ "leases": got }));
+        return Outcome::Done;
+    }
+    if got.is_empty() {
+        println!("no leases");
+    }
+    let now = Timestamp::now();
+    for l in &got {
+        println!("{}", lease_text(l, now));
+    }
+    Outcome::Done
+}
+
+/// One lease, for a person.
+pub fn lease_text(l: &Lease, now: Timestamp) -> String {
+    let left = i128::from(l.expires.0) - i128::from(now.0);
+    format!(
+        "lease {}  ({} left)\n  session  {}\n  allows   {} calls in {} (rule {})\n  by       {}\n  bxctl approvals revoke {}{}\n",
+        l.lease,
+        time_left(left),
+        l.session,
+        Shown(&l.tool, Mode::Line),
+        Shown(&l.scope, Mode::Line),
+        Shown(&l.rule, Mode::Line),
+        Shown(&l.by, Mode::Line),
+        l.lease,
+        crate::output::hint_home()
+    )
+}
+
+/// `bxctl approvals revoke LEASE`.
+pub fn revoke(ctx: &Context, id: &str) -> Outcome {
+    let lease = match LeaseId::new(id) {
+        Ok(l) => l,
+        Err(e) => {
+            if ctx.json {
+                json_line(&json!({"error": {"code": "usage", "detail": e.to_string()}}));
+            } else {
+                eprintln!("bxctl: {e}");
+            }
+            return Outcome::Failed;
+        }
+    };
+    let msg = Message::LeaseRevoke(LeaseRef {
+        lease: lease.clone(),
+    });
+    match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {}) {
+        Ok(Message::LeaseRevoked(r)) => {
+            if ctx.json {
+                json_line(&json!({"revoked": r.lease}));
+            } else {
+                println!("revoked {}", r.lease);
+            }
+            Outcome::Done
+        }
+        Ok(other) => failed(
+            ctx,
+            &format!("cannot revoke {lease}"),
+            &ClientError::Unexpected(other.kind()),
+        ),
+        Err(e) => failed(ctx, &format!("cannot revoke {lease}"), &e),
     }
 }

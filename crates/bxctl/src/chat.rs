@@ -64,7 +64,9 @@ pub enum ChatError {
 /// loopd's answer to a turn, escaped: what a failed turn says, or the code of a refusal.
 fn refused(e: &bxcore::WireError) -> String {
     match e.code {
-        ErrorCode::Inference => format!("the turn failed: {}", Shown(&e.detail, Mode::Line)),
+        ErrorCode::Inference | ErrorCode::Unavailable => {
+            format!("the turn failed: {}", Shown(&e.detail, Mode::Line))
+        }
         code => format!(
             "loopd refused the turn ({code}): {}",
             Shown(&e.detail, Mode::Line)

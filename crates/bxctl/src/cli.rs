@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
+use crate::channel::ChannelContext;
 use crate::chat::{self, ChatOptions};
 use crate::context::Context;
 #[cfg(feature = "devbox")]
@@ -17,7 +18,7 @@ use crate::demo;
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 use crate::memory::MemoryContext;
 use crate::target::Target;
-use crate::{Outcome, approvals, audit, check, logs, memory, selftest, status};
+use crate::{Outcome, approvals, audit, channel, check, logs, memory, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -38,6 +39,15 @@ pub struct Json {
     pub json: bool,
 }
 
+impl Json {
+    /// `--json` given before a subcommand's own name or after it.
+    pub fn either(a: Json, b: Json) -> Json {
+        Json {
+            json: a.json || b.json,
+        }
+    }
+}
+
 /// How to reach brokerd's admin socket, on the subcommands that talk to it.
 #[derive(Debug, Clone, Args)]
 pub struct Broker {
@@ -53,11 +63,15 @@ pub struct Broker {
 pub enum Command {
     /// Send a message to a session and show the turn as it happens.
     Chat(ChatArgs),
-    /// Show the tool calls waiting for your approval.
+    /// Show the tool calls waiting for your approval (or, with --leases, the leases you gave).
     Approvals {
         /// Keep watching, printing the list again whenever it changes.
         #[arg(long)]
         watch: bool,
+        /// The leases ("allow for this session") you gave that still live; `bxctl approvals
+        /// revoke LEASE` ends one.
+        #[arg(long, conflicts_with = "watch")]
+        leases: bool,
         #[command(flatten)]
         json: Json,
         #[command(flatten)]
@@ -69,6 +83,10 @@ pub enum Command {
     Approve {
         /// The approval's id (16 hex digits, from `bxctl approvals`).
         id: String,
+        /// Also allow the calls like it for the rest of the session (what the approval's
+        /// `lease` line says), until the lease expires or you revoke it.
+        #[arg(long)]
+        lease: bool,
         #[command(flatten)]
         json: Json,
         #[command(flatten)]
@@ -92,6 +110,11 @@ pub enum Command {
     Memory {
         #[command(subcommand)]
         command: MemoryCommand,
+    },
+    /// The Matrix channel: pair the owner's Matrix account, or show how the channel is.
+    Channel {
+        #[command(subcommand)]
+        command: ChannelCommand,
     },
     /// Which sockets answer, each daemon's sandbox, the model, the audit chain, pending
     /// approvals; exit 1 unless every socket answers, every daemon is confined and the chain
@@ -156,6 +179,15 @@ pub enum ApprovalsCommand {
     Show {
         /// The approval's id.
         id: String,
+        #[command(flatten)]
+        json: Json,
+    },
+    /// End a lease you gave (its id from `bxctl approvals --leases`).
+    Revoke {
+        /// The lease's id.
+        lease: String,
+        #[command(flatten)]
+        json: Json,
     },
 }
 
@@ -215,6 +247,39 @@ impl From<RouteArg> for bxcore::MemoryRoute {
             RouteArg::Local => bxcore::MemoryRoute::Local,
         }
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ChannelCommand {
+    /// Print a one-time code to send from your Matrix account in ROOM: that account becomes
+    /// the channel's owner.
+    Pair {
+        /// The room id (!id:server), one of channeld's [matrix] rooms.
+        #[arg(long, value_name = "ROOM")]
+        room: String,
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        socket: ChannelSocket,
+    },
+    /// How the channel is: its homeserver, whether it syncs, the paired owners, the rooms.
+    Status {
+        #[command(flatten)]
+        json: Json,
+        #[command(flatten)]
+        socket: ChannelSocket,
+    },
+}
+
+/// Where channeld's owner socket is.
+#[derive(Debug, Args)]
+pub struct ChannelSocket {
+    /// channeld's owner socket [default: <run>/owner-channel/channel.sock].
+    #[arg(long, value_name = "PATH")]
+    pub channel: Option<PathBuf>,
+    /// How long channeld has to answer, in seconds.
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    pub timeout: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -303,7 +368,9 @@ pub struct UpArgs {
     /// For openai and anthropic: the model of the main slot.
     #[arg(long, value_name = "NAME")]
     pub model: Option<String>,
-    /// For openai and anthropic: the file that holds the API key.
+    /// For openai and anthropic: the file that holds the API key (mode 0600); stored as an
+    /// absolute path. Leave it out for an OpenAI-compatible server that takes no key (a local
+    /// llama.cpp or vLLM).
     #[arg(long, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
     /// File main memory and quarantine into the Honcho server at this base (http://host:port;
@@ -314,6 +381,16 @@ pub struct UpArgs {
     /// memoryd's own directory, readable by memoryd alone.
     #[arg(long, value_name = "FILE")]
     pub honcho_key_file: Option<PathBuf>,
+    /// A host web_fetch may fetch from (`example.org`, or `*.example.org` for every name below
+    /// it), on gatewayd's allow-list; give it once per host [default: none, and web_fetch is
+    /// not offered until etc/gatewayd.toml names a host].
+    #[arg(long = "web-host", value_name = "HOST")]
+    pub web_hosts: Vec<String>,
+    /// Add the Matrix channel (channeld): this TOML file holds its [matrix] table (homeserver,
+    /// user, token_file, owners, rooms) and may hold [limits]; the rest is filled in
+    /// (docs/channels.md). Only for a new home.
+    #[arg(long, value_name = "FILE")]
+    pub matrix: Option<PathBuf>,
 }
 
 impl Cli {
@@ -334,6 +411,18 @@ impl Cli {
 
 impl Cli {
     /// The context of a memory subcommand.
+    pub fn channel_context(&self, json: Json, socket: &ChannelSocket) -> ChannelContext {
+        let target = Target::resolve(self.home.as_deref());
+        ChannelContext {
+            socket: socket
+                .channel
+                .clone()
+                .unwrap_or_else(|| target.socket(&bxcore::layout::CHANNEL)),
+            json: json.json,
+            timeout: Duration::from_secs(socket.timeout.max(1)),
+        }
+    }
+
     pub fn memory_context(&self, json: Json, socket: &MemorySocket) -> MemoryContext {
         let target = Target::resolve(self.home.as_deref());
         MemoryContext {
@@ -399,26 +488,51 @@ pub fn run(cli: Cli) -> ExitCode {
             }
         }
         Command::Approvals {
-            command: Some(ApprovalsCommand::Show { id }),
+            command: Some(ApprovalsCommand::Show { id, json: own }),
             json,
             broker,
             ..
-        } => exit(approvals::show_one(&cli.context(*json, Some(broker)), id)),
+        } => exit(approvals::show_one(
+            &cli.context(Json::either(*json, *own), Some(broker)),
+            id,
+        )),
+        Command::Approvals {
+            command: Some(ApprovalsCommand::Revoke { lease, json: own }),
+            json,
+            broker,
+            ..
+        } => exit(approvals::revoke(
+            &cli.context(Json::either(*json, *own), Some(broker)),
+            lease,
+        )),
+        Command::Approvals {
+            leases: true,
+            json,
+            broker,
+            command: None,
+            ..
+        } => exit(approvals::leases(&cli.context(*json, Some(broker)))),
         Command::Approvals {
             watch,
             json,
             broker,
             command: None,
+            ..
         } => exit(approvals::list(&cli.context(*json, Some(broker)), *watch)),
-        Command::Approve { id, json, broker } => exit(approvals::decide(
+        Command::Approve {
+            id,
+            lease,
+            json,
+            broker,
+        } => exit(approvals::decide(
             &cli.context(*json, Some(broker)),
             id,
-            true,
+            approvals::Answer::Allow { lease: *lease },
         )),
         Command::Deny { id, json, broker } => exit(approvals::decide(
             &cli.context(*json, Some(broker)),
             id,
-            false,
+            approvals::Answer::Deny,
         )),
         Command::Audit {
             command: AuditCommand::Verify { head, json, broker },
@@ -440,6 +554,12 @@ pub fn run(cli: Cli) -> ExitCode {
             chain.as_deref(),
             *follow,
         )),
+        Command::Channel {
+            command: ChannelCommand::Pair { room, json, socket },
+        } => exit(channel::pair(&cli.channel_context(*json, socket), room)),
+        Command::Channel {
+            command: ChannelCommand::Status { json, socket },
+        } => exit(channel::status(&cli.channel_context(*json, socket))),
         Command::Memory {
             command:
                 MemoryCommand::Recent {
@@ -556,6 +676,8 @@ pub fn run(cli: Cli) -> ExitCode {
                     url: args.honcho_url.clone(),
                     key_file: args.honcho_key_file.clone(),
                 },
+                web_hosts: args.web_hosts.clone(),
+                matrix: args.matrix.clone(),
             };
             match dev::up(&opts, &mut out) {
                 Ok(_) => ExitCode::SUCCESS,

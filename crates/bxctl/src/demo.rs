@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 use bxcore::client;
 use bxcore::layout;
 use bxcore::{
-    ApprovalDecision, ApprovalId, DataClass, Memory, MemoryRoute, Message, Outcome, SessionId,
-    SessionState, SessionStateReply, TurnEvent,
+    ApprovalDecision, ApprovalId, DataClass, Label, Memory, MemoryRoute, Message, Outcome,
+    SessionId, SessionQuery, TurnEvent,
 };
 
 use crate::chat::{self, Style, TurnLog};
 use crate::dev::{self, ModelFlags, Provider, UpOptions};
 
-/// The shipped demo script (`@WORKSPACE@` is replaced when the dev box is made).
+/// The shipped demo script: its paths are relative to the workspace roots, as a real model's are.
 pub const DEMO_SCRIPT: &str = include_str!("../scripts/demo.toml");
 
 const ASK: Duration = Duration::from_secs(10);
@@ -145,8 +145,8 @@ fn sid(s: &str) -> SessionId {
 }
 
 /// The session's class and trust, as brokerd answers on state.sock.
-pub fn session_state(home: &Path, session: &SessionId) -> Result<SessionStateReply, String> {
-    let msg = Message::SessionState(SessionState {
+pub fn session_state(home: &Path, session: &SessionId) -> Result<Label, String> {
+    let msg = Message::SessionState(SessionQuery {
         session: session.clone(),
     });
     // As state.sock's client (memoryd's user, where the box has users per daemon).
@@ -166,6 +166,8 @@ fn decide(home: &Path, approval: &ApprovalId, allow: bool) -> Result<(), String>
     let msg = Message::ApprovalDecision(ApprovalDecision {
         approval: approval.clone(),
         allow,
+        lease: false,
+        approver: None,
     });
     match client::call(&layout::ADMIN.path(home), ASK, 1, msg, |_| {}) {
         Ok(Message::ApprovalAck(a)) if a.approval == *approval => Ok(()),
@@ -460,7 +462,7 @@ fn memory_steps(home: &Path, style: Style, out: &mut dyn Write) -> Result<(), De
 fn check(
     n: usize,
     log: &TurnLog,
-    state: &SessionStateReply,
+    state: &Label,
     approval: Option<&(ApprovalId, bool)>,
     workspace: &Path,
 ) -> Result<String, String> {
@@ -564,6 +566,10 @@ fn check(
     }
 }
 
+/// The host on the demo box's allow-list: the secret session's fetch is refused by the policy
+/// before it leaves, and the host is listed so that `web_fetch` is offered at all.
+pub const WEB_HOST: &str = "example.org";
+
 /// The whole demo: up on a temporary home, the conversation, down.
 pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
     let setup = |what: &str| {
@@ -597,6 +603,8 @@ pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
             ..ModelFlags::default()
         },
         honcho: dev::HonchoFlags::default(),
+        web_hosts: vec![WEB_HOST.to_string()],
+        matrix: None,
     };
     dev::up(&opts, out).map_err(DemoError::Up)?;
     let talk = conversation(&home, out);

@@ -5,6 +5,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod channel;
 pub mod chat;
 pub mod check;
 pub mod cli;

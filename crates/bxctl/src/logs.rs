@@ -29,7 +29,7 @@ pub struct Options {
 #[derive(Debug, thiserror::Error)]
 pub enum LogsError {
     /// Not a daemon of the box.
-    #[error("{} is not a daemon of the box (one of: {})", .0, dev::DAEMONS.join(", "))]
+    #[error("{} is not a daemon of the box (one of: {})", .0, dev::ALL_DAEMONS.join(", "))]
     UnknownDaemon(String),
     #[error("{what}: {error}")]
     Io {
@@ -44,8 +44,8 @@ pub enum LogsError {
 
 fn daemons(opts: &Options) -> Result<Vec<&'static str>, LogsError> {
     match &opts.daemon {
-        None => Ok(dev::DAEMONS.to_vec()),
-        Some(d) => dev::DAEMONS
+        None => Ok(dev::ALL_DAEMONS.to_vec()),
+        Some(d) => dev::ALL_DAEMONS
             .iter()
             .find(|x| **x == d.as_str())
             .map(|x| vec![*x])

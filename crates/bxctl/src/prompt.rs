@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use bxcore::client;
 use bxcore::visible::{Mode, Shown};
-use bxcore::{ApprovalDecision, ApprovalId, Message, Timestamp};
+use bxcore::{ApprovalId, Message, Timestamp};
+
+use crate::approvals::Answer;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 
@@ -25,8 +27,10 @@ type a message and Enter to send it to the session; the turn's events show as th
   /quit       leave (Ctrl-D too)
 Ctrl-C cancels a turn in flight; at the prompt it clears the line.
 Up and Down recall earlier messages; Ctrl-R searches them.
-A call that needs your approval asks `approve? [y/N/show]`: y runs it, Enter or n denies it,
-show prints it whole (arguments, digest, the rule that asked).";
+A call that needs your approval asks `approve? [y/n/l/show]`: y runs it, n denies it, l runs it
+and allows the calls like it for the rest of the session (a lease; `bxctl approvals --leases`),
+show prints it whole (arguments, digest, the rule that asked). Anything else, or Enter, leaves it
+unanswered: it waits for `bxctl approve` or `bxctl deny` until it expires.";
 
 /// What one line typed at the prompt is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,8 +131,11 @@ impl Prompt {
         }
     }
 
-    /// Ask the owner about a pending call until they answer: `y` approves, `show` prints it
-    /// whole, anything else (Enter, `n`) denies; Ctrl-C cancels the turn instead.
+    /// Ask the owner about a pending call: `y` approves, `n` denies, `l` approves with a lease,
+    /// `show` prints it whole and asks again; anything else (Enter, `/quit`, a line typed
+    /// before the question) leaves it unanswered, pending for `bxctl approve` or `deny` until
+    /// it expires. Ctrl-C cancels the turn instead. What was typed before the question is
+    /// thrown away first: a line typed ahead never answers it.
     pub fn approval(
         &mut self,
         admin: &Path,
@@ -136,47 +143,79 @@ impl Prompt {
         approval: &ApprovalId,
         out: &mut dyn Write,
     ) {
+        discard_typed_ahead();
         loop {
-            let answer = match self.read("approve? [y/N/show] ") {
+            let answer = match self.read("approve? [y/n/l/show] ") {
                 Read::Line(l) => l.trim().to_ascii_lowercase(),
-                Read::Interrupted | Read::End => {
+                Read::Interrupted => {
                     cancel_in_flight();
                     let _ = writeln!(out, "(cancelling the turn; the approval is withdrawn)");
                     return;
                 }
+                Read::End => String::new(),
             };
-            match answer.as_str() {
+            let answer = match answer.as_str() {
+                "y" | "yes" => Answer::Allow { lease: false },
+                "l" | "lease" => Answer::Allow { lease: true },
+                "n" | "no" => Answer::Deny,
                 "show" | "s" => {
-                    let ask = Message::ApprovalShow(bxcore::ApprovalShow {
-                        approval: approval.clone(),
-                    });
-                    let shown = match client::call(admin, timeout, 1, ask, |_| {}) {
-                        Ok(Message::Approval(a)) => {
-                            crate::approvals::show(&a, Timestamp::now(), true)
-                        }
-                        Ok(other) => format!("brokerd answered {}\n", other.kind()),
-                        Err(e) => format!("approval {approval}: {e}\n"),
-                    };
-                    let _ = write!(out, "{shown}");
+                    self.show(admin, timeout, approval, out);
+                    continue;
                 }
-                yes_or_no => {
-                    let allow = matches!(yes_or_no, "y" | "yes");
-                    let decision = Message::ApprovalDecision(ApprovalDecision {
-                        approval: approval.clone(),
-                        allow,
-                    });
-                    let said = match client::call(admin, timeout, 2, decision, |_| {}) {
-                        Ok(Message::ApprovalAck(_)) if allow => "approved: it runs".to_string(),
-                        Ok(Message::ApprovalAck(_)) => "denied".to_string(),
-                        Ok(other) => format!("brokerd answered {}", other.kind()),
-                        Err(e) => format!("the decision did not reach brokerd: {e}"),
-                    };
-                    let _ = writeln!(out, "{}", Shown(&said, Mode::Line));
+                _ => {
+                    let home = crate::output::hint_home();
+                    let _ = writeln!(
+                        out,
+                        "not answered: the call waits for bxctl approve {approval}{home} or bxctl \
+                         deny {approval}{home} until it expires (y, n, l or show answer here)"
+                    );
                     return;
                 }
-            }
+            };
+            let decision = Message::ApprovalDecision(answer.decision(approval));
+            let said = match client::call(admin, timeout, 2, decision, |_| {}) {
+                Ok(Message::ApprovalAck(_)) => match answer {
+                    Answer::Allow { lease: false } => "approved: it runs".to_string(),
+                    Answer::Allow { lease: true } => {
+                        "approved: it runs, and so do the calls like it for the rest of the \
+                         session (bxctl approvals --leases)"
+                            .to_string()
+                    }
+                    Answer::Deny => "denied".to_string(),
+                },
+                Ok(other) => format!("brokerd answered {}", other.kind()),
+                Err(e) => format!("the decision did not reach brokerd: {e}"),
+            };
+            let _ = writeln!(out, "{}", Shown(&said, Mode::Line));
+            return;
         }
     }
+
+    fn show(
+        &mut self,
+        admin: &Path,
+        timeout: Duration,
+        approval: &ApprovalId,
+        out: &mut dyn Write,
+    ) {
+        let ask = Message::ApprovalShow(bxcore::ApprovalShow {
+            approval: approval.clone(),
+        });
+        let shown = match client::call(admin, timeout, 1, ask, |_| {}) {
+            Ok(Message::Approval(a)) => crate::approvals::show(&a, Timestamp::now(), true),
+            Ok(other) => format!("brokerd answered {}\n", other.kind()),
+            Err(e) => format!("approval {approval}: {e}\n"),
+        };
+        let _ = write!(out, "{shown}");
+    }
+}
+
+/// Throw away what was typed at the terminal and not read yet (`tcflush(TCIFLUSH)`): the
+/// question about an approval is answered only by what is typed after it is asked.
+fn discard_typed_ahead() {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    let _ = nix::sys::termios::tcflush(stdin.as_fd(), nix::sys::termios::FlushArg::TCIFLUSH);
 }
 
 /// `/sessions`: the session logs under `<home>/loop/sessions`, newest first.

@@ -1,12 +1,16 @@
 //! `bxctl selftest`: what the owner cares about, each as one check: every socket of the box
-//! answers `ping` as its own daemon, every daemon runs confined, the model answers one minimal
-//! request through inferproxy, the audit chain verifies, and `loopd selftest` passes (in the dev
-//! box directly; on the device through the owner's on-demand unit, `boxmaker-selftest@.service`,
-//! which runs it as loopd's user: `crate::ondemand`). On the device the owner pings the sockets
-//! that are the owner's, and loopd's selftest those that are loopd's user's; no model request
-//! is made there (the device check, `bxctl check`, reaches every socket as its client). A check
-//! that could not run (a socket that is not the caller's to reach) is `skipped`, and a skipped
-//! check is never `ok`: the verdict is `ok` only when every check passed.
+//! answers `ping` as its own daemon, every daemon runs confined, loopd finds every part a turn
+//! needs (`health` on loop.sock: inferproxy, the model provider, brokerd, memoryd), the model
+//! answers one minimal request through inferproxy, the audit chain verifies, and `loopd
+//! selftest` finds the sockets loopd's configuration names answering as loopd's user (in the
+//! dev box directly; on the device through the owner's on-demand unit,
+//! `boxmaker-selftest@.service`, which runs it as loopd's user: `crate::ondemand`). On the
+//! device the owner pings the sockets that are the owner's (loop.sock among them, so `health`
+//! runs there too), and loopd's selftest those that are loopd's user's; no model request is made
+//! there (the device check, `bxctl check`, reaches every socket as its client). A check that
+//! could not run (a socket that is not the caller's to reach) is `skipped`, and a skipped check
+//! is never `ok`: the verdict is `ok` only when every check passed. Each check is named for what
+//! it checked.
 
 use std::io::{self, Write};
 use std::process::Command;
@@ -241,7 +245,28 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
         };
         check(&mut checks, out, json, c);
     }
-    // The device's infer.sock is loopd's user's: the owner's selftest asks no model there.
+    match status::health(target) {
+        Ok(found) => {
+            for h in found {
+                let c = Check {
+                    check: format!("loopd finds {}", status::part_name(&h.part)),
+                    state: if h.ok { State::Ok } else { State::Failed },
+                    detail: h.detail,
+                };
+                check(&mut checks, out, json, c);
+            }
+        }
+        Err(why) => {
+            let c = Check {
+                check: "loopd answers health".to_string(),
+                state: State::Failed,
+                detail: why,
+            };
+            check(&mut checks, out, json, c);
+        }
+    }
+    // The device's infer.sock is loopd's user's: the owner's selftest asks no model there
+    // (loopd's `health` above says whether loopd reaches inferproxy and the model provider).
     if !device {
         let c = model_answers(target, &model, opts);
         check(&mut checks, out, json, c);
@@ -270,14 +295,15 @@ pub fn run(target: &Target, opts: Options, out: &mut dyn Write) -> Result<(), Fa
         },
     };
     check(&mut checks, out, json, c);
+    let name = "loopd's own sockets".to_string();
     let c = match loopd_selftest(target) {
         Ok(line) => Check {
-            check: "loopd selftest".to_string(),
+            check: name,
             state: State::Ok,
             detail: line,
         },
         Err(why) => Check {
-            check: "loopd selftest".to_string(),
+            check: name,
             state: State::Failed,
             detail: why,
         },
@@ -361,12 +387,12 @@ fn loopd_selftest(target: &Target) -> Result<String, String> {
     .map_err(|e| format!("cannot run it: {e}"))?;
     let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     if output.status.success() {
-        let text = said(&output.stdout);
-        let last = text.lines().last().unwrap_or_default();
-        Ok(last
-            .strip_prefix("selftest: ")
-            .unwrap_or(last)
-            .replace("ok", "passed"))
+        // What it checked: the sockets loopd's configuration names, as loopd's user (not loopd
+        // itself, which `loopd answers health` is about).
+        Ok(
+            "loopd selftest, as loopd's user: every socket its configuration names answers"
+                .to_string(),
+        )
     } else {
         let mut text = said(&output.stderr);
         if text.is_empty() {
@@ -390,7 +416,9 @@ fn device_selftest() -> Result<String, String> {
     let text = crate::ondemand::report(&socket, UNIT_DEADLINE)?;
     let text = text.trim();
     match text.lines().last() {
-        Some("selftest: ok") => Ok("passed".to_string()),
+        Some("selftest: ok") => Ok(format!(
+            "{UNIT}, as loopd's user: every socket its configuration names answers"
+        )),
         Some(last) => Err(format!("loopd selftest: {last}")),
         None => Err(format!(
             "{UNIT} said nothing (one selftest runs at a time; journalctl -u 'boxmaker-selftest@*' \

@@ -1,8 +1,10 @@
 //! `bxctl status`: which sockets answer `ping`, each daemon's pid, uid and sandbox as
 //! `/proc/<pid>/status` shows it, the model it talks to, the audit chain's length and head, and
-//! the pending approvals; then one verdict. Like `systemctl is-system-running`, it exits 0 only
-//! when the box is healthy: every socket of the box answers, every daemon runs confined, and the
-//! chain verifies. Anything else is a problem, named, and the exit is 1.
+//! the pending approvals, and what loopd finds asking every part a turn needs (`health` on
+//! loop.sock: inferproxy and its model provider, brokerd, memoryd); then one verdict. Like
+//! `systemctl is-system-running`, it exits 0 only when the box is healthy: every socket of the
+//! box answers, every daemon runs confined, the model provider and a configured remote memory
+//! store answer, and the chain verifies. Anything else is a problem, named, and the exit is 1.
 
 use std::time::Duration;
 
@@ -81,6 +83,13 @@ pub struct Status {
     pub pending: Option<usize>,
     /// memoryd's store and outbox; `None` when memoryd is not part of the box or did not answer.
     pub memory: Option<MemoryLine>,
+    /// What loopd found asking every part a turn needs (`health` on loop.sock); `None` when
+    /// loop.sock did not answer.
+    pub health: Option<Vec<bxcore::HealthCheck>>,
+    /// The Matrix channel, as channeld reports it; `None` when it is not part of the box or did
+    /// not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<bxcore::ChannelReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,6 +100,22 @@ pub struct MemoryLine {
     pub outbox: u64,
     /// Why the oldest of them waits, when it waits.
     pub waiting: Option<String>,
+    /// The remote store (Honcho), when one is configured: whether it answered just now.
+    pub remote: Option<bxcore::RemoteHealth>,
+}
+
+/// How long loopd has to ask every part (it gives each of them ten seconds).
+const HEALTH: Duration = Duration::from_secs(45);
+
+/// `health` on loop.sock: every part a turn needs, as loopd finds it (the model provider asked
+/// without spending a token). The owner's socket: the device's owner can ask it too.
+pub fn health(target: &Target) -> Result<Vec<bxcore::HealthCheck>, String> {
+    let socket = target.socket(&layout::LOOP);
+    match client::call(&socket, HEALTH, 4, Message::Health {}, |_| {}) {
+        Ok(Message::HealthReport(r)) => Ok(r.checks),
+        Ok(other) => Err(format!("loop.sock answered health with {}", other.kind())),
+        Err(e) => Err(format!("loop.sock did not answer health: {e}")),
+    }
 }
 
 fn ping(path: &std::path::Path) -> SocketState {
@@ -233,6 +258,8 @@ pub fn gather(target: &Target) -> Status {
             audit: None,
             pending: None,
             memory: None,
+            health: None,
+            channel: None,
         };
     }
     let mut problems = Vec::new();
@@ -303,9 +330,41 @@ pub fn gather(target: &Target) -> Status {
                 store: r.store,
                 outbox: r.outbox,
                 waiting: r.waiting,
+                remote: r.remote,
             }),
             _ => None,
         }
+    } else {
+        None
+    };
+    if let Some(r) = memory.as_ref().and_then(|m| m.remote.as_ref()) {
+        if !r.reachable {
+            problems.push(format!(
+                "memory's remote store does not answer: {}",
+                r.detail
+            ));
+        }
+    }
+    let health = match health(target) {
+        Ok(checks) => {
+            for c in checks.iter().filter(|c| !c.ok) {
+                problems.push(format!("{}: {}", part_name(&c.part), c.detail));
+            }
+            Some(checks)
+        }
+        // loop.sock's own problem (absent, refusing) is named with the sockets already.
+        Err(_) => None,
+    };
+    // The Matrix channel, when the box has one: its homeserver down is a problem with its line.
+    let channel = if expected(target, "channeld") {
+        let r = crate::channel::report(&target.socket(&layout::CHANNEL), PING).ok();
+        if let Some(r) = r.as_ref().filter(|r| !r.connected) {
+            problems.push(format!(
+                "the Matrix channel is not syncing: {}",
+                Shown(&r.detail, Mode::Line)
+            ));
+        }
+        r
     } else {
         None
     };
@@ -320,6 +379,19 @@ pub fn gather(target: &Target) -> Status {
         audit,
         pending,
         memory,
+        health,
+        channel,
+    }
+}
+
+/// What a health check's part is, for a person.
+pub fn part_name(part: &str) -> &str {
+    match part {
+        "inference" => "inferproxy",
+        "provider" => "the model provider",
+        "broker" => "the tool broker",
+        "memory" => "memoryd",
+        other => other,
     }
 }
 
@@ -409,6 +481,34 @@ pub fn render(s: &Status) -> String {
         if let Some(why) = &m.waiting {
             out.push_str(&format!("memory waits: {}\n", Shown(why, Mode::Line)));
         }
+        if let Some(r) = &m.remote {
+            let state = if r.reachable {
+                "answers"
+            } else {
+                "DOES NOT ANSWER"
+            };
+            out.push_str(&format!(
+                "memory's remote store {state}: {}\n",
+                Shown(&r.detail, Mode::Line)
+            ));
+        }
+    }
+    match &s.health {
+        Some(checks) => {
+            out.push_str("as loopd finds them:\n");
+            for c in checks {
+                out.push_str(&format!(
+                    "  {:<18} {}: {}\n",
+                    part_name(&c.part),
+                    if c.ok { "ok" } else { "FAILED" },
+                    Shown(&c.detail, Mode::Line)
+                ));
+            }
+        }
+        None => out.push_str("as loopd finds them: unknown (loop.sock did not answer)\n"),
+    }
+    if let Some(c) = &s.channel {
+        out.push_str(&format!("channel: {}\n", crate::channel::describe(c)));
     }
     out.push('\n');
     if s.healthy {
@@ -485,6 +585,8 @@ mod tests {
             audit: None,
             pending: None,
             memory: None,
+            health: None,
+            channel: None,
         };
         let v = verdict(&s).unwrap();
         assert!(

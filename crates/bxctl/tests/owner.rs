@@ -140,8 +140,9 @@ fn write_frame_of(b: &Box_, session: &str, rel: &str, content: &str) -> (UnixStr
         ),
     )
     .unwrap();
-    let mut d = Deadline::within(&s, WAIT).unwrap();
-    let msg = read_frame(&mut d).unwrap().msg;
+    let msg = read_frame(&mut Deadline::within(&s, WAIT).unwrap())
+        .unwrap()
+        .msg;
     (s, msg)
 }
 
@@ -172,18 +173,28 @@ fn approvals_shows_everything_the_owner_approves() {
     ] {
         assert!(out.contains(&want), "{want:?} not in:\n{out}");
     }
-    // Scripts get the summaries, and each approval whole by id.
+    // Scripts get each approval whole, its arguments as the view shows them, in the list and
+    // by id, `--json` before or after `show ID`.
     let (code, out, _) = bxctl(&b, &["approvals", "--json"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["pending"][0]["approval"], id);
-    assert!(v["pending"][0]["args_bytes"].as_u64().unwrap() > 14);
-    let (code, out, _) = bxctl(&b, &["approvals", "--json", "show", &id]);
-    assert_eq!(code, 0);
-    let a: Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(a["args"]["content"], "the whole text");
-    assert_eq!(a["digest"], v["pending"][0]["digest"]);
-    assert_eq!(a["digest"], bxcore::canonical::digest(&a["args"]));
+    assert_eq!(v["pending"][0]["args"]["content"], "the whole text");
+    for args in [
+        vec!["approvals", "--json", "show", &id],
+        vec!["approvals", "show", &id, "--json"],
+    ] {
+        let (code, out, err) = bxctl(&b, &args);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        let a: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(a["args"]["content"], "the whole text");
+        assert_eq!(a["digest"], v["pending"][0]["digest"]);
+        assert_eq!(a["digest"], bxcore::canonical::digest(&a["args"]));
+        assert!(
+            a["lease_scope"].as_str().unwrap().contains("root notes"),
+            "{a}"
+        );
+    }
 }
 
 #[test]
@@ -252,6 +263,7 @@ fn a_urls_host_is_shown_apart_from_the_rest() {
         untrusted: true,
         rule: "r".into(),
         reason: "why".into(),
+        lease_scope: "web_fetch calls in host evil.example".into(),
         requested: bxcore::Timestamp(0),
         expires: bxcore::Timestamp(1),
     };
@@ -315,7 +327,7 @@ fn approve_runs_the_call_and_deny_refuses_it() {
     assert_eq!(code, 0);
     assert_eq!(
         serde_json::from_str::<Value>(out.trim()).unwrap(),
-        json!({"approval": id, "allow": false})
+        json!({"approval": id, "allow": false, "lease": false})
     );
     assert_eq!(
         final_of(&s),
@@ -455,8 +467,7 @@ fn an_error_that_quotes_a_daemon_reaches_the_terminal_escaped() {
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let server = std::thread::spawn(move || {
         let mut s = bxtest::accept(&listener, "bxctl chat");
-        let mut d = Deadline::within(&s, WAIT).unwrap();
-        let req = read_frame(&mut d).unwrap();
+        let req = read_frame(&mut Deadline::within(&s, WAIT).unwrap()).unwrap();
         write_frame(
             &mut s,
             &Envelope::error(

@@ -87,30 +87,41 @@ impl fmt::Display for PeerName {
 #[serde(transparent)]
 pub struct Peers(pub BTreeMap<String, Vec<PeerName>>);
 
-/// `[serve]`: the bounds of the daemon's sockets.
+/// `[serve]`: every bound of the daemon's sockets, in one table for every daemon.
 ///
 /// ```toml
 /// [serve]
-/// frame_budget = 4194304          # bytes of frames being read at once, every socket together
+/// first_frame_ms = 10000          # a new connection's whole first frame arrives within this
+/// write_ms = 30000                # each frame written is taken within this
+/// frame_budget = 4194304          # bytes of frames being read at once, on each socket
 /// [serve.connections]
 /// "broker.sock" = 32               # connections served at once; absent: the socket's default
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
-    /// Bytes of frame bodies being read at once; at least one whole frame (`MAX_FRAME`).
+    /// How long a new connection has to send its whole first frame.
+    pub first_frame_ms: u64,
+    /// How long a peer has to take each frame written to it.
+    pub write_ms: u64,
+    /// Bytes of frame bodies being read at once on one socket; at least one whole frame
+    /// (`MAX_FRAME`). Each socket has its own: no peer of one socket can use up another's.
     pub frame_budget: usize,
     /// `"<socket>" = N`: the connections a socket serves at once (at least 1).
     pub connections: BTreeMap<String, usize>,
 }
 
-/// The default frame budget: the bytes of frames being read at once, over every socket of the
-/// daemon. Four whole frames of `MAX_FRAME`; never less than one.
+/// The default frame budget of each socket: four whole frames of `MAX_FRAME`.
 pub const DEFAULT_FRAME_BUDGET: usize = 4 * bxcore::MAX_FRAME;
+
+/// The longest `first_frame_ms` and `write_ms`: an hour.
+pub const MAX_SERVE_MS: u64 = 3_600_000;
 
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
+            first_frame_ms: 10_000,
+            write_ms: 30_000,
             frame_budget: DEFAULT_FRAME_BUDGET,
             connections: BTreeMap::new(),
         }
@@ -118,17 +129,35 @@ impl Default for ServeConfig {
 }
 
 impl ServeConfig {
-    /// The cap of `spec`'s socket: the configured one, else its default in `bxcore::layout`.
-    pub fn max_connections(&self, spec: &bxcore::layout::SocketSpec) -> usize {
-        self.connections
-            .get(&spec.file())
-            .copied()
-            .unwrap_or(spec.max_connections)
+    /// How `spec`'s socket serves: the configured cap (else its default in `bxcore::layout`),
+    /// the deadlines and the frame budget.
+    pub fn limits(&self, spec: &bxcore::layout::SocketSpec) -> crate::serve::Limits {
+        crate::serve::Limits {
+            max_connections: self
+                .connections
+                .get(&spec.file())
+                .copied()
+                .unwrap_or(spec.max_connections),
+            first_frame: std::time::Duration::from_millis(self.first_frame_ms),
+            write: std::time::Duration::from_millis(self.write_ms),
+            frame_budget: self.frame_budget,
+        }
     }
 
-    /// Check the table against the sockets the daemon serves: a budget of at least one frame, a
-    /// cap of at least one, no socket the daemon does not serve. `Err` says what is wrong.
+    /// Check the table against the sockets the daemon serves: deadlines between 1 ms and an
+    /// hour, a budget of at least one frame, a cap of at least one, no socket the daemon does not
+    /// serve. `Err` says what is wrong.
     pub fn check(&self, served: &[bxcore::layout::SocketSpec]) -> Result<(), String> {
+        for (key, ms) in [
+            ("first_frame_ms", self.first_frame_ms),
+            ("write_ms", self.write_ms),
+        ] {
+            if ms == 0 || ms > MAX_SERVE_MS {
+                return Err(format!(
+                    "[serve] {key} must be between 1 and {MAX_SERVE_MS}, not {ms}"
+                ));
+            }
+        }
         if self.frame_budget < bxcore::MAX_FRAME {
             return Err(format!(
                 "[serve] frame_budget = {} is less than one whole frame ({} bytes)",

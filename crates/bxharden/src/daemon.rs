@@ -18,6 +18,10 @@
 //! --config FILE`, and the commands of its own (brokerd's `audit`, loopd's `selftest`), worded by
 //! its [`Usage`].
 //!
+//! A daemon is a [`Table`]: its configuration, what it reads, what it opens, its sandbox, its
+//! sockets' handlers and its own commands. [`main`] writes its `main`, `check` and `serve` from
+//! the table, the same for every daemon; each daemon's `main.rs` is its table.
+//!
 //! Every step fails with a [`StartError`], which knows its runbook anchor ([`Anchored`]); [`exit`]
 //! logs it once, through the logger that adds the pointer and `RUNBOOK=`, and exits 1.
 
@@ -26,8 +30,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use bxcore::Envelope;
-use bxcore::layout::SocketSpec;
+use bxcore::layout::{Requests, SocketSpec};
 use bxcore::runbook::Anchored;
 use serde::de::DeserializeOwned;
 
@@ -53,8 +56,12 @@ pub struct Spec {
 /// A daemon's configuration file: TOML read by serde (every table `deny_unknown_fields`), then
 /// the checks serde cannot make.
 pub trait DaemonConfig: DeserializeOwned {
+    /// The sockets the daemon serves: what `[peers]` and `[serve.connections]` may name.
+    const SOCKETS: &'static [SocketSpec];
+
     /// Check what serde cannot, and fill in defaults that depend on other keys. `Err` says what
     /// is wrong, in the configuration's own terms (`[loop] max_tool_rounds must be ...`).
+    /// `[serve]` and `[peers]` are checked against [`Self::SOCKETS`] after it.
     fn check(&mut self) -> Result<(), String>;
 
     /// After [`check`](Self::check), for a configuration read from a file: take the paths it
@@ -69,6 +76,40 @@ pub trait DaemonConfig: DeserializeOwned {
     fn peers(&self) -> &Peers;
     /// `[serve]`.
     fn serve(&self) -> &ServeConfig;
+
+    /// Read, parse and check the configuration at `path`; relative paths in it are taken from
+    /// the file's directory ([`DaemonConfig::resolve`]).
+    fn load(path: &Path) -> Result<Self, ConfigError>
+    where
+        Self: Sized,
+    {
+        load(path)
+    }
+
+    /// Parse and check a configuration's text (errors name no file).
+    fn parse(text: &str) -> Result<Self, ConfigError>
+    where
+        Self: Sized,
+    {
+        parse(Path::new(""), text)
+    }
+}
+
+/// The accessors of the tables every daemon's configuration has (`[sandbox]`, `[peers]`,
+/// `[serve]`), for a configuration whose fields are called so.
+#[macro_export]
+macro_rules! common_tables {
+    () => {
+        fn sandbox(&self) -> &$crate::SandboxConfig {
+            &self.sandbox
+        }
+        fn peers(&self) -> &$crate::Peers {
+            &self.peers
+        }
+        fn serve(&self) -> &$crate::ServeConfig {
+            &self.serve
+        }
+    };
 }
 
 /// Why a configuration does not load: the file's path, then what is wrong.
@@ -88,10 +129,17 @@ pub fn parse<C: DaemonConfig>(path: &Path, text: &str) -> Result<C, ConfigError>
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    cfg.check().map_err(|why| ConfigError::Invalid {
+    let invalid = |why| ConfigError::Invalid {
         path: path.to_path_buf(),
         why,
-    })?;
+    };
+    cfg.check().map_err(invalid)?;
+    cfg.serve().check(C::SOCKETS).map_err(invalid)?;
+    let names: Vec<String> = C::SOCKETS.iter().map(SocketSpec::file).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    cfg.peers()
+        .check_sockets(&names)
+        .map_err(|e| invalid(format!("[peers]: {e}")))?;
     Ok(cfg)
 }
 
@@ -178,38 +226,114 @@ pub fn exit(e: &StartError) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// `<daemon> serve`: the logger for `spec`'s daemon, then `start`, the daemon's start-up, which
-/// returns only with the reason the daemon did not start (it serves until a signal ends the
-/// process); log it and give status 1.
-pub fn run(
-    spec: Spec,
-    start: impl FnOnce() -> Result<std::convert::Infallible, StartError>,
-) -> ExitCode {
-    crate::log::init(spec.daemon);
-    match start() {
-        Ok(never) => match never {},
-        Err(e) => exit(&e),
+/// One daemon, as a table: what bxharden needs to write its `main`, its `check` and its `serve`
+/// (the start-up's steps in their order, module doc). Each daemon's `main.rs` is its table.
+pub trait Table: Sized {
+    /// Its name, version, and the anchor of a configuration it refuses.
+    const SPEC: Spec;
+    /// The words of its command line.
+    const USAGE: Usage;
+    /// Its configuration file.
+    type Config: DaemonConfig;
+    /// What the files its configuration names hold, read by `check` and `serve` alike (a key,
+    /// a CA bundle, a script), before anything is made.
+    type Read;
+    /// What `serve` opens with the whole filesystem there: its sockets, its stores, its locks.
+    type Prepared;
+    /// Its own commands beside `serve` and `check`.
+    type More: More;
+
+    /// Step 3's reading: the files the configuration names. Makes nothing.
+    fn read(cfg: &Self::Config) -> Result<Self::Read, StartError>;
+
+    /// What it serves, for the start-up notices and `check`: never a secret.
+    fn describe(cfg: &Self::Config, read: &Self::Read) -> Vec<String>;
+
+    /// What `check` prints after the configuration loaded and was read, and whether it passes
+    /// (`false`: status 1). By default the description.
+    fn check(cfg: &Self::Config, read: &Self::Read) -> (Vec<String>, bool) {
+        (Self::describe(cfg, read), true)
+    }
+
+    /// How `check` says it refused the configuration or what it names: by default on stderr,
+    /// `<daemon>: <why>; see <pointer>`.
+    fn check_refused(e: &StartError) {
+        eprintln!("{}: {}", Self::SPEC.daemon.name, e.pointed());
+    }
+
+    /// Steps 2 to 4: its own directories, what it opens, its sockets (`Start::listen`).
+    fn prepare(
+        start: &mut Start<Self::Config>,
+        read: Self::Read,
+    ) -> Result<Self::Prepared, StartError>;
+
+    /// Step 5's sandbox: what it may touch, and its seccomp profile.
+    fn profile(start: &Start<Self::Config>, prepared: &Self::Prepared) -> Profile;
+
+    /// Step 6: each socket its handler (`Running::serve`), its own threads, its stop hook.
+    fn serve(
+        cfg: Self::Config,
+        prepared: Self::Prepared,
+        running: &Running,
+    ) -> Result<(), StartError>;
+
+    /// One of its own commands.
+    fn more(command: Self::More) -> ExitCode;
+}
+
+/// The whole program of the daemon `T`: the logger, the command line, then `serve`, `check` or
+/// one of its own commands.
+pub fn main<T: Table>() -> ExitCode {
+    crate::log::init(T::SPEC.daemon);
+    match Cli::<T::More>::parse(T::SPEC.daemon, &T::USAGE) {
+        Command::Serve { config } => match serve::<T>(&config) {
+            Ok(never) => match never {},
+            Err(e) => exit(&e),
+        },
+        Command::Check { config } => check::<T>(&config),
+        Command::More(command) => T::more(command),
     }
 }
 
-/// `<daemon> check --config FILE`: load and check the configuration, then `report`, which
-/// reads what it names and prints what would be served. A refusal is printed on stderr as
-/// `<daemon>: <why>; see <pointer>`, with status 1.
-pub fn check<C: DaemonConfig>(
-    spec: Spec,
-    path: &Path,
-    report: impl FnOnce(C) -> Result<(), StartError>,
-) -> ExitCode {
-    let done = load::<C>(path)
+/// `<daemon> serve --config FILE`: the start-up, then serving until a signal ends the process.
+/// Returns only with the reason the daemon did not start.
+fn serve<T: Table>(config: &Path) -> Result<std::convert::Infallible, StartError> {
+    let mut s = Start::<T::Config>::load(T::SPEC, config)?;
+    let read = T::read(s.cfg())?;
+    let notices = T::describe(s.cfg(), &read);
+    let prepared = T::prepare(&mut s, read)?;
+    let profile = T::profile(&s, &prepared);
+    let (cfg, running) = s.sandbox(&profile)?;
+    T::serve(cfg, prepared, &running)?;
+    for n in notices {
+        crate::log::notice(&n);
+    }
+    running.ready()
+}
+
+/// `<daemon> check --config FILE`: load and check the configuration, read what it names, print
+/// what would be served. A refusal is printed on stderr as `<daemon>: <why>; see <pointer>`,
+/// with status 1.
+fn check<T: Table>(config: &Path) -> ExitCode {
+    let done = load::<T::Config>(config)
         .map_err(|error| StartError::Config {
-            anchor: spec.config_anchor,
+            anchor: T::SPEC.config_anchor,
             error,
         })
-        .and_then(report);
+        .and_then(|cfg| T::read(&cfg).map(|read| T::check(&cfg, &read)));
     match done {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok((lines, ok)) => {
+            for l in lines {
+                println!("{l}");
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
         Err(e) => {
-            eprintln!("{}: {}", spec.daemon.name, e.pointed());
+            T::check_refused(&e);
             ExitCode::FAILURE
         }
     }
@@ -262,9 +386,10 @@ impl<C: DaemonConfig> Start<C> {
         Ok(crate::own_dir(dir, self.owner())?)
     }
 
-    /// Step 4: the socket `spec` (the one systemd handed over by its name, else bound at `path`),
-    /// with its peers and its connection cap from the configuration.
-    pub fn listen(&mut self, spec: SocketSpec, path: &Path) -> Result<Socket, StartError> {
+    /// Step 4: the socket `R` serves (the one systemd handed over by its name, else bound at
+    /// `path`), with its peers and its limits from the configuration.
+    pub fn listen<R: Requests>(&mut self, path: &Path) -> Result<Socket<R>, StartError> {
+        let spec = R::SPEC;
         let policy = self
             .cfg
             .peers()
@@ -280,8 +405,8 @@ impl<C: DaemonConfig> Start<C> {
             empty => empty.insert(crate::activated()?),
         };
         let listener = crate::socket_for(handed, spec.name, path, owner)?;
-        let cap = self.cfg.serve().max_connections(&spec);
-        Ok(Socket::new(listener, spec, policy, cap))
+        let limits = self.cfg.serve().limits(&spec);
+        Ok(Socket::new(listener, policy, limits))
     }
 
     /// Step 5: the sandbox, applied with `profile`; its report is the start-up notice. From here
@@ -289,7 +414,7 @@ impl<C: DaemonConfig> Start<C> {
     pub fn sandbox(self, profile: &Profile) -> Result<(C, Running), StartError> {
         let report = crate::apply(self.cfg.sandbox(), profile)?;
         crate::log::notice(&report.to_string());
-        crate::serve::set_frame_budget(self.cfg.serve().frame_budget);
+        crate::heap::tune();
         Ok((self.cfg, Running { report }))
     }
 }
@@ -306,19 +431,56 @@ impl Running {
         &self.report
     }
 
-    /// Step 6: serve `socket` on its own accept thread, each request (a kind its table accepts)
-    /// handed to `handler`.
-    pub fn serve<H>(&self, socket: Socket, handler: H) -> Result<(), StartError>
+    /// Step 6: serve `socket` on its own accept thread, each request (an `R`: a kind its table
+    /// accepts) handed to `handler` with its id.
+    pub fn serve<R, H>(&self, socket: Socket<R>, handler: H) -> Result<(), StartError>
     where
-        H: Fn(UnixStream, Envelope) + Send + Sync + 'static,
+        R: Requests,
+        H: Fn(UnixStream, u64, R) + Send + Sync + 'static,
     {
-        let file = socket.spec.file();
+        let file = R::SPEC.file();
         crate::serve::accept_loop(socket, handler)
             .map(drop)
             .map_err(|error| StartError::Thread {
                 socket: file,
                 error,
             })
+    }
+
+    /// A thread of the daemon's own, named `name`.
+    pub fn thread<F>(&self, name: &str, f: F) -> Result<(), StartError>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(f)
+            .map(drop)
+            .map_err(|error| StartError::Thread {
+                socket: name.to_owned(),
+                error,
+            })
+    }
+
+    /// Run `f` when SIGTERM or SIGINT asks the daemon to stop, then end the process with status
+    /// 0 (brokerd logs its chain's head). The signal's handler only writes one byte into a pipe
+    /// (async-signal-safe); a thread of its own reads it and runs `f`.
+    pub fn on_stop<F>(&self, f: F) -> Result<(), StartError>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let r = crate::stop::pipe().map_err(|e| {
+            StartError::own(
+                LISTENER_ANCHOR,
+                format!("cannot catch SIGTERM for a clean stop: {e}"),
+            )
+        })?;
+        self.thread("stop", move || {
+            if crate::stop::wait(&r) {
+                f();
+                std::process::exit(0);
+            }
+        })
     }
 
     /// Give back the heap the start-up freed ([`crate::heap`]), tell the service manager the

@@ -18,3 +18,17 @@ pub fn give_back() {
 unsafe extern "C" {
     fn malloc_trim(pad: usize) -> i32;
 }
+
+/// Fix how the heap takes big buffers, once, before the daemon serves, so that memory a frame
+/// used goes back to the system once the frame is done: glibc maps every allocation of 128 KiB
+/// and more on its own and unmaps it when freed (by default the threshold rises with the first
+/// such free, after which frame-sized buffers stay in the heap), and keeps two arenas, not eight
+/// per core, so that a thread per connection does not mean a heap per thread.
+pub fn tune() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets glibc's allocator parameters; it takes plain integers.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}

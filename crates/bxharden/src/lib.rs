@@ -25,6 +25,7 @@ pub mod sandbox;
 pub mod seccomp;
 pub mod serve;
 pub mod socket;
+pub mod stop;
 pub mod threads;
 
 pub use child_sandbox::ChildSandbox;

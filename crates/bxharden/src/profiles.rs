@@ -69,11 +69,16 @@ pub enum SeccompProfile {
     /// The `run` tool's child, installed after `fork` and before `execve`: what an ordinary
     /// program needs, Unix sockets only, no way out of its domain.
     RunChild,
+    /// The Matrix channel: the server skeleton (its owner socket, its own files, the journal),
+    /// Unix sockets to loopd and brokerd, and TCP stream sockets to its homeserver, whose
+    /// addresses it resolved before the sandbox closed: no datagram socket (no name lookup
+    /// inside), so none of [`NET_CLIENT`]'s calls; nothing else of its own ([`CHANNELD`]).
+    Channeld,
 }
 
 impl SeccompProfile {
     /// Every profile, for the pin test and the proof matrix.
-    pub const ALL: [SeccompProfile; 8] = [
+    pub const ALL: [SeccompProfile; 9] = [
         SeccompProfile::Loopd,
         SeccompProfile::Brokerd { run_tool: false },
         SeccompProfile::Brokerd { run_tool: true },
@@ -82,6 +87,7 @@ impl SeccompProfile {
         SeccompProfile::Memoryd { remote: false },
         SeccompProfile::Memoryd { remote: true },
         SeccompProfile::RunChild,
+        SeccompProfile::Channeld,
     ];
 
     /// Its name in the startup notice and the pinned file.
@@ -95,6 +101,7 @@ impl SeccompProfile {
             SeccompProfile::Memoryd { remote: false } => "memoryd",
             SeccompProfile::Memoryd { remote: true } => "memoryd+net",
             SeccompProfile::RunChild => "run-child",
+            SeccompProfile::Channeld => "channeld",
         }
     }
 
@@ -105,6 +112,7 @@ impl SeccompProfile {
             SeccompProfile::Gatewayd
                 | SeccompProfile::Inferproxy
                 | SeccompProfile::Memoryd { remote: true }
+                | SeccompProfile::Channeld
         )
     }
 
@@ -113,7 +121,10 @@ impl SeccompProfile {
     /// by `sendto`). inferproxy, whose one peer is the provider, over TCP; gatewayd, which
     /// looks names up over TCP too.
     pub fn inet_stream_only(self) -> bool {
-        matches!(self, SeccompProfile::Inferproxy | SeccompProfile::Gatewayd)
+        matches!(
+            self,
+            SeccompProfile::Inferproxy | SeccompProfile::Gatewayd | SeccompProfile::Channeld
+        )
     }
 
     /// The socket families `socket` and `socketpair` accept.
@@ -136,8 +147,12 @@ impl SeccompProfile {
             Arch::X86_64 => SERVER_X86_64,
             Arch::Aarch64 => SERVER_AARCH64,
         });
-        if self.inet() {
+        // channeld resolves its homeserver before the sandbox: no lookup, no datagram inside.
+        if self.inet() && self != SeccompProfile::Channeld {
             s.extend(NET_CLIENT);
+        }
+        if self == SeccompProfile::Channeld {
+            s.extend(CHANNELD);
         }
         if matches!(self, SeccompProfile::Brokerd { .. }) {
             s.extend(BROKERD);
@@ -305,6 +320,15 @@ const SERVER_AARCH64: &[&str] = &[];
 
 /// A TCP client resolving names: DNS over UDP too.
 const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
+
+/// channeld, beyond the skeleton, measured over its whole test suite (against a real Synapse)
+/// under `KillProcess`: nothing. Its HTTP client (ureq with rustls) reads and writes TCP
+/// streams with the skeleton's `read`, `write`, `sendto`, `recvfrom`, `ppoll`; its homeserver's
+/// addresses were resolved before the sandbox (so neither `sendmmsg` nor `recvmmsg`, which a
+/// lookup over UDP makes); its sync, relay and approval threads are the skeleton's threads;
+/// its state files are the skeleton's durable writes. Each call a later measurement adds goes
+/// here, with why.
+const CHANNELD: &[&str] = &[];
 
 /// brokerd, measured over its whole test suite under `KillProcess`: the workspace tools open
 /// every path with `openat2(RESOLVE_BENEATH)`.

@@ -1,19 +1,26 @@
 //! The one connection path every socket of every daemon uses: one accept thread per socket, a
 //! thread per connection (a small stack), the peer checked before a byte is read, a cap on the
 //! connections a socket serves at once (a new one over it is answered `unavailable` and closed),
-//! one request per connection read through a deadline and within the daemon's frame budget,
+//! one request per connection read through a deadline and within the socket's own frame budget,
 //! `ping` answered here, malformed frames answered here, and the socket's dispatch table
-//! (`bxcore::layout`) checked here: a handler sees only a kind its socket accepts.
+//! (`bxcore::layout`) checked here: a handler is given its socket's [`Requests`] value, never a
+//! kind its socket does not accept.
+//!
+//! Every bound is the socket's own ([`Limits`], from the daemon's `[serve]` table): no principal
+//! can use up what another's socket serves with. A frame's body is reserved from its socket's
+//! budget as its bytes arrive (a chunk at a time), so a peer that names a large frame and sends
+//! nothing holds one chunk until its deadline, not the frame.
 
-use std::io;
+use std::io::{self, Read};
+use std::marker::PhantomData;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use bxcore::deadline::Deadline;
-use bxcore::layout::{SocketSpec, WrongKind};
+use bxcore::layout::{Requests, SocketSpec, WrongKind};
 use bxcore::{Envelope, ErrorCode, FrameError, Message, PROTOCOL_VERSION, Pong};
 
 use crate::log::daemon;
@@ -25,150 +32,169 @@ pub const LISTENER_ANCHOR: &str = "listener-lost";
 pub const PEER_REFUSED_ANCHOR: &str = "socket-peer-refused";
 /// The runbook anchor of a refused message kind.
 pub const FORBIDDEN_ANCHOR: &str = "socket-forbidden";
-/// The runbook anchor of a socket at its connection cap, or frames over the frame budget.
+/// The runbook anchor of a socket at its connection cap, or frames over its frame budget.
 pub const BUSY_ANCHOR: &str = "socket-busy";
 
 /// The stack of each connection's thread: a tenth of std's 2 MiB default, ample for one request
 /// (serde's recursion is bounded at 128 levels), so a socket at its cap costs little.
 pub const CONNECTION_STACK: usize = 512 * 1024;
-/// The default frame budget (`[serve] frame_budget`), until the start-up sets the configured one.
-pub use crate::config::DEFAULT_FRAME_BUDGET;
-/// How long a peer has to send its whole first frame, and to take each frame written to it.
+
+/// The most of a frame's body reserved from the budget before those bytes are read.
+pub const CHUNK: usize = 64 * 1024;
+
+/// How one socket serves: what `[serve]` says for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    /// `first_frame_ms`: the first frame must be complete within this.
-    pub first_frame_ms: u64,
-    /// `write_ms`: each frame written must be taken within this.
-    pub write_ms: u64,
+pub struct Limits {
+    /// How many connections it serves at once (at least 1).
+    pub max_connections: usize,
+    /// A new connection's whole first frame must arrive within this.
+    pub first_frame: Duration,
+    /// Each frame written must be taken within this.
+    pub write: Duration,
+    /// The bytes of frame bodies being read at once on this socket (at least one whole frame).
+    pub frame_budget: usize,
 }
 
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            first_frame_ms: 10_000,
-            write_ms: 30_000,
+impl Limits {
+    /// The socket's defaults: its own cap (`bxcore::layout`), 10 s, 30 s, four whole frames.
+    pub fn of(spec: &SocketSpec) -> Limits {
+        Limits {
+            max_connections: spec.max_connections,
+            first_frame: Duration::from_millis(10_000),
+            write: Duration::from_millis(30_000),
+            frame_budget: crate::config::DEFAULT_FRAME_BUDGET,
         }
     }
 }
 
-static TIMEOUTS: OnceLock<Timeouts> = OnceLock::new();
-
-/// Set the daemon's timeouts, once, before serving (a daemon whose configuration has them).
-/// `false`: they were set (or used) already and stay as they were.
-pub fn set_timeouts(t: Timeouts) -> bool {
-    TIMEOUTS.set(t).is_ok()
-}
-
-/// The timeouts in force: those set by [`set_timeouts`], else the defaults (10 s, 30 s).
-pub fn timeouts() -> Timeouts {
-    *TIMEOUTS.get_or_init(Timeouts::default)
-}
-
-/// The frame budget: how many bytes of frame bodies may be held by reads under way at once.
+/// One socket's frame budget: how many bytes of frame bodies the reads under way hold at once.
+///
+/// A read holds its body's bytes a chunk at a time, as they arrive, so a peer that sends a length
+/// and nothing more holds nothing. A read that needs a chunk the budget has no room for waits for
+/// one, within its deadline, while some other read that holds bytes is still reading (it will
+/// finish or fail, and give them back). When every other holder waits too, waiting would be a
+/// deadlock: the read gives way instead (`unavailable`, and what it held goes back).
 #[derive(Debug)]
 struct Budget {
     cap: usize,
-    used: Mutex<usize>,
+    state: Mutex<Use>,
     freed: Condvar,
 }
 
-static BUDGET: OnceLock<Budget> = OnceLock::new();
-
-/// Set the daemon's frame budget, once, before serving. It is raised to one whole frame
-/// (`MAX_FRAME`) when smaller, so any frame can be read. `false`: it was set (or used) already.
-///
-/// It also fixes how the heap takes big buffers, so that memory a frame used goes back to the
-/// system once the frame is done: glibc maps every allocation of 128 KiB and more on its own and
-/// unmaps it when freed (by default the threshold rises with the first such free, after which
-/// frame-sized buffers stay in the heap), and keeps two arenas, not eight per core, so that a
-/// thread per connection does not mean a heap per thread.
-pub fn set_frame_budget(bytes: usize) -> bool {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets glibc's allocator parameters; it takes plain integers.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-    BUDGET
-        .set(Budget {
-            cap: bytes.max(bxcore::MAX_FRAME),
-            used: Mutex::new(0),
-            freed: Condvar::new(),
-        })
-        .is_ok()
+/// What the reads under way hold.
+#[derive(Debug, Default)]
+struct Use {
+    /// Bytes held.
+    bytes: usize,
+    /// Reads that hold some.
+    holders: usize,
+    /// Of those, the ones waiting for room.
+    waiting: usize,
 }
 
-fn budget() -> &'static Budget {
-    BUDGET.get_or_init(|| Budget {
-        cap: DEFAULT_FRAME_BUDGET,
-        used: Mutex::new(0),
-        freed: Condvar::new(),
-    })
+/// Why a read got no room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoRoom {
+    /// The deadline passed while it waited.
+    Late,
+    /// Every other read that holds bytes waits for room too.
+    GaveWay,
 }
-
-/// The frame budget in force, in bytes.
-pub fn frame_budget() -> usize {
-    budget().cap
-}
-
-/// `n` bytes of the budget, given back when dropped.
-struct Reserved(usize);
 
 impl Budget {
-    /// Wait until `n` bytes are free, or `until` passes (`None`).
-    fn reserve(&'static self, n: usize, until: Instant) -> Option<Reserved> {
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+    fn new(cap: usize) -> Arc<Budget> {
+        Arc::new(Budget {
+            cap: cap.max(bxcore::MAX_FRAME),
+            state: Mutex::new(Use::default()),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// Add `n` bytes to `held`, waiting until the budget has room or `until` passes.
+    fn take(&self, held: &mut usize, n: usize, until: Instant) -> Result<(), NoRoom> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if *used + n <= self.cap {
-                *used += n;
-                return Some(Reserved(n));
+            if state.bytes + n <= self.cap {
+                state.bytes += n;
+                if *held == 0 {
+                    state.holders += 1;
+                }
+                *held += n;
+                return Ok(());
+            }
+            let holding = *held > 0;
+            let reading = state.holders - state.waiting - usize::from(holding);
+            if holding && reading == 0 {
+                return Err(NoRoom::GaveWay);
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return None;
+                return Err(NoRoom::Late);
             }
-            used = self
+            state.waiting += usize::from(holding);
+            state = self
                 .freed
-                .wait_timeout(used, left)
+                .wait_timeout(state, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            state.waiting -= usize::from(holding);
         }
     }
-}
 
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        let b = budget();
-        let mut used = b.used.lock().unwrap_or_else(|p| p.into_inner());
-        *used -= self.0;
-        b.freed.notify_all();
+    /// Give back everything a read held (`n` bytes, 0 when it held none).
+    fn give_back(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.bytes -= n;
+        state.holders -= 1;
+        self.freed.notify_all();
     }
 }
 
-/// One socket to serve: its listener, what it is (its name and dispatch table), who may connect,
-/// and how many connections it serves at once.
-#[derive(Debug)]
-pub struct Socket {
-    pub listener: UnixListener,
-    pub spec: SocketSpec,
-    pub policy: PeerPolicy,
-    pub max_connections: usize,
+/// What one read holds of its socket's budget, given back when dropped.
+struct Held<'a> {
+    budget: &'a Budget,
+    n: usize,
 }
 
-impl Socket {
-    /// `listener` serving `spec` for `policy`, capped at `max_connections` (at least 1).
-    pub fn new(
-        listener: UnixListener,
-        spec: SocketSpec,
-        policy: PeerPolicy,
-        max_connections: usize,
-    ) -> Socket {
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.budget.give_back(self.n);
+    }
+}
+
+/// One socket to serve: its listener, who may connect, its limits, and the requests it takes
+/// (`R`, which names its spec).
+#[derive(Debug)]
+pub struct Socket<R> {
+    pub listener: UnixListener,
+    pub policy: PeerPolicy,
+    pub limits: Limits,
+    budget: Arc<Budget>,
+    requests: PhantomData<fn() -> R>,
+}
+
+impl<R: Requests> Socket<R> {
+    /// `listener` serving `R`'s socket for `policy`, bounded by `limits`.
+    pub fn new(listener: UnixListener, policy: PeerPolicy, limits: Limits) -> Socket<R> {
+        let limits = Limits {
+            max_connections: limits.max_connections.max(1),
+            ..limits
+        };
         Socket {
             listener,
-            spec,
             policy,
-            max_connections: max_connections.max(1),
+            budget: Budget::new(limits.frame_budget),
+            limits,
+            requests: PhantomData,
         }
+    }
+
+    /// What it is: `R`'s socket.
+    pub fn spec(&self) -> SocketSpec {
+        R::SPEC
     }
 }
 
@@ -195,14 +221,15 @@ fn transient(e: &io::Error) -> bool {
 /// error that is not transient means the listening socket is gone: the line is logged and the
 /// process exits with status 1, so the service manager restarts it rather than leave a daemon
 /// that answers nobody.
-pub fn accept_loop<H>(socket: Socket, handler: H) -> io::Result<JoinHandle<()>>
+pub fn accept_loop<R, H>(socket: Socket<R>, handler: H) -> io::Result<JoinHandle<()>>
 where
-    H: Fn(UnixStream, Envelope) + Send + Sync + 'static,
+    R: Requests,
+    H: Fn(UnixStream, u64, R) + Send + Sync + 'static,
 {
     thread::Builder::new()
-        .name(format!("accept-{}", socket.spec.name))
+        .name(format!("accept-{}", R::SPEC.name))
         .spawn(move || {
-            let file = socket.spec.file();
+            let file = R::SPEC.file();
             let e = accept_here(socket, handler);
             crate::runbook!(
                 LISTENER_ANCHOR,
@@ -218,20 +245,23 @@ where
 /// id 0, and one `socket-peer-refused` line); at the cap, it gets `error unavailable` naming the
 /// `socket-busy` entry and is closed (one line per episode); otherwise it gets a thread with a
 /// small stack, which reads its one request ([`read_request`]), answers `ping` and a kind the
-/// table does not list, and hands the rest to `handler`.
+/// table does not list, and hands the rest to `handler` as an `R`.
 ///
 /// A transient accept error (out of descriptors, ...) is logged once per episode with the
 /// `listener-lost` pointer and retried every 200 ms.
-pub fn accept_here<H>(socket: Socket, handler: H) -> io::Error
+pub fn accept_here<R, H>(socket: Socket<R>, handler: H) -> io::Error
 where
-    H: Fn(UnixStream, Envelope) + Send + Sync + 'static,
+    R: Requests,
+    H: Fn(UnixStream, u64, R) + Send + Sync + 'static,
 {
     let Socket {
         listener,
-        spec,
         policy,
-        max_connections,
+        limits,
+        budget,
+        ..
     } = socket;
+    let spec = R::SPEC;
     let file = spec.file();
     let handler = Arc::new(handler);
     let open = Arc::new(AtomicUsize::new(0));
@@ -266,18 +296,19 @@ where
             refuse_peer(stream, &file, uid);
             continue;
         }
-        if open.load(Ordering::Acquire) >= max_connections {
+        let max = limits.max_connections;
+        if open.load(Ordering::Acquire) >= max {
             if !full {
                 full = true;
                 crate::runbook!(
                     BUSY_ANCHOR,
-                    "{file} is serving {max_connections} connections, its cap; new ones are answered unavailable"
+                    "{file} is serving {max} connections, its cap; new ones are answered unavailable"
                 );
             }
             busy(
                 stream,
                 format!(
-                    "{file} is serving {max_connections} connections, its cap; {}",
+                    "{file} is serving {max} connections, its cap; {}",
                     bxcore::runbook::pointer(BUSY_ANCHOR)
                 ),
             );
@@ -291,6 +322,7 @@ where
         };
         let taken = Arc::clone(&slot);
         let handler = Arc::clone(&handler);
+        let budget = Arc::clone(&budget);
         let spawned = thread::Builder::new()
             .name(format!("conn-{}", spec.name))
             .stack_size(CONNECTION_STACK)
@@ -298,7 +330,7 @@ where
                 let _conn = conn;
                 let stream = taken.lock().unwrap_or_else(|p| p.into_inner()).take();
                 if let Some(stream) = stream {
-                    serve_one(stream, &spec, &*handler);
+                    serve_one::<R, H>(stream, &limits, &budget, &*handler);
                 }
             });
         if let Err(e) = spawned {
@@ -360,18 +392,19 @@ fn refuse_peer(mut stream: UnixStream, socket: &str, uid: Option<u32>) {
 }
 
 /// One connection on its own thread: the request, checked against the table, to the handler.
-fn serve_one<H>(mut stream: UnixStream, spec: &SocketSpec, handler: &H)
+fn serve_one<R, H>(mut stream: UnixStream, limits: &Limits, budget: &Budget, handler: &H)
 where
-    H: Fn(UnixStream, Envelope),
+    R: Requests,
+    H: Fn(UnixStream, u64, R),
 {
-    let Some(env) = read_request(&mut stream) else {
+    let spec = R::SPEC;
+    let Some(env) = read_one(&mut stream, limits, budget) else {
         return;
     };
-    if !spec.accepts(env.msg.kind()) {
-        wrong_kind(&mut stream, spec, env.id, &env.msg);
-        return;
+    match R::from_message(env.msg) {
+        Ok(request) => handler(stream, env.id, request),
+        Err(msg) => wrong_kind(&mut stream, &spec, env.id, &msg),
     }
-    handler(stream, env);
 }
 
 /// Answer a kind the socket's table does not list, as the table says.
@@ -401,40 +434,21 @@ fn wrong_kind(stream: &mut UnixStream, spec: &SocketSpec, id: u64, msg: &Message
     }
 }
 
-/// Read the connection's one request: its whole first frame within `first_frame_ms`, its body
-/// only once the frame budget has room for it (waiting within the same deadline).
-///
-/// - `ping` is answered here (`pong {daemon, version, protocol}`, never logged): `None`.
-/// - A malformed frame, a silent or trickling peer: answered here with an `error` frame, id 0,
-///   code [`FrameError::code`]: `None`.
-/// - No room in the budget before the deadline: `error unavailable`, id 0: `None`.
-/// - The peer closed before sending anything: `None`, silently.
-/// - Otherwise the envelope, for the daemon to answer.
-pub fn read_request(stream: &mut UnixStream) -> Option<Envelope> {
-    let t = timeouts();
-    let _ = stream.set_write_timeout(Some(Duration::from_millis(t.write_ms.max(1))));
-    let read = match Deadline::within(stream, Duration::from_millis(t.first_frame_ms)) {
-        Some(mut deadline) => bxcore::read_frame_len(&mut deadline).map(|n| {
-            // The body's bytes are held only with the budget's leave.
-            budget()
-                .reserve(n, deadline.until())
-                .map(|_reserved| bxcore::read_frame_body(&mut deadline, n))
-        }),
-        None => Err(FrameError::Io(io::Error::from(io::ErrorKind::TimedOut))),
-    };
-    let read = match read {
-        Ok(Some(body)) => body,
-        Ok(None) => {
-            let detail = format!(
-                "frames being read take the whole budget of {} bytes; {}",
-                budget().cap,
-                bxcore::runbook::pointer(BUSY_ANCHOR)
-            );
-            let _ =
-                bxcore::write_frame(stream, &Envelope::error(0, ErrorCode::Unavailable, detail));
-            return None;
-        }
-        Err(e) => Err(e),
+/// Read the connection's one request as `limits` say: its whole first frame within their first
+/// frame's time, its body's bytes held from the socket's own frame budget as they arrive, a
+/// chunk at a time (waiting for room within the same deadline). See [`read_request`] for what
+/// is answered here.
+fn read_one(stream: &mut UnixStream, limits: &Limits, budget: &Budget) -> Option<Envelope> {
+    let _ = stream.set_write_timeout(Some(limits.write.max(Duration::from_millis(1))));
+    let first_ms = limits.first_frame.as_millis();
+    let read = match Deadline::within(stream, limits.first_frame) {
+        Some(mut deadline) => match bxcore::read_frame_len(&mut deadline) {
+            Ok(n) => read_body(&mut deadline, n, budget),
+            Err(e) => Err(Some(e)),
+        },
+        None => Err(Some(FrameError::Io(io::Error::from(
+            io::ErrorKind::TimedOut,
+        )))),
     };
     match read {
         Ok(Envelope {
@@ -446,10 +460,21 @@ pub fn read_request(stream: &mut UnixStream) -> Option<Envelope> {
             None
         }
         Ok(env) => Some(env),
-        Err(FrameError::Closed) => None,
-        Err(e) => {
+        // No room in the budget before the deadline.
+        Err(None) => {
+            let detail = format!(
+                "frames being read on this socket take its whole budget of {} bytes; {}",
+                budget.cap,
+                bxcore::runbook::pointer(BUSY_ANCHOR)
+            );
+            let _ =
+                bxcore::write_frame(stream, &Envelope::error(0, ErrorCode::Unavailable, detail));
+            None
+        }
+        Err(Some(FrameError::Closed)) => None,
+        Err(Some(e)) => {
             let detail = if e.is_timeout() {
-                format!("no whole frame within {} ms", t.first_frame_ms)
+                format!("no whole frame within {first_ms} ms")
             } else {
                 e.to_string()
             };
@@ -459,8 +484,56 @@ pub fn read_request(stream: &mut UnixStream) -> Option<Envelope> {
     }
 }
 
+/// The body of a frame of `n` bytes, each chunk held from `budget` before it is read;
+/// `Err(None)`: the budget had no room (before the deadline, or every other read waited too).
+fn read_body(
+    r: &mut Deadline<'_>,
+    n: usize,
+    budget: &Budget,
+) -> Result<Envelope, Option<FrameError>> {
+    let mut held = Held { budget, n: 0 };
+    let mut body: Vec<u8> = Vec::new();
+    while body.len() < n {
+        let chunk = CHUNK.min(n - body.len());
+        budget
+            .take(&mut held.n, chunk, r.until())
+            .map_err(|_| None)?;
+        let start = body.len();
+        body.resize(start + chunk, 0);
+        let mut got = start;
+        while got < start + chunk {
+            match r.read(&mut body[got..start + chunk]) {
+                Ok(0) => {
+                    return Err(Some(FrameError::Io(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the stream ended after {got} of {n} bytes"),
+                    ))));
+                }
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Some(FrameError::Io(e))),
+            }
+        }
+    }
+    bxcore::decode_body(body).map_err(Some)
+}
+
+/// Read the connection's one request with a socket's default [`Limits`] and a budget of its own:
+/// for a server of one connection (a test's stand-in).
+///
+/// - `ping` is answered here (`pong {daemon, version, protocol}`, never logged): `None`.
+/// - A malformed frame, a silent or trickling peer: answered here with an `error` frame, id 0,
+///   code [`FrameError::code`]: `None`.
+/// - No room in the budget before the deadline: `error unavailable`, id 0: `None`.
+/// - The peer closed before sending anything: `None`, silently.
+/// - Otherwise the envelope, for the daemon to answer.
+pub fn read_request(stream: &mut UnixStream, limits: &Limits) -> Option<Envelope> {
+    let budget = Budget::new(limits.frame_budget);
+    read_one(stream, limits, &budget)
+}
+
 /// This daemon's `pong`: its name, its version, the protocol it speaks.
-pub fn pong() -> Message {
+fn pong() -> Message {
     let d = daemon();
     Message::Pong(Pong {
         daemon: d.name.to_owned(),
@@ -478,7 +551,7 @@ pub fn send(stream: &mut UnixStream, id: u64, last: bool, msg: Message) -> bool 
 /// Refuse a kind `socket` does not accept: log `{daemon}: refused the message kind {kind} on
 /// {socket}` with the `socket-forbidden` pointer, and answer `error forbidden` "`{kind} is not
 /// accepted on {socket}`".
-pub fn forbid(stream: &mut UnixStream, id: u64, msg: &Message, socket: &str) {
+fn forbid(stream: &mut UnixStream, id: u64, msg: &Message, socket: &str) {
     let kind = msg.kind();
     crate::runbook!(
         FORBIDDEN_ANCHOR,
@@ -490,20 +563,6 @@ pub fn forbid(stream: &mut UnixStream, id: u64, msg: &Message, socket: &str) {
             id,
             ErrorCode::Forbidden,
             format!("{kind} is not accepted on {socket}"),
-        ),
-    );
-}
-
-/// Answer a kind the socket's table lists but its handler does not take: a fault of the daemon
-/// (its table and its handler disagree), answered `internal`. The dispatch table test of each
-/// daemon keeps this from happening.
-pub fn unhandled(stream: &mut UnixStream, id: u64, msg: &Message) {
-    let _ = bxcore::write_frame(
-        stream,
-        &Envelope::error(
-            id,
-            ErrorCode::Internal,
-            format!("{} is in the socket's table but has no handler", msg.kind()),
         ),
     );
 }

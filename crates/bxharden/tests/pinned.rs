@@ -225,4 +225,9 @@ fn only_network_profiles_open_inet_sockets() {
     assert!(!SeccompProfile::Memoryd { remote: false }.inet());
     assert!(!SeccompProfile::Loopd.inet());
     assert!(!SeccompProfile::Brokerd { run_tool: true }.inet());
+    // The Matrix channel: TCP to its homeserver only, resolved before the sandbox.
+    assert!(SeccompProfile::Channeld.inet());
+    assert!(SeccompProfile::Channeld.inet_stream_only());
+    let channeld = SeccompProfile::Channeld.syscalls(Arch::X86_64);
+    assert!(!channeld.contains("sendmmsg") && !channeld.contains("recvmmsg"));
 }

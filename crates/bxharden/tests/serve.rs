@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use bxcore::layout::{SocketSpec, WrongKind};
-use bxcore::{Envelope, ErrorCode, Message, PROTOCOL_VERSION, read_frame, write_frame};
-use bxharden::serve::{self, Timeouts};
+use bxcore::layout::{Requests, SocketSpec};
+use bxcore::{Envelope, ErrorCode, Message, PROTOCOL_VERSION, Turn, read_frame, write_frame};
+use bxharden::serve::{self, Limits};
 use bxharden::{Daemon, PeerPolicy};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -22,11 +22,6 @@ fn setup() {
             name: "testd",
             version: "9.8.7",
         });
-        // A short first-frame deadline so the silent-peer test does not wait 10 s.
-        assert!(serve::set_timeouts(Timeouts {
-            first_frame_ms: 500,
-            write_ms: 10_000,
-        }));
     });
 }
 
@@ -34,42 +29,72 @@ fn me() -> u32 {
     nix::unistd::Uid::effective().as_raw()
 }
 
-/// A socket served by `accept_loop` with `policy`, answering every request with `turn_done`-like
-/// echo: `tools_list` is answered with `tools {}`, anything else is forbidden.
-fn serve_on(dir: &Path, policy: PeerPolicy) -> PathBuf {
-    serve_table(dir, policy, T_SOCK, 16)
+bxcore::socket! {
+    /// `t.sock`: its table takes `tools_list` only.
+    T_SOCK, TRequest {
+        name: "t", dir: "test", server: "testd", client: "testd",
+        wrong_kind: Forbidden, max_connections: 16,
+        accepts: { ToolsList = "tools_list" }
+    }
 }
 
-fn serve_table(dir: &Path, policy: PeerPolicy, spec: SocketSpec, cap: usize) -> PathBuf {
-    setup();
-    let path = dir.join(spec.file());
-    let listener = UnixListener::bind(&path).unwrap();
-    let socket = serve::Socket::new(listener, spec, policy, cap);
-    serve::accept_loop(socket, |mut stream, env| match env.msg {
-        Message::ToolsList {} => {
-            serve::send(
-                &mut stream,
-                env.id,
-                true,
-                Message::Tools(bxcore::Tools { tools: vec![] }),
-            );
-        }
-        other => serve::unhandled(&mut stream, env.id, &other),
+bxcore::socket! {
+    /// `l.sock`: a table like loop.sock's, which answers a wrong kind `bad_message`.
+    L_SOCK, LRequest {
+        name: "l", dir: "test", server: "testd", client: "testd",
+        wrong_kind: BadMessage, max_connections: 16,
+        accepts: { Turn(Turn) = "turn" }
+    }
+}
+
+/// Limits with a short first-frame deadline (so the silent-peer test does not wait 10 s) and a
+/// cap of `cap`.
+fn limits(spec: &SocketSpec, cap: usize) -> Limits {
+    Limits {
+        max_connections: cap,
+        first_frame: Duration::from_millis(500),
+        write: Duration::from_secs(10),
+        ..Limits::of(spec)
+    }
+}
+
+/// t.sock served by `accept_loop` with `policy`: `tools_list` is answered with `tools {}`.
+fn serve_on(dir: &Path, policy: PeerPolicy) -> PathBuf {
+    serve_t(dir, policy, 16)
+}
+
+fn serve_t(dir: &Path, policy: PeerPolicy, cap: usize) -> PathBuf {
+    serve_table::<TRequest>(dir, policy, cap, |mut stream, id, TRequest::ToolsList| {
+        let tools = Message::Tools(bxcore::Tools {
+            tools: vec![],
+            workspace: vec![],
+        });
+        serve::send(&mut stream, id, true, tools);
     })
-    .unwrap();
+}
+
+fn serve_table<R: Requests>(
+    dir: &Path,
+    policy: PeerPolicy,
+    cap: usize,
+    handler: impl Fn(UnixStream, u64, R) + Send + Sync + 'static,
+) -> PathBuf {
+    serve_limited(dir, policy, limits(&R::SPEC, cap), handler)
+}
+
+fn serve_limited<R: Requests>(
+    dir: &Path,
+    policy: PeerPolicy,
+    limits: Limits,
+    handler: impl Fn(UnixStream, u64, R) + Send + Sync + 'static,
+) -> PathBuf {
+    setup();
+    let path = dir.join(R::SPEC.file());
+    let listener = UnixListener::bind(&path).unwrap();
+    let socket = serve::Socket::<R>::new(listener, policy, limits);
+    serve::accept_loop(socket, handler).unwrap();
     path
 }
-
-/// `t.sock`: its table takes `tools_list` only.
-const T_SOCK: SocketSpec = SocketSpec {
-    name: "t",
-    dir: "test",
-    server: "testd",
-    client: "testd",
-    accepts: &["tools_list"],
-    wrong_kind: WrongKind::Forbidden,
-    max_connections: 16,
-};
 
 fn connect(path: &Path) -> UnixStream {
     let s = UnixStream::connect(path).unwrap();
@@ -259,21 +284,15 @@ fn a_peer_the_policy_does_not_list_is_refused_before_it_speaks() {
     assert_closed(&mut s);
 }
 
-/// `l.sock`: a table like loop.sock's, which answers a wrong kind `bad_message`.
-const L_SOCK: SocketSpec = SocketSpec {
-    name: "l",
-    dir: "test",
-    server: "testd",
-    client: "testd",
-    accepts: &["turn"],
-    wrong_kind: WrongKind::BadMessage,
-    max_connections: 16,
-};
-
 #[test]
 fn a_kind_a_bad_message_table_does_not_list_is_bad_message_with_its_id() {
     let dir = tempfile::tempdir().unwrap();
-    let path = serve_table(dir.path(), PeerPolicy::new("l.sock", [me()]), L_SOCK, 16);
+    let path = serve_table::<LRequest>(
+        dir.path(),
+        PeerPolicy::new("l.sock", [me()]),
+        16,
+        |_, _, _| {},
+    );
     let mut s = connect(&path);
     write_frame(&mut s, &Envelope::new(4, true, Message::ToolsList {})).unwrap();
     let detail = assert_error(&answer(&mut s), 4, ErrorCode::BadMessage);
@@ -282,25 +301,9 @@ fn a_kind_a_bad_message_table_does_not_list_is_bad_message_with_its_id() {
 }
 
 #[test]
-fn a_kind_the_table_lists_but_the_handler_does_not_take_is_internal() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = serve_table(dir.path(), PeerPolicy::new("l.sock", [me()]), L_SOCK, 16);
-    // `serve_table`'s handler takes only `tools_list`; the table lists only `turn`.
-    let mut s = connect(&path);
-    let turn = Message::Turn(bxcore::Turn {
-        session: bxcore::SessionId::new("s1").unwrap(),
-        resume: false,
-        text: "hi".into(),
-    });
-    write_frame(&mut s, &Envelope::new(6, true, turn)).unwrap();
-    let detail = assert_error(&answer(&mut s), 6, ErrorCode::Internal);
-    assert_eq!(detail, "turn is in the socket's table but has no handler");
-}
-
-#[test]
 fn a_socket_at_its_cap_answers_unavailable_with_its_runbook_pointer_and_serves_again_below_it() {
     let dir = tempfile::tempdir().unwrap();
-    let path = serve_table(dir.path(), PeerPolicy::new("t.sock", [me()]), T_SOCK, 2);
+    let path = serve_t(dir.path(), PeerPolicy::new("t.sock", [me()]), 2);
     // Two silent connections hold the socket's two places until their first-frame deadline.
     let held: Vec<UnixStream> = (0..2).map(|_| connect(&path)).collect();
     // The server counts a connection once it accepted it: wait until the next is refused.
@@ -342,4 +345,74 @@ fn a_socket_at_its_cap_answers_unavailable_with_its_runbook_pointer_and_serves_a
             ),
         }
     }
+}
+
+/// A frame of `size` bytes whose body is a `tools_list` with a key no envelope has: read whole,
+/// then answered `bad_message`.
+fn padded_frame(size: usize) -> Vec<u8> {
+    let head = br#"{"v":1,"id":3,"final":true,"msg":{"kind":"tools_list","pad":""#;
+    let tail = br#""}}"#;
+    let mut body = head.to_vec();
+    body.resize(size - 4 - tail.len(), b'x');
+    body.extend_from_slice(tail);
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame
+}
+
+#[test]
+fn two_reads_that_would_wait_for_each_other_s_budget_do_not_stall_one_gives_way() {
+    let dir = tempfile::tempdir().unwrap();
+    // A budget of one whole frame, and a first-frame deadline far beyond the test's own wait: a
+    // stall would be ended by nothing but that deadline.
+    let limits = Limits {
+        first_frame: Duration::from_secs(600),
+        frame_budget: bxcore::MAX_FRAME,
+        ..Limits::of(&T_SOCK)
+    };
+    let policy = PeerPolicy::new("t.sock", [me()]);
+    let path = serve_limited::<TRequest>(dir.path(), policy, limits, |_, _, _| {});
+    let frame = std::sync::Arc::new(padded_frame(bxcore::MAX_FRAME));
+    let half = frame.len() / 2;
+    // Two whole frames of the budget's size, their first halves both sent before either's
+    // second: together they need more than the budget before either is whole.
+    let halfway = std::sync::Arc::new(bxtest::Barrier::new(2));
+    let senders: Vec<_> = (0..2)
+        .map(|_| {
+            let (frame, halfway) = (
+                std::sync::Arc::clone(&frame),
+                std::sync::Arc::clone(&halfway),
+            );
+            let mut s = connect(&path);
+            std::thread::spawn(move || {
+                s.set_write_timeout(Some(WAIT)).unwrap();
+                s.write_all(&frame[..half]).unwrap();
+                halfway.wait("both first halves to be sent");
+                // A read that gave way answers before it takes the rest.
+                let _ = s.write_all(&frame[half..]);
+                answer(&mut s)
+            })
+        })
+        .collect();
+    let answers: Vec<Envelope> = senders
+        .into_iter()
+        .map(|h| bxtest::join(h, "a sender of half a frame, then the other half"))
+        .collect();
+    let mut read_whole = 0;
+    for env in &answers {
+        match &env.msg {
+            Message::Error(e) if e.code == ErrorCode::Unavailable => {
+                assert!(
+                    e.detail.contains("its whole budget of 1048576 bytes")
+                        && e.detail.ends_with(&bxcore::runbook::pointer("socket-busy")),
+                    "{}",
+                    e.detail
+                );
+            }
+            Message::Error(e) if e.code == ErrorCode::BadMessage => read_whole += 1,
+            other => panic!("a frame was answered {other:?}"),
+        }
+    }
+    // At least one is read whole: what the other held went back to the budget.
+    assert!(read_whole >= 1, "{answers:?}");
 }

@@ -11,6 +11,7 @@
 //! - [`Server`] and [`accept`]: fake servers that stop with their test and connections whose
 //!   reads and writes give up at a deadline.
 //! - [`Watchdog`]: a last line of defence for a whole test binary.
+//! - [`model::PacedModel`]: a model server that streams at a person's pace, or stays silent.
 //!
 //! This is a test-only crate: it is a dev-dependency of the crates whose tests use it.
 
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
+pub mod model;
 mod serve;
 mod threads;
 
@@ -75,10 +77,33 @@ pub fn skip_verdict(reason: &str, ci: bool, allowed: &[String]) -> Result<(), St
 /// `skipped: reason`. `Err` says why the skip is not acceptable here.
 pub fn check_skip(reason: &str) -> Result<(), String> {
     println!("skipped: {reason}");
+    log_skip(reason);
     let allowed = std::fs::read_to_string(allowed_skips_file())
         .map(|t| parse_allowed(&t))
         .unwrap_or_default();
     skip_verdict(reason, on_ci(), &allowed)
+}
+
+/// The environment variable naming the file every skip is added to (one reason a line):
+/// `make gate` sets it, and before its last line lists what skipped and fails on a skip
+/// `.ci/allowed-skips` does not list, so `gate: ok` never hides a test that did not run.
+pub const SKIP_LOG: &str = "BXTEST_SKIP_LOG";
+
+fn log_skip(reason: &str) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os(SKIP_LOG) else {
+        return;
+    };
+    // One `write` of a whole line to a file opened for appending: lines of tests running at
+    // once do not interleave.
+    let line = format!("{}\n", reason.replace('\n', " "));
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
 }
 
 /// Say that this test cannot run here and why; the caller returns right after. Under `CI=true`
@@ -322,6 +347,17 @@ impl Bounded {
     /// The child's stdin, when it was piped.
     pub fn stdin(&mut self) -> Option<&mut std::process::ChildStdin> {
         self.child.stdin.as_mut()
+    }
+
+    /// The child's exit status if it has ended, without waiting: a test that waits for a
+    /// server to answer stops waiting once the server is gone.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none()
+            && let Ok(Some(s)) = self.child.try_wait()
+        {
+            self.status = Some(s);
+        }
+        self.status
     }
 
     /// Close the child's stdin.

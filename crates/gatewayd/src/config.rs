@@ -116,10 +116,6 @@ pub struct Limits {
     pub max_redirects: u8,
     /// The most bytes of a request body.
     pub max_request_bytes: usize,
-    /// How long a client has to send its whole request frame.
-    pub first_frame_ms: u64,
-    /// How long a client has to take the reply.
-    pub write_ms: u64,
 }
 
 impl Default for Limits {
@@ -130,8 +126,6 @@ impl Default for Limits {
             max_header_bytes: 64 * 1024,
             max_redirects: MAX_REDIRECTS,
             max_request_bytes: 64 * 1024,
-            first_frame_ms: 10_000,
-            write_ms: 30_000,
         }
     }
 }
@@ -178,6 +172,8 @@ impl HostEntry {
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
+    const SOCKETS: &'static [bxcore::layout::SocketSpec] = &[bxcore::layout::GATEWAY];
+
     fn check(&mut self) -> Result<(), String> {
         self.validate()
     }
@@ -196,35 +192,11 @@ impl bxharden::daemon::DaemonConfig for Config {
         }
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 impl Config {
-    /// Read, parse and check `path` (`bxharden::daemon::load`).
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        bxharden::daemon::load(path)
-    }
-
-    /// Parse and check `text` (named `path` in errors).
-    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        bxharden::daemon::parse(path, text)
-    }
-
     fn validate(&self) -> Result<(), String> {
-        self.serve.check(&[bxcore::layout::GATEWAY])?;
-        self.peers
-            .check_sockets(&[bxcore::layout::GATEWAY.file().as_str()])
-            .map_err(|e| e.to_string())?;
         self.paths.check()?;
         if let Some(p) = &self.sockets.gateway {
             if !p.is_absolute() {
@@ -244,16 +216,11 @@ impl Config {
             return Err(format!("[dns] servers: {s} has no port"));
         }
         let l = &self.limits;
-        for (v, key) in [
-            (l.timeout_ms, "timeout_ms"),
-            (l.first_frame_ms, "first_frame_ms"),
-            (l.write_ms, "write_ms"),
-        ] {
-            if v == 0 || v > MAX_TIMEOUT_MS {
-                return Err(format!(
-                    "[limits] {key} must be between 1 and {MAX_TIMEOUT_MS}, not {v}"
-                ));
-            }
+        if l.timeout_ms == 0 || l.timeout_ms > MAX_TIMEOUT_MS {
+            return Err(format!(
+                "[limits] timeout_ms must be between 1 and {MAX_TIMEOUT_MS}, not {}",
+                l.timeout_ms
+            ));
         }
         if l.max_bytes == 0 || l.max_bytes > MAX_BODY_BYTES {
             return Err(format!(

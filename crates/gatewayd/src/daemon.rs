@@ -1,31 +1,21 @@
-//! `gatewayd serve` and `gatewayd check`: the daemon's start, in the order the sandbox needs
-//! (the configuration, the secrets, the CA bundle and the name servers read, the socket bound,
-//! before it closes; no thread before it), and its one socket.
+//! What gatewayd's table (`main.rs`) is made of: what its configuration names, read (the
+//! secrets, the CA bundle, the name servers), what it says it serves, its sandbox, and the
+//! handler of its one socket.
 
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
-use bxcore::layout;
+use bxcore::layout::GatewayRequest;
 use bxcore::runbook::Anchored;
 use bxcore::{Envelope, Message};
-use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
-use bxharden::{Daemon, Profile, SeccompProfile, serve};
+use bxharden::daemon::StartError;
+use bxharden::{Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
 use crate::fetch::{Gateway, Trust, quote};
 use crate::secrets::Secret;
-
-/// gatewayd, for the start-up every daemon runs.
-pub const SPEC: Spec = Spec {
-    daemon: Daemon {
-        name: "gatewayd",
-        version: env!("CARGO_PKG_VERSION"),
-    },
-    config_anchor: CONFIG_ANCHOR,
-};
 
 /// The system's resolver configuration, whose name servers are asked when `[dns] servers` is
 /// empty.
@@ -115,7 +105,7 @@ pub fn prepare(cfg: &Config) -> Result<Prepared, StartError> {
 }
 
 /// What the daemon serves, for `check` and the startup notice. Never a secret.
-fn describe(cfg: &Config, p: &Prepared) -> String {
+pub fn describe(cfg: &Config, p: &Prepared) -> String {
     let hosts: Vec<String> = cfg
         .hosts
         .iter()
@@ -158,58 +148,34 @@ fn describe(cfg: &Config, p: &Prepared) -> String {
     )
 }
 
-/// `gatewayd check --config FILE`: load and check everything, print what would be served.
-pub fn check(config: &Path) -> ExitCode {
-    daemon::check(SPEC, config, |cfg: Config| {
-        let p = prepare(&cfg)?;
-        println!("gatewayd: configuration ok");
-        println!("gatewayd: would serve {}", describe(&cfg, &p));
-        Ok(())
-    })
-}
-
-/// `gatewayd serve --config FILE`.
-pub fn serve(config: &Path) -> ExitCode {
-    daemon::run(SPEC, || start(config))
-}
-
-fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
-    let mut s = Start::<Config>::load(SPEC, config)?;
-    let prepared = prepare(s.cfg())?;
-    let own_dir = s.cfg().own_dir();
-    s.own_dir(&own_dir)?;
-    let path = s.cfg().gateway_socket();
-    let socket = s.listen(layout::GATEWAY, &path)?;
-
+/// What gatewayd may touch: its own directory, its configuration and the CA bundle, the
+/// resolver's files; TCP connect to the ports its hosts and name servers use.
+pub fn profile(cfg: &Config, p: &Prepared, config: &Path) -> Profile {
     let mut profile = Profile::new(SeccompProfile::Gatewayd)
-        .read_write(&own_dir)
+        .read_write(cfg.own_dir())
         .read_only(config)
         .resolver_and_ca();
-    if let Some(ca) = &prepared.ca_file {
+    if let Some(ca) = &p.ca_file {
         profile = profile.read_only(ca);
     }
-    for port in s.cfg().ports(&prepared.dns) {
+    for port in cfg.ports(&p.dns) {
         profile = profile.connect_tcp(port);
     }
-    let (cfg, running) = s.sandbox(&profile)?;
-
-    serve::set_timeouts(serve::Timeouts {
-        first_frame_ms: cfg.limits.first_frame_ms,
-        write_ms: cfg.limits.write_ms,
-    });
-    let what = describe(&cfg, &prepared);
-    let gateway = std::sync::Arc::new(prepared.gateway);
-    running.serve(socket, move |stream, env| handle(stream, env, &gateway))?;
-    bxharden::log::notice(&format!("serving {what}"));
-    // The bundle's certificates, read to check it, are given back as the daemon gets ready.
-    running.ready()
+    profile
 }
 
-/// One `fetch_request` (the only kind gateway.sock's table accepts): `fetch_reply`, or an
-/// `error` whose detail says why and ends with the runbook pointer, logged the same way.
-fn handle(mut stream: UnixStream, env: Envelope, gateway: &Gateway) {
-    let Message::FetchRequest(req) = env.msg else {
-        return serve::unhandled(&mut stream, env.id, &env.msg);
+/// One gateway.sock request: a fetch, answered `fetch_reply` or an `error` whose detail says why
+/// and ends with the runbook pointer, logged the same way; or the allow-list's names.
+pub fn handle(mut stream: UnixStream, id: u64, request: GatewayRequest, gateway: &Gateway) {
+    let req = match request {
+        GatewayRequest::FetchRequest(req) => req,
+        GatewayRequest::HostsList => {
+            let hosts = Message::Hosts(bxcore::Hosts {
+                hosts: gateway.host_names(),
+            });
+            let _ = serve::send(&mut stream, id, true, hosts);
+            return;
+        }
     };
     let answer = match gateway.fetch(&req) {
         Ok(f) => {
@@ -224,7 +190,7 @@ fn handle(mut stream: UnixStream, env: Envelope, gateway: &Gateway) {
                     ""
                 }
             );
-            Envelope::new(env.id, true, Message::FetchReply(f.reply()))
+            Envelope::new(id, true, Message::FetchReply(f.reply()))
         }
         Err(e) => {
             // A refused request may carry a credential: neither the log nor the answer shows it.
@@ -235,14 +201,14 @@ fn handle(mut stream: UnixStream, env: Envelope, gateway: &Gateway) {
                 e.anchor(),
                 &format!("gatewayd: {} {url}: {why}; {pointer}", quote(&req.method)),
             );
-            Envelope::error(env.id, e.code(), format!("{why}; {pointer}"))
+            Envelope::error(id, e.code(), format!("{why}; {pointer}"))
         }
     };
     if let Err(bxcore::FrameError::TooLarge(n)) = bxcore::write_frame(&mut stream, &answer) {
         let _ = bxcore::write_frame(
             &mut stream,
             &Envelope::error(
-                env.id,
+                id,
                 bxcore::ErrorCode::Unavailable,
                 format!(
                     "the reply is {n} bytes as a frame, over the limit of {}; ask for fewer bytes; {}",
@@ -254,20 +220,4 @@ fn handle(mut stream: UnixStream, env: Envelope, gateway: &Gateway) {
     }
     // What a large page took is given back, so the idle daemon stays small.
     bxharden::heap::give_back();
-}
-
-/// The command line's words: `serve` or `check`, each with `--config FILE`.
-pub const USAGE: Usage = Usage {
-    about: "The tools' only door to the network: allow-list, checked addresses, limits, credentials",
-    serve: "Serve gateway.sock",
-    check: "Load and check the configuration and the files it names, print what would be served",
-};
-
-/// The whole program.
-pub fn main() -> ExitCode {
-    match Cli::<NoMore>::parse(SPEC.daemon, &USAGE) {
-        Command::Serve { config } => serve(&config),
-        Command::Check { config } => check(&config),
-        Command::More(no) => match no {},
-    }
 }

@@ -318,6 +318,14 @@ pub struct Gateway {
     agent: Mutex<Option<ureq::Agent>>,
 }
 
+impl Gateway {
+    /// The allow-list's names, as written (`example.org`, `*.example.org`): what `hosts_list`
+    /// answers. Nothing else of an entry is told.
+    pub fn host_names(&self) -> Vec<String> {
+        self.hosts.iter().map(|h| h.name.to_string()).collect()
+    }
+}
+
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")

@@ -71,7 +71,6 @@ impl std::fmt::Debug for Client {
 enum Method {
     Get,
     Post,
-    Put,
     Delete,
 }
 
@@ -340,29 +339,6 @@ impl Client {
         )
     }
 
-    /// Replace a session's metadata (Honcho replaces it whole, it does not merge).
-    pub fn set_session_metadata(
-        &self,
-        session: &Session,
-        metadata: Map<String, Value>,
-    ) -> Result<Session, Error> {
-        let what = format!(
-            "updating the session {} in {}",
-            session.id, session.workspace
-        );
-        let r: SessionReply = self.v3(
-            Method::Put,
-            format!("/workspaces/{}/sessions/{}", session.workspace, session.id),
-            Some(json!({ "metadata": metadata })),
-            &what,
-        )?;
-        Ok(Session {
-            workspace: r.workspace_id,
-            id: r.id,
-            metadata: r.metadata,
-        })
-    }
-
     /// Delete a session and its messages. Honcho marks it inactive at once (no more writes,
     /// gone from session listings) and removes its messages later from its queue: until then
     /// its search and context still return them, so the caller hides the session itself.
@@ -455,11 +431,8 @@ impl Client {
                 }
                 rb.header("accept", "application/json").call()
             }
-            (Method::Post | Method::Put, body) => {
-                let mut rb = match method {
-                    Method::Post => self.agent.post(&url),
-                    _ => self.agent.put(&url),
-                };
+            (Method::Post, body) => {
+                let mut rb = self.agent.post(&url);
                 if let (Some(h), Some(v)) = (rb.headers_mut(), auth) {
                     h.insert("authorization", v);
                 }

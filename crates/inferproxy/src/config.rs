@@ -15,9 +15,6 @@ use serde::Deserialize;
 /// The runbook anchor of a configuration that does not load.
 pub const CONFIG_ANCHOR: &str = "inferproxy-config-invalid";
 
-/// The name of the one socket inferproxy serves, as `[peers]` and log lines name it.
-pub const INFER_SOCKET: &str = "infer.sock";
-
 /// The longest `timeout_ms` accepted: one hour.
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
@@ -122,6 +119,10 @@ pub struct ProviderConfig {
     /// openai only: `max_tokens` (absent) or `max_completion_tokens`.
     #[serde(default)]
     pub max_tokens_key: Option<MaxTokensKey>,
+    /// openai only: the server takes no key (a local llama.cpp or vLLM), so none is read and
+    /// no auth header is sent. Without it a key is required.
+    #[serde(default)]
+    pub keyless: bool,
 }
 
 /// `[slots.<name>]`: what loopd names instead of a model.
@@ -151,10 +152,6 @@ pub struct Limits {
     /// The first retry waits this long, each next one twice as long (unless the provider's
     /// `Retry-After` says otherwise).
     pub backoff_ms: u64,
-    /// How long a client has to send its whole request frame.
-    pub first_frame_ms: u64,
-    /// How long a client has to take each frame written to it.
-    pub write_ms: u64,
 }
 
 impl Default for Limits {
@@ -163,8 +160,6 @@ impl Default for Limits {
             timeout_ms: 120_000,
             retries: 2,
             backoff_ms: 500,
-            first_frame_ms: 10_000,
-            write_ms: 30_000,
         }
     }
 }
@@ -194,6 +189,8 @@ pub struct Endpoint {
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
+    const SOCKETS: &'static [bxcore::layout::SocketSpec] = &[bxcore::layout::INFER];
+
     fn check(&mut self) -> Result<(), String> {
         self.validate()
     }
@@ -215,33 +212,11 @@ impl bxharden::daemon::DaemonConfig for Config {
         }
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &bxharden::ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 impl Config {
-    /// Read, parse and check `path` (`bxharden::daemon::load`); relative files it names are
-    /// taken from its directory.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        bxharden::daemon::load(path)
-    }
-
-    /// Parse and check `text` (named `path` in errors).
-    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        bxharden::daemon::parse(path, text)
-    }
-
     fn validate(&self) -> Result<(), String> {
-        self.serve.check(&[bxcore::layout::INFER])?;
         self.paths.check()?;
         if let Some(p) = &self.sockets.infer {
             if !p.as_os_str().is_empty() && !p.is_absolute() {
@@ -251,9 +226,6 @@ impl Config {
                 ));
             }
         }
-        self.peers
-            .check_sockets(&[INFER_SOCKET])
-            .map_err(|e| e.to_string())?;
         let p = &self.provider;
         match p.kind {
             ProviderKind::Script => {
@@ -266,6 +238,7 @@ impl Config {
                     (p.ca_file.is_some(), "ca_file"),
                     (p.plain_http, "plain_http"),
                     (p.max_tokens_key.is_some(), "max_tokens_key"),
+                    (p.keyless, "keyless"),
                 ] {
                     if set {
                         return Err(format!(
@@ -284,6 +257,20 @@ impl Config {
                 if p.kind == ProviderKind::Anthropic && p.max_tokens_key.is_some() {
                     return Err(
                         "[provider] max_tokens_key applies only to kind = \"openai\"".into(),
+                    );
+                }
+                if p.kind == ProviderKind::Anthropic && p.keyless {
+                    return Err(
+                        "[provider] keyless applies only to kind = \"openai\": Anthropic's API \
+                         always takes a key"
+                            .into(),
+                    );
+                }
+                if p.keyless && p.api_key_file.is_some() {
+                    return Err(
+                        "[provider] keyless = true and api_key_file say different things: a \
+                         keyless server is sent no key"
+                            .into(),
                     );
                 }
                 self.endpoint()?;
@@ -331,16 +318,6 @@ impl Config {
                 "[limits] backoff_ms must be between 1 and 60000, not {}",
                 l.backoff_ms
             ));
-        }
-        for (v, key) in [
-            (l.first_frame_ms, "first_frame_ms"),
-            (l.write_ms, "write_ms"),
-        ] {
-            if v == 0 || v > MAX_TIMEOUT_MS {
-                return Err(format!(
-                    "[limits] {key} must be between 1 and {MAX_TIMEOUT_MS}, not {v}"
-                ));
-            }
         }
         Ok(())
     }
@@ -491,7 +468,8 @@ context_tokens = 100000
 "#;
 
     fn parse(text: &str) -> Result<Config, String> {
-        Config::parse(Path::new("inferproxy.toml"), text).map_err(|e| e.to_string())
+        bxharden::daemon::parse::<Config>(Path::new("inferproxy.toml"), text)
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -518,13 +496,8 @@ context_tokens = 100000
             SCRIPT.replace("/etc/boxmaker/script.toml", "scripts/s.toml"),
         )
         .unwrap();
-        let c = Config::load(&path).unwrap();
+        let c = bxharden::daemon::load::<Config>(&path).unwrap();
         assert_eq!(c.provider.script, Some(dir.path().join("scripts/s.toml")));
-    }
-
-    #[test]
-    fn the_socket_name_is_the_layouts() {
-        assert_eq!(bxcore::layout::INFER.file(), INFER_SOCKET);
     }
 
     #[test]
@@ -732,8 +705,8 @@ context_tokens = 1
             ),
             (format!("{SCRIPT}\n[limits]\nretries = 11\n"), "retries"),
             (format!("{SCRIPT}\n[limits]\nbackoff_ms = 0\n"), "backoff_ms"),
-            (format!("{SCRIPT}\n[limits]\nfirst_frame_ms = 0\n"), "first_frame_ms"),
-            (format!("{SCRIPT}\n[limits]\nwrite_ms = 0\n"), "write_ms"),
+            (format!("{SCRIPT}\n[serve]\nfirst_frame_ms = 0\n"), "first_frame_ms"),
+            (format!("{SCRIPT}\n[serve]\nwrite_ms = 0\n"), "write_ms"),
             (
                 SCRIPT.replace(
                     "[slots.main]\nmodel = \"scripted\"\nmax_tokens = 1024\ncontext_tokens = 100000\n",

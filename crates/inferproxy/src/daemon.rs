@@ -1,43 +1,28 @@
-//! `inferproxy serve` and `inferproxy check`: the daemon's start, in the order the sandbox
-//! needs (everything read and bound before it closes, no thread before it), and its one socket.
+//! What inferproxy's table (`main.rs`) is made of: what its configuration names, read (the key,
+//! the CA bundle, the script), what it says it serves, its sandbox, and the handler of its one
+//! socket.
 
-use std::convert::Infallible;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
-use bxcore::layout;
+use bxcore::layout::InferRequests;
 use bxcore::runbook::Anchored;
 use bxcore::{Envelope, InferDelta, InferRequest, Message};
-use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
-use bxharden::{Daemon, Profile, SeccompProfile, serve};
+use bxharden::daemon::StartError;
+use bxharden::{Profile, SeccompProfile, serve};
 
-use crate::config::{CONFIG_ANCHOR, Config};
+use crate::config::Config;
 use crate::provider::{Inference, Provider};
-
-/// The socket's name in `[peers]` and in log lines.
-pub fn socket_name() -> String {
-    layout::INFER.file()
-}
-
-/// inferproxy, for the start-up every daemon runs.
-pub const SPEC: Spec = Spec {
-    daemon: Daemon {
-        name: "inferproxy",
-        version: env!("CARGO_PKG_VERSION"),
-    },
-    config_anchor: CONFIG_ANCHOR,
-};
 
 /// Everything the configuration names, read while the whole filesystem is there: the key, the CA
 /// bundle, the script.
-fn inference(cfg: &Config) -> Result<Inference, StartError> {
+pub fn inference(cfg: &Config) -> Result<Inference, StartError> {
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     Inference::from_config(cfg, creds.as_deref()).map_err(|e| StartError::anchored(&e))
 }
 
 /// What the daemon serves, for `check` and the startup notice. Never the key.
-fn describe(cfg: &Config, inference: &Inference) -> String {
+pub fn describe(cfg: &Config, inference: &Inference) -> String {
     let provider = match inference.provider() {
         Provider::Script(s) => {
             let (steps, rules) = s.size();
@@ -48,12 +33,16 @@ fn describe(cfg: &Config, inference: &Inference) -> String {
         }
         Provider::Http(h) => {
             let e = h.endpoint();
+            let key = if cfg.provider.keyless {
+                "no key: keyless".to_string()
+            } else {
+                format!("key from {}", h.key_source().display())
+            };
             format!(
-                "{} at {} (TCP port {}, key from {})",
+                "{} at {} (TCP port {}, {key})",
                 cfg.provider.kind.name(),
                 e.url,
-                e.port,
-                h.key_source().display()
+                e.port
             )
         }
     };
@@ -76,54 +65,37 @@ fn describe(cfg: &Config, inference: &Inference) -> String {
     )
 }
 
-/// `inferproxy check --config FILE`: load and check everything, print what would be served.
-pub fn check(config: &Path) -> ExitCode {
-    daemon::check(SPEC, config, |cfg: Config| {
-        let inference = inference(&cfg)?;
-        println!("inferproxy: configuration ok");
-        println!("inferproxy: would serve {}", describe(&cfg, &inference));
-        Ok(())
-    })
-}
-
-/// `inferproxy serve --config FILE`.
-pub fn serve(config: &Path) -> ExitCode {
-    daemon::run(SPEC, || start(config))
-}
-
-fn start(config: &Path) -> Result<Infallible, StartError> {
-    let mut s = Start::<Config>::load(SPEC, config)?;
-    let inference = inference(s.cfg())?;
-    let own = s.cfg().own_dir();
-    s.own_dir(&own)?;
-    let path = s.cfg().infer_socket();
-    let socket = s.listen(layout::INFER, &path)?;
-
+/// What inferproxy may touch: its own directory and its configuration; for an HTTP provider,
+/// the resolver's files, the CA bundle and TCP connect to the provider's port.
+pub fn profile(cfg: &Config, inference: &Inference, config: &Path) -> Profile {
     let mut profile = Profile::new(SeccompProfile::Inferproxy)
-        .read_write(&own)
+        .read_write(cfg.own_dir())
         .read_only(config);
     if let Provider::Http(h) = inference.provider() {
         profile = profile.resolver_and_ca().connect_tcp(h.endpoint().port);
     }
-    let (cfg, running) = s.sandbox(&profile)?;
-
-    serve::set_timeouts(serve::Timeouts {
-        first_frame_ms: cfg.limits.first_frame_ms,
-        write_ms: cfg.limits.write_ms,
-    });
-    let what = describe(&cfg, &inference);
-    let inference = std::sync::Arc::new(inference);
-    running.serve(socket, move |stream, env| handle(stream, env, &inference))?;
-    bxharden::log::notice(&format!("serving {what}"));
-    running.ready()
+    profile
 }
 
-/// One `infer_request` (the only kind infer.sock's table accepts): its text streamed as
-/// `infer_delta` frames, then `infer_reply` or `error inference`.
-fn handle(mut stream: UnixStream, env: Envelope, inference: &Inference) {
-    match env.msg {
-        Message::InferRequest(req) => answer(&mut stream, env.id, &req, inference),
-        other => serve::unhandled(&mut stream, env.id, &other),
+/// One `infer_request`: its text streamed as `infer_delta` frames, then `infer_reply` or `error
+/// inference`; or one `provider_probe`: whether the provider answers, without a token spent.
+pub fn handle(mut stream: UnixStream, id: u64, request: InferRequests, inference: &Inference) {
+    match request {
+        InferRequests::InferRequest(req) => answer(&mut stream, id, &req, inference),
+        InferRequests::ProviderProbe => {
+            let report = inference.probe();
+            if !report.reachable {
+                bxharden::log::line(
+                    bxcore::runbook::split_pointer(&report.detail)
+                        .map_or(crate::error::UNREACHABLE_ANCHOR, |(_, a)| a),
+                    &format!(
+                        "inferproxy: the provider does not answer a probe: {}",
+                        report.detail
+                    ),
+                );
+            }
+            let _ = serve::send(&mut stream, id, true, Message::ProviderReport(report));
+        }
     }
 }
 
@@ -193,20 +165,4 @@ fn fail(stream: &mut UnixStream, id: u64, slot: &str, e: &crate::InferError) {
         stream,
         &Envelope::error(id, e.code(), e.pointed().to_string()),
     );
-}
-
-/// The command line's words: `serve` or `check`, each with `--config FILE`.
-pub const USAGE: Usage = Usage {
-    about: "The model's only door: the one holder of model API keys",
-    serve: "Serve infer.sock",
-    check: "Load and check the configuration and the files it names, print what would be served",
-};
-
-/// The whole program.
-pub fn main() -> ExitCode {
-    match Cli::<NoMore>::parse(SPEC.daemon, &USAGE) {
-        Command::Serve { config } => serve(&config),
-        Command::Check { config } => check(&config),
-        Command::More(no) => match no {},
-    }
 }

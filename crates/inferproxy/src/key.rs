@@ -24,14 +24,8 @@ pub const KEY_OPEN_ANCHOR: &str = "inferproxy-key-open";
 /// The systemd credential name the key is read from when `api_key_file` is not set.
 pub const CREDENTIAL: &str = "api_key";
 
-/// How the refusals of the key file word it, and where they point.
-pub const KEY_FILE: SecretFile = SecretFile {
-    file: "the API key file",
-    noun: "key",
-    instead: "pass it as the systemd credential `api_key`",
-    anchor: KEY_ANCHOR,
-    open_anchor: KEY_OPEN_ANCHOR,
-};
+/// How the refusals of the key file word it, and where they point (the anchors above).
+pub const KEY_FILE: SecretFile = bxcore::secret::MODEL_KEY;
 
 /// A model API key: printable ASCII, so also a `str`. Never printed, never compared in a way a
 /// caller can observe byte by byte; its bytes are zeroed when it is dropped.
@@ -110,6 +104,17 @@ impl ApiKey {
         Ok(ApiKey(key))
     }
 
+    /// No key: for a local server that takes none (`[provider] keyless = true`). No auth
+    /// header is sent, and there is nothing to redact.
+    pub fn none() -> ApiKey {
+        ApiKey(Secret::new(Vec::new()))
+    }
+
+    /// Whether this is [`ApiKey::none`].
+    pub fn is_none(&self) -> bool {
+        self.0.bytes().is_empty()
+    }
+
     #[cfg(test)]
     fn from_text(path: &Path, text: &str) -> Result<ApiKey, KeyError> {
         ApiKey::from_secret(path, &Secret::new(text.as_bytes().to_vec()))
@@ -137,6 +142,12 @@ impl ApiKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_key_file_points_at_inferproxys_own_entries() {
+        assert_eq!(KEY_FILE.anchor, KEY_ANCHOR);
+        assert_eq!(KEY_FILE.open_anchor, KEY_OPEN_ANCHOR);
+    }
 
     #[test]
     fn debug_never_shows_the_key() {

@@ -32,6 +32,9 @@ use crate::stream::{Failure, Flow, MAX_REPLY, StreamParser};
 /// The most bytes of an error response that are read for its message.
 const MAX_ERROR_BODY: u64 = 64 * 1024;
 
+/// How long a probe of the provider may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Who answers.
 #[derive(Debug)]
 pub enum Provider {
@@ -144,6 +147,40 @@ impl Http {
     /// The endpoint requests go to.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
+    }
+
+    /// The provider's list of models (`GET .../models`, which both APIs have), asked with the
+    /// key: whether the provider answers and takes the key, without spending a token. A server
+    /// that answers but has no such list (HTTP 404) answers all the same.
+    pub fn probe(&self) -> Result<String, InferError> {
+        let url = match self.kind {
+            ProviderKind::Anthropic => self.endpoint.url.replace("/v1/messages", "/v1/models"),
+            _ => self.endpoint.url.replace("/chat/completions", "/models"),
+        };
+        let rb = self.authorized(self.agent.get(&url)).map_err(|f| f.error)?;
+        let resp = rb
+            .config()
+            .timeout_global(Some(PROBE_TIMEOUT))
+            .build()
+            .call()
+            .map_err(|e| {
+                InferError::Unreachable(format!(
+                    "{url} could not be reached: {}",
+                    self.key.redact(&e.to_string())
+                ))
+            })?;
+        let status = resp.status().as_u16();
+        match status {
+            200..=299 => Ok(format!("{url} answered {status}")),
+            404 => Ok(format!(
+                "{} answers (it has no model list: {url} answered 404)",
+                self.endpoint.url
+            )),
+            _ => {
+                let failure = self.refusal(resp.into_body(), status, None);
+                Err(failure.error)
+            }
+        }
     }
 
     /// The file the key was read from.
@@ -300,16 +337,33 @@ impl Http {
         if left.is_zero() {
             return Err(timeout(limits.timeout_ms, "before the request was sent"));
         }
-        let mut rb = self
+        let rb = self
             .agent
             .post(&self.endpoint.url)
             .header("content-type", "application/json")
             .header("accept", "text/event-stream");
+        self.authorized(rb)?
+            .config()
+            .timeout_global(Some(left))
+            .build()
+            .send(body)
+            .map_err(|e| self.transport_failure(e, until, limits.timeout_ms))
+    }
+
+    /// `rb` with the provider's auth: Anthropic's version and `x-api-key`, or OpenAI's
+    /// `Authorization: Bearer`, marked sensitive; nothing for a keyless server.
+    fn authorized<B>(
+        &self,
+        mut rb: ureq::RequestBuilder<B>,
+    ) -> Result<ureq::RequestBuilder<B>, Failure> {
+        if self.kind == ProviderKind::Anthropic {
+            rb = rb.header("anthropic-version", anthropic::API_VERSION);
+        }
+        if self.key.is_none() {
+            return Ok(rb);
+        }
         let (name, value) = match self.kind {
-            ProviderKind::Anthropic => {
-                rb = rb.header("anthropic-version", anthropic::API_VERSION);
-                ("x-api-key", self.key.header_value().to_string())
-            }
+            ProviderKind::Anthropic => ("x-api-key", self.key.header_value().to_string()),
             _ => (
                 "authorization",
                 format!("Bearer {}", self.key.header_value()),
@@ -324,11 +378,7 @@ impl Http {
         if let Some(h) = rb.headers_mut() {
             h.insert(name, value);
         }
-        rb.config()
-            .timeout_global(Some(left))
-            .build()
-            .send(body)
-            .map_err(|e| self.transport_failure(e, until, limits.timeout_ms))
+        Ok(rb)
     }
 
     /// A status that is not success: the provider's message from its error body.
@@ -557,10 +607,14 @@ impl Inference {
             }
             kind => {
                 let endpoint = cfg.endpoint().map_err(SetupError::Ca)?;
-                let source =
-                    ApiKey::source(cfg.provider.api_key_file.as_deref(), credentials_directory)
-                        .map_err(SetupError::Key)?;
-                let key = ApiKey::read(&source).map_err(SetupError::Key)?;
+                let (key, source) = if cfg.provider.keyless {
+                    (ApiKey::none(), std::path::PathBuf::new())
+                } else {
+                    let source =
+                        ApiKey::source(cfg.provider.api_key_file.as_deref(), credentials_directory)
+                            .map_err(SetupError::Key)?;
+                    (ApiKey::read(&source).map_err(SetupError::Key)?, source)
+                };
                 let roots = if endpoint.tls {
                     load_roots(cfg.provider.ca_file.as_deref())?.certs
                 } else {
@@ -586,6 +640,32 @@ impl Inference {
 
     pub fn provider(&self) -> &Provider {
         &self.provider
+    }
+
+    /// Whether the provider answers now, for `provider_probe` (no token spent).
+    pub fn probe(&self) -> bxcore::ProviderReport {
+        match &self.provider {
+            Provider::Script(s) => bxcore::ProviderReport {
+                provider: format!("script {}", s.path().display()),
+                reachable: true,
+                detail: "the script provider answers from its file, with no network".to_string(),
+            },
+            Provider::Http(h) => {
+                let provider = format!("{} at {}", h.kind.name(), h.endpoint.url);
+                match h.probe() {
+                    Ok(detail) => bxcore::ProviderReport {
+                        provider,
+                        reachable: true,
+                        detail,
+                    },
+                    Err(e) => bxcore::ProviderReport {
+                        provider,
+                        reachable: false,
+                        detail: e.pointed().to_string(),
+                    },
+                }
+            }
+        }
     }
 
     /// Answer one request, forwarding text to `deliver` as it arrives.

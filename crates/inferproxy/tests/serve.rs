@@ -273,7 +273,7 @@ fn framed(body: &str) -> Vec<u8> {
 
 #[test]
 fn bad_input_gets_its_documented_answer_and_the_daemon_serves_on() {
-    let d = script_daemon("[limits]\nfirst_frame_ms = 500\n");
+    let d = script_daemon("[serve]\nfirst_frame_ms = 500\n");
     let code = |r: Result<Envelope, String>| match r {
         Ok(Envelope {
             id,

@@ -17,8 +17,9 @@ use bxcore::{
     CallId, ChatMessage, DataClass, Envelope, InferReply, Message, ToolCall, ToolDef, ToolResponse,
     Tools, Turn, Usage, read_frame, write_frame,
 };
+use bxharden::daemon::DaemonConfig;
 use loopd::broker_port::BrokerPort;
-use loopd::channel::{Context, serve};
+use loopd::channel::Context;
 use loopd::config::Config;
 use loopd::infer::Client;
 use loopd::session::{Record, Session};
@@ -42,7 +43,8 @@ where
             let mut s = s.unwrap();
             let answer = Arc::clone(&answer);
             std::thread::spawn(move || {
-                if let Ok(env) = read_frame(&mut Deadline::new(&s, Instant::now() + WAIT)) {
+                let read = read_frame(&mut Deadline::new(&s, Instant::now() + WAIT));
+                if let Ok(env) = read {
                     let msg = answer(&env);
                     reply(&mut s, env.id, msg);
                 }
@@ -84,6 +86,7 @@ fn broker(env: &Envelope) -> Message {
                 description: "echo".to_string(),
                 parameters: serde_json::json!({"type": "object"}),
             }],
+            workspace: Vec::new(),
         }),
         _ => Message::ToolResponse(ToolResponse::Result {
             content: "echoed".to_string(),
@@ -138,7 +141,16 @@ fn turn_overhead(place: &str, home: tempfile::TempDir) {
     let ctx = Arc::new(Context::new(cfg, client, Box::new(port), Registry::new()));
     let socket = home.path().join("loop.sock");
     let listener = UnixListener::bind(&socket).unwrap();
-    std::thread::spawn(move || serve(listener, ctx));
+    let served = bxharden::serve::Socket::<bxcore::layout::LoopRequest>::new(
+        listener,
+        bxharden::PeerPolicy::own(&bxcore::layout::LOOP.file()),
+        bxharden::serve::Limits::of(&bxcore::layout::LOOP),
+    );
+    std::thread::spawn(move || {
+        bxharden::serve::accept_here(served, move |s, id, r| {
+            loopd::channel::handle(s, id, r, &ctx)
+        })
+    });
     // Each turn starts its own session, so every turn does the same work (a resumed session
     // grows, and its whole history travels in each inference request).
     let n = 300;

@@ -1,4 +1,5 @@
-//! The baseline a new session starts with: `<home>/loop/system.md` (who the box is and how it
+//! The baseline a new session starts with: the box's own part (`crate::prompt`: the workspace,
+//! the tools, the rules), then `<home>/loop/system.md` (the owner's own words on how the box
 //! behaves) and `<home>/loop/memory/core.md` (what it always remembers about its owner).
 //!
 //! Both are read when a session is created and written into its first record, so a session keeps
@@ -55,14 +56,22 @@ impl Anchored for BaselineError {
 }
 
 impl Baseline {
-    /// Read `<loop_dir>/system.md` and `<loop_dir>/memory/core.md`.
-    pub fn assemble(loop_dir: &Path) -> Result<Baseline, BaselineError> {
+    /// The box's part `about`, then `<loop_dir>/system.md` and `<loop_dir>/memory/core.md`.
+    pub fn assemble(loop_dir: &Path, about: &str) -> Result<Baseline, BaselineError> {
         let system_path = loop_dir.join("system.md");
         let core_path = loop_dir.join("memory").join("core.md");
         let system =
             read_optional(&system_path).map_err(|e| BaselineError::Read(system_path, e))?;
         let core = read_optional(&core_path).map_err(|e| BaselineError::Core(core_path, e))?;
-        let mut text = system.trim_end().to_string();
+        let mut text = about.trim_end().to_string();
+        if !system.trim().is_empty() {
+            if !text.is_empty() {
+                text.push_str("\n\n");
+                text.push_str(crate::prompt::OWNER_HEADING);
+                text.push_str("\n\n");
+            }
+            text.push_str(system.trim_end());
+        }
         if !core.trim().is_empty() {
             if !text.is_empty() {
                 text.push_str("\n\n");

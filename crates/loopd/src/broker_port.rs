@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bxcore::client::{self, ClientError};
-use bxcore::{FrameError, Message, Timestamp, ToolDef, ToolRequest, ToolResponse};
+use bxcore::{FrameError, Message, Timestamp, ToolRequest, ToolResponse, Tools};
 
 use crate::config::MAX_TIMEOUT_MS;
 use crate::tools::{Pending, ToolPort};
@@ -201,23 +201,16 @@ impl ToolPort for BrokerPort {
         }
     }
 
-    /// brokerd's `tools_list`, through the shared client. A broker that cannot say offers no
-    /// tools this turn, and the outage is logged like any other.
-    fn list(&self) -> Vec<ToolDef> {
-        match client::call(&self.socket, self.timeout, 0, Message::ToolsList {}, |_| {}) {
-            Ok(Message::Tools(t)) => t.tools,
-            Ok(other) => {
-                (self.log)(&unavailable_line(&format!(
-                    "tools_list was answered with {}",
-                    other.kind()
-                )));
-                Vec::new()
-            }
-            Err(e) => {
-                (self.log)(&unavailable_line(&format!("cannot list the tools: {e}")));
-                Vec::new()
-            }
-        }
+    /// brokerd's `tools_list`, through the shared client. A broker that cannot say is an
+    /// outage, logged like any other; the turn does not start.
+    fn list(&self) -> Result<Tools, String> {
+        let why = match client::call(&self.socket, self.timeout, 0, Message::ToolsList {}, |_| {}) {
+            Ok(Message::Tools(t)) => return Ok(t),
+            Ok(other) => format!("tools_list was answered with {}", other.kind()),
+            Err(e) => format!("cannot list the tools on {}: {e}", self.socket.display()),
+        };
+        (self.log)(&unavailable_line(&why));
+        Err(why)
     }
 }
 
@@ -233,7 +226,10 @@ impl ToolPort for NoBroker {
         }
     }
 
-    fn list(&self) -> Vec<ToolDef> {
-        Vec::new()
+    fn list(&self) -> Result<Tools, String> {
+        Ok(Tools {
+            tools: Vec::new(),
+            workspace: Vec::new(),
+        })
     }
 }

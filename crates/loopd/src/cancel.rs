@@ -9,7 +9,6 @@
 //! inference client needs a token in its signature.
 
 use std::cell::RefCell;
-use std::io::Read;
 use std::net::Shutdown;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -93,7 +92,7 @@ impl Cancel {
     /// protocol does not allow): either cancels the turn. `None` when no thread could be
     /// started: the turn then runs to its end.
     pub fn watch(&self, channel: &UnixStream) -> Option<Watch> {
-        let mut clone = channel.try_clone().ok()?;
+        let clone = channel.try_clone().ok()?;
         let looked_at = channel.try_clone().ok()?;
         let token = self.clone();
         let done = Arc::new(AtomicBool::new(false));
@@ -101,13 +100,8 @@ impl Cancel {
         // Unnamed: naming a thread is a `prctl`, which loopd's seccomp list does not allow.
         let thread = std::thread::Builder::new()
             .spawn(move || {
-                let mut byte = [0u8; 1];
-                loop {
-                    match clone.read(&mut byte) {
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        _ => break,
-                    }
-                }
+                // A timeout is not the channel's end: only its end of input (or a byte) is.
+                bxcore::deadline::wait_for_hangup(&clone);
                 if !seen.load(Ordering::SeqCst) {
                     token.cancel();
                 }
@@ -209,6 +203,7 @@ pub fn cancelled() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     #[test]
     fn a_channel_that_shuts_down_its_writing_half_cancels_and_its_calls_are_shut_down() {
@@ -231,6 +226,25 @@ mod tests {
         let (_channel, ours) = UnixStream::pair().unwrap();
         let token = Cancel::new();
         let watch = token.watch(&ours).unwrap();
+        drop(watch);
+        assert!(!token.is_cancelled());
+    }
+
+    #[test]
+    fn a_timeout_left_on_the_channel_is_not_its_end() {
+        let (_channel, ours) = UnixStream::pair().unwrap();
+        // What a first-frame deadline used to leave behind: every read of the socket (a clone
+        // shares it) times out after this long.
+        ours.set_read_timeout(Some(std::time::Duration::from_millis(20)))
+            .unwrap();
+        let token = Cancel::new();
+        let watch = token.watch(&ours).unwrap();
+        // Many times the timeout: the watcher has timed out again and again by now.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            !token.is_cancelled(),
+            "a timeout was taken for the channel's end"
+        );
         drop(watch);
         assert!(!token.is_cancelled());
     }

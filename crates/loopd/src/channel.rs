@@ -1,22 +1,20 @@
 //! The channel server on loop.sock: one connection, one `turn` frame in, `turn_event` frames out
 //! as they happen, then one final `turn_done` or `error`. A session runs one turn at a time.
+//! A `health` frame instead is answered with what `crate::health` finds.
 //!
 //! The server keeps no session state in memory but the set of busy sessions: everything else is
 //! in the session logs, so any connection can resume any session and a restart loses nothing.
 
 use std::collections::HashSet;
 use std::fmt;
-use std::io;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use bxcore::layout;
+use bxcore::layout::{BridgeRequest, LoopRequest};
 use bxcore::{
-    Envelope, ErrorCode, FrameError, Message, SessionId, TurnDone, TurnEvent, TurnRecord,
+    Envelope, ErrorCode, FrameError, Message, SessionId, Turn, TurnDone, TurnEvent, TurnRecord,
     write_frame,
 };
-use bxharden::PeerPolicy;
 
 use crate::baseline::Baseline;
 use crate::config::Config;
@@ -27,9 +25,6 @@ use crate::session::{self, Session, SessionError, TORN_TAIL_ANCHOR};
 use crate::tools::{Registry, ToolPort};
 use crate::turn::{Runtime, TurnError, run_turn};
 
-/// How long each frame loopd writes may take to be taken.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Everything a turn needs, shared by every connection.
 pub struct Context {
     pub cfg: Config,
@@ -39,7 +34,6 @@ pub struct Context {
     busy: Mutex<HashSet<SessionId>>,
     outbox: Option<Arc<Outbox>>,
     recall: Option<Recall>,
-    peers: Option<PeerPolicy>,
 }
 
 impl fmt::Debug for Context {
@@ -67,7 +61,6 @@ impl Context {
             busy: Mutex::new(HashSet::new()),
             outbox: None,
             recall: None,
-            peers: None,
         }
     }
 
@@ -80,12 +73,6 @@ impl Context {
     /// Ask memory for recall at the start of every turn.
     pub fn with_recall(mut self, recall: Recall) -> Context {
         self.recall = Some(recall);
-        self
-    }
-
-    /// Serve only the peers this policy allows (checked before a byte is read).
-    pub fn with_peers(mut self, peers: PeerPolicy) -> Context {
-        self.peers = Some(peers);
         self
     }
 
@@ -124,21 +111,6 @@ impl Drop for Busy<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.id);
     }
-}
-
-/// Accepts connections forever, one thread each, through the one accept path every socket uses
-/// (`bxharden::serve`: the peer check, the connection cap, the frame budget, `ping`, the table
-/// that makes every kind but `turn` a `bad_message`). Returns only if `accept` fails for good.
-pub fn serve(listener: UnixListener, ctx: Arc<Context>) -> io::Result<()> {
-    let policy = ctx
-        .peers
-        .clone()
-        .unwrap_or_else(|| PeerPolicy::own(&layout::LOOP.file()));
-    let cap = ctx.cfg.serve.max_connections(&layout::LOOP);
-    let socket = bxharden::serve::Socket::new(listener, layout::LOOP, policy, cap);
-    Err(bxharden::serve::accept_here(socket, move |stream, env| {
-        handle(stream, env, Arc::clone(&ctx))
-    }))
 }
 
 /// The connection's writer: after the first failed write the channel is gone and nothing more is
@@ -202,19 +174,22 @@ fn shrink(event: TurnEvent, n: usize) -> TurnEvent {
 
 /// One connection's request. Steps 1 and 2 are the accept path's: the first frame, whole,
 /// within its deadline (a malformed one answered with its code, id 0; `ping` with `pong`), and
-/// loop.sock's table, which takes only `turn` and answers any other kind `bad_message`.
-pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
-    let mut stream = stream;
-    let turn = match env.msg {
-        Message::Turn(t) => t,
-        other => {
-            bxharden::serve::unhandled(&mut stream, env.id, &other);
-            return;
+/// loop.sock's table, which takes `turn` and `health` and answers any other kind `bad_message`.
+pub fn handle(mut stream: UnixStream, id: u64, request: LoopRequest, ctx: &Context) {
+    match request {
+        LoopRequest::Turn(turn) => serve_turn(stream, id, turn, ctx),
+        LoopRequest::Health => {
+            let report = Message::HealthReport(crate::health::report(&ctx.cfg));
+            let _ = bxharden::serve::send(&mut stream, id, true, report);
         }
-    };
+    }
+}
+
+/// One turn, steps 3 to 7.
+fn serve_turn(stream: UnixStream, id: u64, turn: Turn, ctx: &Context) {
     let mut reply = Reply {
         stream,
-        id: env.id,
+        id,
         gone: false,
     };
     // 3. A resume of a session that does not exist runs no turn: it is answered before the
@@ -236,7 +211,7 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
         return;
     };
     // 4.
-    let result = run(&ctx, &turn, &mut reply);
+    let result = run(ctx, &turn, &mut reply);
     // 5. Release before the last frame: a channel that sends its next turn the moment it reads
     // the final frame must find the session free.
     drop(busy);
@@ -256,6 +231,35 @@ pub fn handle(stream: UnixStream, env: Envelope, ctx: Arc<Context>) {
     reply.send(true, last);
 }
 
+/// The runbook entry of a turn on bridge.sock for a session outside the channel's prefix.
+pub const BRIDGE_SESSION_ANCHOR: &str = "bridge-session-refused";
+
+/// One bridge.sock connection: a turn of the channel daemon, which may name only sessions that
+/// begin with `prefix` (`[bridge] session_prefix`); any other is refused `forbidden`, logged, and
+/// runs nothing. Everything else is loop.sock's [`handle`].
+pub fn handle_bridge(stream: UnixStream, id: u64, request: BridgeRequest, ctx: &Context) {
+    let BridgeRequest::Turn(turn) = request;
+    let prefix = &ctx.cfg.bridge.session_prefix;
+    if !turn.session.as_str().starts_with(prefix.as_str()) {
+        let detail = format!(
+            "the channel may run turns only in sessions named {prefix}..., not {}; {}",
+            turn.session,
+            bxcore::runbook::pointer(BRIDGE_SESSION_ANCHOR)
+        );
+        bxharden::log::line(
+            BRIDGE_SESSION_ANCHOR,
+            &format!("loopd: bridge.sock: {detail}"),
+        );
+        let mut stream = stream;
+        let _ = write_frame(
+            &mut stream,
+            &Envelope::error(id, ErrorCode::Forbidden, detail),
+        );
+        return;
+    }
+    serve_turn(stream, id, turn, ctx);
+}
+
 /// The final `error` frame's message for a turn that failed.
 fn error_message(e: &TurnError) -> Message {
     Message::Error(bxcore::WireError {
@@ -267,12 +271,20 @@ fn error_message(e: &TurnError) -> Message {
 /// Open or create the session, run the turn, hand it to memory.
 fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone, TurnError> {
     let dir = ctx.cfg.sessions_dir();
+    // What the model is offered, asked before anything is written: a broker that cannot say
+    // ends the turn here, before a session is made or a model called.
+    let offer = ctx
+        .registry
+        .offer(ctx.port.as_ref())
+        .map_err(TurnError::Broker)?;
     let mut session = if turn.resume {
         Session::open(&dir, &turn.session, &|l| {
             bxharden::log::line(TORN_TAIL_ANCHOR, l)
         })?
     } else {
-        let baseline = Baseline::assemble(&ctx.cfg.loop_dir()).map_err(TurnError::Baseline)?;
+        let about = crate::prompt::about(&offer);
+        let baseline =
+            Baseline::assemble(&ctx.cfg.loop_dir(), &about).map_err(TurnError::Baseline)?;
         Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?
     };
     // While the turn runs, the channel's end of input cancels it (`cancel`): watched from the
@@ -289,7 +301,7 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
         recall: ctx.recall.as_ref(),
         emit: &mut emit,
     };
-    let finished = run_turn(&mut rt, &mut session, &turn.text)?;
+    let finished = run_turn(&mut rt, &mut session, &turn.text, &offer)?;
     if let Some(outbox) = &ctx.outbox {
         let record = TurnRecord {
             session: turn.session.clone(),

@@ -4,7 +4,7 @@
 //! every bound that matters later is checked here, so a running loopd never meets a value it
 //! cannot use: a broker timeout over 24 hours, a zero timeout, a relative home.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bxharden::{Peers, SandboxConfig};
@@ -34,6 +34,9 @@ pub struct Config {
     pub memory: Memory,
     #[serde(default)]
     pub sockets: Sockets,
+    /// The channel daemon's turns on bridge.sock (`docs/channels.md`).
+    #[serde(default)]
+    pub bridge: Bridge,
     /// Who may connect to loop.sock (`"loop.sock" = [...]`); default: loopd's own uid.
     #[serde(default)]
     pub peers: Peers,
@@ -142,22 +145,47 @@ impl Default for Memory {
     }
 }
 
-/// `[sockets]`: the socket loopd serves.
+/// `[sockets]`: the sockets loopd serves.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Sockets {
     /// Empty or absent: `<run>/channel-loop/loop.sock` (`bxcore::layout::run_dir`).
     pub channel: PathBuf,
+    /// Empty or absent: `<run>/bridge-loop/bridge.sock`, the channel daemon's.
+    pub bridge: PathBuf,
+}
+
+/// `[bridge]`: what a turn on bridge.sock may name. Its peers are `[peers] "bridge.sock"` (on the
+/// device the channel daemon's user, `bx-channel`); every session it names must begin with
+/// `session_prefix`, so the channel reaches only sessions of its own and never the owner's
+/// others. The rule brokerd's decide.sock applies to approvals is the same (`docs/channels.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Bridge {
+    pub session_prefix: String,
+}
+
+impl Default for Bridge {
+    fn default() -> Bridge {
+        Bridge {
+            session_prefix: bxcore::layout::CHANNEL_SESSION_PREFIX.to_string(),
+        }
+    }
 }
 
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
+    const SOCKETS: &'static [layout::SocketSpec] = &[layout::LOOP, layout::BRIDGE];
+
     /// Every key in range, then the default socket paths under the home's run directory.
     fn check(&mut self) -> Result<(), String> {
         self.validate()?;
         if self.sockets.channel.as_os_str().is_empty() {
             self.sockets.channel = layout::LOOP.path(&self.paths.home);
+        }
+        if self.sockets.bridge.as_os_str().is_empty() {
+            self.sockets.bridge = layout::BRIDGE.path(&self.paths.home);
         }
         if self.inference.socket.as_os_str().is_empty() {
             self.inference.socket = layout::INFER.path(&self.paths.home);
@@ -165,35 +193,16 @@ impl bxharden::daemon::DaemonConfig for Config {
         Ok(())
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &bxharden::ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 impl Config {
-    /// Read, parse and check `path`, and fill in the default socket paths
-    /// (`bxharden::daemon::load`).
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        bxharden::daemon::load(path)
-    }
-
-    /// Parse and check a configuration's text (errors name no file).
-    pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        bxharden::daemon::parse(Path::new(""), text)
-    }
-
     fn validate(&self) -> Result<(), String> {
-        self.serve.check(&[layout::LOOP])?;
-        if let Err(e) = self.peers.check_sockets(&[layout::LOOP.file().as_str()]) {
-            return Err(format!("[peers]: {e}"));
+        let prefix = &self.bridge.session_prefix;
+        if prefix.is_empty() || bxcore::SessionId::new(prefix).is_err() || prefix.len() > 32 {
+            return Err(format!(
+                "[bridge] session_prefix {prefix:?} must be 1 to 32 of A-Z a-z 0-9 _ -"
+            ));
         }
         self.paths.check()?;
         if self.turns.max_tool_rounds == 0 {

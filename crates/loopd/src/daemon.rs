@@ -1,28 +1,20 @@
-//! The three commands: `serve` (start, sandbox, serve loop.sock), `check` (the configuration
-//! and the files it names) and `selftest` (check, then ask every socket loopd uses who answers,
-//! without a model request).
-//!
-//! `serve` does everything that needs privileges or the full filesystem first, in `main`'s one
-//! thread: the configuration, the state directories, the peer policy, the listening socket. Then
-//! the sandbox closes, and only then do threads start.
+//! What loopd's table (`main.rs`) is made of: its directories and outbox, what it says it serves,
+//! its sandbox, the context every turn shares, and `check` and `selftest` (check, then ask every
+//! socket loopd uses who answers, without a model request).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bxcore::runbook::Anchored;
-use bxcore::{Message, PROTOCOL_VERSION};
-use bxcore::{client, layout};
-use bxharden::daemon::{self, Spec, Start, StartError, Usage};
-use bxharden::log::{line, notice};
+use bxharden::daemon::{Running, StartError};
+use bxharden::log::line;
 use bxharden::profiles::SeccompProfile;
-use bxharden::serve::LISTENER_ANCHOR;
 use bxharden::{Profile, STATE_DIR_ANCHOR};
 
 use crate::baseline::Baseline;
 use crate::broker_port::{BrokerPort, NoBroker, not_configured_line};
-use crate::channel::{Context, handle};
+use crate::channel::Context;
 use crate::config::Config;
 use crate::infer::Client;
 use crate::outbox::Outbox;
@@ -39,55 +31,54 @@ pub const SELFTEST_ANCHOR: &str = "loopd-selftest-failed";
 /// How long `selftest` waits for each socket.
 pub const SELFTEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// loopd, for the start-up every daemon runs.
-pub const SPEC: Spec = Spec {
-    daemon: bxharden::Daemon {
-        name: "loopd",
-        version: env!("CARGO_PKG_VERSION"),
-    },
-    config_anchor: CONFIG_ANCHOR,
-};
-
-/// The command line's words: `serve`, `check` and `selftest`, each with `--config FILE`.
-pub const USAGE: Usage = Usage {
-    about: env!("CARGO_PKG_DESCRIPTION"),
-    serve: "Serve turns on loop.sock",
-    check: "Check the configuration and the files it names; print what would be served",
-};
-
-/// `loopd serve`: returns only with the reason loopd did not start (logged).
-pub fn run_serve(config: &Path) -> ExitCode {
-    daemon::run(SPEC, || start(config))
+/// The memory outbox, opened (made) when `[memory] socket` is set.
+pub fn open_outbox(cfg: &Config) -> Result<Option<Arc<Outbox>>, StartError> {
+    if cfg.memory.socket.is_none() {
+        return Ok(None);
+    }
+    let outbox = Outbox::open(&cfg.outbox_dir()).map_err(|e| {
+        StartError::own(
+            STATE_DIR_ANCHOR,
+            format!(
+                "{}: cannot open the memory outbox: {e}",
+                cfg.outbox_dir().display()
+            ),
+        )
+    })?;
+    Ok(Some(Arc::new(outbox)))
 }
 
-fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
-    let mut s = Start::<Config>::load(SPEC, config)?;
-    let cfg = s.cfg();
-    for dir in [Some(cfg.loop_dir()), Some(cfg.sessions_dir())]
-        .into_iter()
-        .chain([cfg.memory.socket.as_ref().map(|_| cfg.outbox_dir())])
-        .flatten()
-    {
-        s.own_dir(&dir)?;
+/// The directories loopd owns: its own, the sessions', and the outbox's when memory is on.
+pub fn own_dirs(cfg: &Config) -> Vec<PathBuf> {
+    let mut dirs = vec![cfg.loop_dir(), cfg.sessions_dir()];
+    if cfg.memory.socket.is_some() {
+        dirs.push(cfg.outbox_dir());
     }
-    let outbox = match &cfg.memory.socket {
-        Some(_) => Some(Arc::new(Outbox::open(&cfg.outbox_dir()).map_err(|e| {
-            StartError::own(
-                STATE_DIR_ANCHOR,
-                format!(
-                    "{}: cannot open the memory outbox: {e}",
-                    cfg.outbox_dir().display()
-                ),
-            )
-        })?)),
-        None => None,
-    };
-    let channel = cfg.sockets.channel.clone();
-    let socket = s.listen(layout::LOOP, &channel)?;
-    let profile = profile(s.cfg(), config);
-    let (cfg, running) = s.sandbox(&profile)?;
+    dirs
+}
 
-    // Threads from here on: the sandbox is closed.
+/// What loopd serves, for the start-up notice.
+pub fn describe(cfg: &Config) -> String {
+    let or_none =
+        |p: Option<&PathBuf>| p.map_or_else(|| "none".to_string(), |p| p.display().to_string());
+    format!(
+        "serving turns on {} and the channel's on {} (sessions {}...; inference {}, broker {}, memory {})",
+        cfg.sockets.channel.display(),
+        cfg.sockets.bridge.display(),
+        cfg.bridge.session_prefix,
+        cfg.inference.socket.display(),
+        or_none(cfg.broker.socket.as_ref()),
+        or_none(cfg.memory.socket.as_ref()),
+    )
+}
+
+/// Everything a turn needs, inside the sandbox: the broker port (or none, said once), the
+/// inference client, the outbox and its sender thread, recall.
+pub fn context(
+    cfg: Config,
+    outbox: Option<Arc<Outbox>>,
+    running: &Running,
+) -> Result<Context, StartError> {
     let port: Box<dyn ToolPort> = match &cfg.broker.socket {
         Some(path) => Box::new(BrokerPort::with_log(
             path.clone(),
@@ -102,54 +93,30 @@ fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
     if let (Some(outbox), Some(socket)) = (&outbox, cfg.memory.socket.clone()) {
         let outbox = Arc::clone(outbox);
         let timeout = cfg.memory_timeout();
-        std::thread::Builder::new()
-            .name("memory-outbox".to_owned())
-            .spawn(move || outbox.run_sender(&socket, timeout))
-            .map_err(|e| {
-                StartError::own(
-                    LISTENER_ANCHOR,
-                    format!("cannot start the memory outbox's sender: {e}"),
-                )
-            })?;
+        running.thread("memory-outbox", move || outbox.run_sender(&socket, timeout))?;
     }
     let client = Client::new(cfg.inference.socket.clone(), cfg.inference_timeout());
-    notice(&format!(
-        "serving turns on {} (inference {}, broker {}, memory {})",
-        cfg.sockets.channel.display(),
-        cfg.inference.socket.display(),
-        cfg.broker
-            .socket
-            .as_ref()
-            .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
-        cfg.memory
-            .socket
-            .as_ref()
-            .map_or_else(|| "none".to_string(), |p| p.display().to_string()),
-    ));
+    let recall = match &cfg.memory.socket {
+        Some(socket) if cfg.memory.recall_tokens > 0 => Some(Recall::new(
+            socket.clone(),
+            cfg.recall_timeout(),
+            cfg.memory.recall_tokens,
+        )),
+        _ => None,
+    };
     let mut ctx = Context::new(cfg, client, port, Registry::new());
     if let Some(outbox) = outbox {
         ctx = ctx.with_outbox(outbox);
     }
-    if let Some(socket) = ctx.cfg.memory.socket.clone() {
-        if ctx.cfg.memory.recall_tokens > 0 {
-            let r = Recall::new(
-                socket,
-                ctx.cfg.recall_timeout(),
-                ctx.cfg.memory.recall_tokens,
-            );
-            ctx = ctx.with_recall(r);
-        }
+    if let Some(r) = recall {
+        ctx = ctx.with_recall(r);
     }
-    let ctx = Arc::new(ctx);
-    running.serve(socket, move |stream, env| {
-        handle(stream, env, Arc::clone(&ctx))
-    })?;
-    running.ready()
+    Ok(ctx)
 }
 
 /// What loopd may touch: its own directory read-write, the client socket directories that exist,
 /// its configuration read-only.
-fn profile(cfg: &Config, config: &Path) -> Profile {
+pub fn profile(cfg: &Config, config: &Path) -> Profile {
     let mut p = Profile::new(SeccompProfile::Loopd).read_write(cfg.loop_dir());
     let mut dirs: Vec<PathBuf> = Vec::new();
     for socket in [
@@ -173,37 +140,39 @@ fn profile(cfg: &Config, config: &Path) -> Profile {
     p.read_only(config)
 }
 
-/// `loopd check` (`live: false`) and `loopd selftest` (`live: true`). Prints what it found;
-/// a failure prints `selftest: FAILED: {e}` and the pointer of [`SELFTEST_ANCHOR`].
-pub fn run_selftest_check(config: &Path, live: bool) -> i32 {
-    match selftest(config, live) {
-        Ok(lines) => {
-            for l in lines {
-                println!("{l}");
-            }
-            0
-        }
-        Err(e) => {
-            println!(
-                "selftest: FAILED: {e}; {}",
-                bxcore::runbook::pointer(SELFTEST_ANCHOR)
-            );
-            1
+/// The line `check` and `selftest` end with when they fail: `selftest: FAILED: {why}` and the
+/// pointer of [`SELFTEST_ANCHOR`].
+pub fn failed_line(why: &str) -> String {
+    format!(
+        "selftest: FAILED: {why}; {}",
+        bxcore::runbook::pointer(SELFTEST_ANCHOR)
+    )
+}
+
+/// `loopd check` (`live: false`) and `loopd selftest` (`live: true`) of a configuration that
+/// loaded: what it found, and whether it passes. A failure's last line is [`failed_line`].
+pub fn selftest(cfg: &Config, live: bool) -> (Vec<String>, bool) {
+    match try_selftest(cfg, live) {
+        Ok(lines) => (lines, true),
+        Err((mut lines, why)) => {
+            lines.push(failed_line(&why));
+            (lines, false)
         }
     }
 }
 
-fn selftest(config: &Path, live: bool) -> Result<Vec<String>, String> {
-    let cfg = Config::load(config).map_err(|e| e.to_string())?;
-    let baseline = Baseline::assemble(&cfg.loop_dir()).map_err(|e| e.pointed().to_string())?;
+fn try_selftest(cfg: &Config, live: bool) -> Result<Vec<String>, (Vec<String>, String)> {
+    let baseline = Baseline::assemble(&cfg.loop_dir(), "")
+        .map_err(|e| (Vec::new(), e.pointed().to_string()))?;
     let mut out = vec![
-        format!("loopd: {} is valid", config.display()),
+        "loopd: configuration ok".to_string(),
         format!(
             "loopd: would serve turns on {}",
             cfg.sockets.channel.display()
         ),
         format!(
-            "loopd: sessions in {}, a new one starts on slot {:?} with a baseline of {} bytes",
+            "loopd: sessions in {}, a new one starts on slot {:?} with the owner's {} bytes of \
+             system.md and core memory after the box's own part",
             cfg.sessions_dir().display(),
             cfg.slots.main,
             baseline.system.len()
@@ -234,51 +203,19 @@ fn selftest(config: &Path, live: bool) -> Result<Vec<String>, String> {
         out.push("check: ok".to_string());
         return Ok(out);
     }
-    let mut sockets = vec![("inferproxy", cfg.inference.socket.clone())];
-    if let Some(p) = &cfg.broker.socket {
-        sockets.push(("brokerd", p.clone()));
-    }
-    if let Some(p) = &cfg.memory.socket {
-        sockets.push(("memoryd", p.clone()));
-    }
-    for (daemon, socket) in sockets {
-        let pong = client::ping(&socket, SELFTEST_TIMEOUT)
-            .map_err(|e| format!("ping {daemon} on {}: {e}", socket.display()))?;
-        if pong.daemon != daemon {
-            return Err(format!(
-                "{} is served by {}, not {daemon}",
-                socket.display(),
-                pong.daemon
-            ));
+    // The same checks a channel's `health` asks: every one is printed, the first failure
+    // fails the selftest.
+    let report = crate::health::report(cfg);
+    let mut failed = None;
+    for c in &report.checks {
+        if c.ok {
+            out.push(format!("selftest: {}", c.detail));
+        } else if failed.is_none() {
+            failed = Some(format!("{}: {}", c.part, c.detail));
         }
-        if pong.protocol != PROTOCOL_VERSION {
-            return Err(format!(
-                "{daemon} on {} speaks protocol {}, not {PROTOCOL_VERSION}",
-                socket.display(),
-                pong.protocol
-            ));
-        }
-        out.push(format!(
-            "selftest: {daemon} {} answers on {}",
-            pong.version,
-            socket.display()
-        ));
     }
-    if let Some(p) = &cfg.broker.socket {
-        match client::call(p, SELFTEST_TIMEOUT, 1, Message::ToolsList {}, |_| {}) {
-            Ok(Message::Tools(t)) => out.push(format!(
-                "selftest: brokerd offers {} tools besides the core ones",
-                t.tools.len()
-            )),
-            Ok(other) => {
-                return Err(format!(
-                    "tools_list on {} was answered with {}",
-                    p.display(),
-                    other.kind()
-                ));
-            }
-            Err(e) => return Err(format!("tools_list on {}: {e}", p.display())),
-        }
+    if let Some(why) = failed {
+        return Err((out, why));
     }
     out.push("selftest: ok".to_string());
     Ok(out)

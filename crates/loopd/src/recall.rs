@@ -18,6 +18,8 @@ use std::time::Duration;
 use bxcore::client;
 use bxcore::{Memory, MemoryRecall, Message, SessionId};
 
+use crate::session::Recalled;
+
 /// The runbook entry of a recall that got no answer.
 pub const RECALL_ANCHOR: &str = "memory-recall-unavailable";
 
@@ -47,8 +49,15 @@ impl Recall {
         }
     }
 
-    /// What to add to the session for `query`, if memory holds anything: one system text.
-    pub fn ask(&self, session: &SessionId, query: &str) -> Option<String> {
+    /// What to add to the session for `query`, if memory holds anything the session lacks:
+    /// one system text and the turns it holds. memoryd never answers with the session's own
+    /// turns; `known` says which others the session was given before, and those are left out.
+    pub fn ask(
+        &self,
+        session: &SessionId,
+        query: &str,
+        known: &dyn Fn(&Memory) -> bool,
+    ) -> Option<(String, Vec<Recalled>)> {
         let mut q = query;
         if q.len() > MAX_QUERY_BYTES {
             let mut cut = MAX_QUERY_BYTES;
@@ -68,14 +77,23 @@ impl Recall {
             Err(e) => Err(e.to_string()),
         };
         match got {
-            Ok(memories) => {
+            Ok(mut memories) => {
                 if self.down.swap(false, Ordering::SeqCst) {
                     bxharden::log::notice(&format!(
                         "memoryd on {} answers recall again",
                         self.socket.display()
                     ));
                 }
-                text(&memories, self.max_tokens)
+                memories.retain(|m| m.session != *session && !known(m));
+                let text = text(&memories, self.max_tokens)?;
+                let held = memories
+                    .iter()
+                    .map(|m| Recalled {
+                        session: m.session.clone(),
+                        turn: m.turn,
+                    })
+                    .collect();
+                Some((text, held))
             }
             Err(why) => {
                 if !self.down.swap(true, Ordering::SeqCst) {

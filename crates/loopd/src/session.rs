@@ -35,8 +35,14 @@ pub enum Record {
     /// A turn starts with the owner's text.
     User { turn: u64, text: String },
     /// What the owner's memory recalled for the turn, just before its user text: shown to the
-    /// model as a system message.
-    Recall { turn: u64, text: String },
+    /// model as a system message. `memories` names the turns it holds, so no later turn of the
+    /// session is given them again.
+    Recall {
+        turn: u64,
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        memories: Vec<Recalled>,
+    },
     /// What the model said, and the tools it asked for.
     Assistant {
         text: String,
@@ -58,6 +64,14 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ErrorCode>,
     },
+}
+
+/// One remembered turn a recall brought into a session: which session's, which turn.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recalled {
+    pub session: SessionId,
+    pub turn: u64,
 }
 
 /// Why a session could not be created, opened or written.
@@ -112,6 +126,8 @@ pub struct Session {
     turns: u64,
     records: u64,
     bytes: u64,
+    /// The remembered turns recall has brought into the session so far.
+    recalled: std::collections::HashSet<Recalled>,
 }
 
 /// `<dir>/<id>.jsonl`.
@@ -158,6 +174,7 @@ impl Session {
             turns: 0,
             records: 0,
             bytes: 0,
+            recalled: Default::default(),
         };
         let started = s
             .append(&Record::Start {
@@ -218,6 +235,7 @@ impl Session {
             turns: 0,
             records: 0,
             bytes: 0,
+            recalled: Default::default(),
         };
         for (i, line) in data[..whole].split_inclusive(|&b| b == b'\n').enumerate() {
             let n = i + 1;
@@ -292,8 +310,9 @@ impl Session {
                 self.turns = self.turns.max(*turn);
                 self.messages.push(ChatMessage::User { text: text.clone() });
             }
-            Record::Recall { text, .. } => {
+            Record::Recall { text, memories, .. } => {
                 self.answer_interrupted();
+                self.recalled.extend(memories.iter().cloned());
                 self.messages
                     .push(ChatMessage::System { text: text.clone() });
             }
@@ -369,6 +388,14 @@ impl Session {
     /// The log's size in bytes.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Whether a recall brought `turn` of `session` into this session already.
+    pub fn has_recalled(&self, session: &SessionId, turn: u64) -> bool {
+        self.recalled.contains(&Recalled {
+            session: session.clone(),
+            turn,
+        })
     }
 
     /// The session's size as tokens, estimated as bytes / 4.

@@ -5,7 +5,9 @@
 //! tool the owner disabled in brokerd is never offered). A call to a tool that was not offered
 //! is answered `failed` here and never reaches the broker.
 
-use bxcore::{ApprovalId, DataClass, SessionId, Timestamp, ToolDef, ToolRequest, ToolResponse};
+use bxcore::{
+    ApprovalId, DataClass, SessionId, Timestamp, ToolDef, ToolRequest, ToolResponse, Tools,
+};
 use serde_json::{Value, json};
 
 /// A pending frame the broker sent: the owner was asked, and the call waits until `expires`.
@@ -32,9 +34,18 @@ pub trait ToolPort: Send + Sync {
         (self.call(request, on_pending), None)
     }
 
-    /// The tools the model may be offered besides the core ones. A port that cannot say offers
-    /// none (and logs why).
-    fn list(&self) -> Vec<ToolDef>;
+    /// The tools the model may be offered besides the core ones, and the workspace they reach.
+    /// `Err` says why the port cannot say (it logged it): a turn then does not start, since
+    /// the model would be offered tools that are not there, or none.
+    fn list(&self) -> Result<Tools, String>;
+}
+
+/// What a turn offers the model: every tool it may call, the core ones first, and the
+/// workspace roots the broker's tools reach.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Offer {
+    pub tools: Vec<ToolDef>,
+    pub workspace: Vec<bxcore::WorkspaceRoot>,
 }
 
 /// The tool registry: the core tools, and the offer made to the model each turn.
@@ -93,15 +104,20 @@ impl Registry {
     }
 
     /// What the model is offered this turn: the core tools, then the port's (a port tool that
-    /// has a core tool's name is left out: the core one is what runs).
-    pub fn offer(&self, port: &dyn ToolPort) -> Vec<ToolDef> {
+    /// has a core tool's name is left out: the core one is what runs). `Err`: the port could
+    /// not say, and why.
+    pub fn offer(&self, port: &dyn ToolPort) -> Result<Offer, String> {
+        let listed = port.list()?;
         let mut tools = self.core.clone();
-        for t in port.list() {
+        for t in listed.tools {
             if !tools.iter().any(|c| c.name == t.name) {
                 tools.push(t);
             }
         }
-        tools
+        Ok(Offer {
+            tools,
+            workspace: listed.workspace,
+        })
     }
 
     /// Run a core tool in loopd. `None` when `name` is not a core tool.

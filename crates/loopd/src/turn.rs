@@ -20,7 +20,7 @@ use crate::config::Loop;
 use crate::infer::{Client, InferError};
 use crate::recall::Recall;
 use crate::session::{Record, Session, SessionError};
-use crate::tools::{Registry, SessionInfo, ToolPort};
+use crate::tools::{Offer, Registry, SessionInfo, ToolPort};
 
 /// Everything one turn uses, borrowed from the server's context.
 pub struct Runtime<'a> {
@@ -73,10 +73,16 @@ pub enum TurnError {
     /// The channel cancelled the turn; nothing more was started.
     #[error("the turn was cancelled by its channel; no model or tool call was started after that")]
     Cancelled,
+    /// The tool broker could not say which tools there are: the turn did not start (no model
+    /// call), since the model would be offered none of the owner's tools.
+    #[error("the tool broker is unavailable ({0}); the turn did not start")]
+    Broker(String),
 }
 
-/// What the model is shown for a tool call its turn was cancelled before.
-pub const CANCELLED_CALL: &str = "the owner cancelled the turn before this call ran";
+/// What the model is shown for a tool call its turn was cancelled before: by the owner (Ctrl-C)
+/// or by the channel going away; loopd cannot tell which.
+pub const CANCELLED_CALL: &str =
+    "the turn was cancelled (by the owner, or its channel went away) before this call ran";
 
 /// The runbook entry of a session over its context budget.
 pub const SESSION_FULL_ANCHOR: &str = "session-full";
@@ -94,6 +100,7 @@ impl TurnError {
             TurnError::Session(SessionError::NotFound(_)) => ErrorCode::NoSuchSession,
             TurnError::Session(_) | TurnError::Baseline(_) => ErrorCode::Internal,
             TurnError::Cancelled => ErrorCode::Cancelled,
+            TurnError::Broker(_) => ErrorCode::Unavailable,
         }
     }
 
@@ -108,6 +115,7 @@ impl TurnError {
             TurnError::Session(e) => e.anchor(),
             TurnError::Baseline(e) => Some(e.anchor()),
             TurnError::Cancelled => None,
+            TurnError::Broker(_) => Some(crate::broker_port::BROKER_ANCHOR),
         }
     }
 
@@ -118,6 +126,7 @@ impl TurnError {
             self,
             TurnError::Infer(_)
                 | TurnError::Baseline(_)
+                | TurnError::Broker(_)
                 | TurnError::Session(SessionError::Torn { .. } | SessionError::Io(..))
         )
     }
@@ -134,20 +143,23 @@ impl From<SessionError> for TurnError {
     }
 }
 
-/// Run one turn of `session` with the owner's `text`.
+/// Run one turn of `session` with the owner's `text`, the model offered `offer`.
 pub fn run_turn(
     rt: &mut Runtime<'_>,
     session: &mut Session,
     text: &str,
+    offer: &Offer,
 ) -> Result<Finished, TurnError> {
     let turn = session.turns() + 1;
     // Recall never fails the turn: without an answer in time, the turn goes on without it. It
     // comes before the user's text, so the request still ends with it, and it is not part of
     // the turn handed to memory (a memory is never filed again as a new one).
-    if let Some(recalled) = rt.recall.and_then(|r| r.ask(session.id(), text)) {
+    let known = |m: &bxcore::Memory| session.has_recalled(&m.session, m.turn);
+    if let Some((recalled, memories)) = rt.recall.and_then(|r| r.ask(session.id(), text, &known)) {
         session.append(&Record::Recall {
             turn,
             text: recalled,
+            memories,
         })?;
     }
     let start = session.messages().len();
@@ -156,7 +168,7 @@ pub fn run_turn(
         text: text.to_string(),
     })?;
     let mut usage = Usage::default();
-    let result = rounds(rt, session, turn, &mut usage);
+    let result = rounds(rt, session, turn, &offer.tools, &mut usage);
     let end = Record::TurnEnd {
         turn,
         usage,
@@ -177,9 +189,9 @@ fn rounds(
     rt: &mut Runtime<'_>,
     session: &mut Session,
     turn: u64,
+    tools: &[ToolDef],
     usage: &mut Usage,
 ) -> Result<(), TurnError> {
-    let tools = rt.registry.offer(rt.port);
     let budget = rt.limits.context_tokens;
     for _ in 0..rt.limits.max_tool_rounds {
         // A safe point: nothing of this round has started.
@@ -194,7 +206,7 @@ fn rounds(
         let request = InferRequest {
             slot: session.slot().to_string(),
             messages: session.messages().to_vec(),
-            tools: tools.clone(),
+            tools: tools.to_vec(),
             first_call,
         };
         let mut streamed = false;
@@ -243,7 +255,7 @@ fn rounds(
                 };
                 (failed, None)
             } else {
-                answer(rt, session, turn, &tools, &call)
+                answer(rt, session, turn, tools, &call)
             };
             let (outcome, text) = shown(response);
             session.append(&Record::Tool {

@@ -453,18 +453,21 @@ fn no_broker_fails_every_call_plainly_and_prints_nothing() {
         }
     );
     assert!(!called);
-    assert!(NoBroker.list().is_empty());
+    assert!(NoBroker.list().unwrap().tools.is_empty());
 }
 
 #[test]
-fn the_tool_list_comes_from_tools_list_and_an_outage_offers_none() {
+fn the_tool_list_comes_from_tools_list_and_an_outage_is_an_error_logged_once() {
     let dir = tempfile::tempdir().unwrap();
     let broker = FakeBroker::ok(
         &dir.path().join("broker.sock"),
         vec![support::broker::tool("workspace_read")],
     );
     let port = BrokerPort::new(broker.path.clone(), LONG);
-    assert_eq!(port.list(), vec![support::broker::tool("workspace_read")]);
+    assert_eq!(
+        port.list().unwrap().tools,
+        vec![support::broker::tool("workspace_read")]
+    );
 
     let lines = Arc::new(Mutex::new(Vec::new()));
     let l2 = Arc::clone(&lines);
@@ -473,7 +476,8 @@ fn the_tool_list_comes_from_tools_list_and_an_outage_offers_none() {
         LONG,
         Box::new(move |l| l2.lock().unwrap().push(l.to_string())),
     );
-    assert!(gone.list().is_empty());
+    let why = gone.list().unwrap_err();
+    assert!(why.contains("absent.sock"), "{why}");
     let lines = lines.lock().unwrap();
     assert_eq!(lines.len(), 1);
     assert!(lines[0].ends_with(&pointer()), "{}", lines[0]);

@@ -3,6 +3,7 @@
 
 mod support;
 
+use bxharden::daemon::DaemonConfig;
 use std::io::Write;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -13,7 +14,7 @@ use bxcore::{
     CallId, Envelope, ErrorCode, Message, Outcome, ToolResponse, Turn, TurnEvent, Usage,
     write_frame,
 };
-use loopd::channel::{Context, serve};
+use loopd::channel::Context;
 use loopd::config::Config;
 use loopd::infer::Client;
 use loopd::tools::Registry;
@@ -40,7 +41,7 @@ impl loopd::tools::ToolPort for Shared {
     ) -> ToolResponse {
         self.0.call(request, on_pending)
     }
-    fn list(&self) -> Vec<bxcore::ToolDef> {
+    fn list(&self) -> Result<bxcore::Tools, String> {
         self.0.list()
     }
 }
@@ -63,8 +64,8 @@ fn server_in(home: tempfile::TempDir, script: Vec<Step>, tools: FakeTools, extra
     let socket = home.path().join("loop.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let ctx = Arc::new(ctx);
-    let served = Arc::clone(&ctx);
-    std::thread::spawn(move || serve(listener, served));
+    let limits = bxharden::serve::Limits::of(&bxcore::layout::LOOP);
+    support::serve_turns(listener, Arc::clone(&ctx), limits);
     Server {
         home,
         socket,
@@ -503,7 +504,7 @@ fn the_channel_going_away_mid_turn_cancels_it_with_its_log_whole_and_the_session
     // The model's answer may have come in before the cancel was seen: its call was then not
     // started, but recorded as failed.
     assert!(
-        !log.contains("time_now") || log.contains(loopd::turn::CANCELLED_CALL),
+        !log.contains(r#""tool":"time_now""#) || log.contains(loopd::turn::CANCELLED_CALL),
         "no tool call was started after the cancel: {log}"
     );
     // The session is free once the turn's end is written and its busy mark released (no final

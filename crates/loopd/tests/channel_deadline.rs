@@ -1,17 +1,17 @@
 //! The first frame's deadline on loop.sock: a silent peer and a peer that trickles its frame one
 //! byte at a time are both answered `bad_frame` (id 0) once the deadline passes, and the server
-//! serves others meanwhile. Its own test binary: it shortens bxharden's process-wide deadline.
+//! serves others meanwhile. The socket's deadline is shortened to 300 ms.
 
 mod support;
 
+use bxharden::daemon::DaemonConfig;
 use std::io::Write;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bxcore::{ErrorCode, Message};
-use bxharden::serve::{Timeouts, set_timeouts};
-use loopd::channel::{Context, serve};
+use loopd::channel::Context;
 use loopd::config::Config;
 use loopd::infer::Client;
 use loopd::tools::Registry;
@@ -20,10 +20,6 @@ use support::{error_code, frame_of, last_msg, read_all, turn};
 
 /// The server on a fresh home, and the scripted inference socket it uses (served until dropped).
 fn server() -> (tempfile::TempDir, std::path::PathBuf, ScriptedInfer) {
-    set_timeouts(Timeouts {
-        first_frame_ms: 300,
-        write_ms: 30_000,
-    });
     let home = support::home();
     let cfg = Config::parse(&format!(
         "[paths]\nhome = {:?}\n",
@@ -40,7 +36,11 @@ fn server() -> (tempfile::TempDir, std::path::PathBuf, ScriptedInfer) {
     ));
     let socket = home.path().join("loop.sock");
     let listener = UnixListener::bind(&socket).unwrap();
-    std::thread::spawn(move || serve(listener, ctx));
+    let limits = bxharden::serve::Limits {
+        first_frame: Duration::from_millis(300),
+        ..bxharden::serve::Limits::of(&bxcore::layout::LOOP)
+    };
+    support::serve_turns(listener, ctx, limits);
     (home, socket, infer)
 }
 

@@ -3,6 +3,7 @@
 
 mod support;
 
+use bxharden::daemon::DaemonConfig;
 use std::path::PathBuf;
 use std::time::Duration;
 

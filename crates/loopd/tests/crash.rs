@@ -77,6 +77,7 @@ fn killed_during_a_tool_call_the_session_goes_on_and_the_call_id_is_not_reused()
             true,
             Message::Tools(bxcore::Tools {
                 tools: vec![tool("slow")],
+                workspace: Vec::new(),
             }),
         ),
         Message::ToolRequest(_) => {

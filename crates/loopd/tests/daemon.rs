@@ -250,3 +250,38 @@ fn a_damaged_session_is_refused_and_logged_with_its_anchor() {
         })
     });
 }
+
+#[test]
+fn a_turn_on_bridge_sock_runs_only_in_a_session_of_the_channels_prefix() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(
+        &layout.infer,
+        vec![Step::Text("Hello from the bridge.".to_string())],
+    );
+    let d = Loopd::start(home.path(), &config(home.path(), ""));
+    let bridge = bxcore::layout::BRIDGE.path(home.path());
+    // Another session's turn runs nothing, and says why with its pointer.
+    let frames = turn(&bridge, 3, "s1", false, "hello");
+    match last_msg(&frames) {
+        Message::Error(e) => {
+            assert_eq!(e.code, bxcore::ErrorCode::Forbidden);
+            assert_eq!(
+                e.detail,
+                "the channel may run turns only in sessions named matrix-..., not s1; \
+                 see docs/runbook.md#bridge-session-refused"
+            );
+        }
+        o => panic!("{o:?}"),
+    }
+    assert!(!home.path().join("loop/sessions/s1.jsonl").exists());
+    assert!(d.log_text().contains("runbook.md#bridge-session-refused"));
+    // The channel's own session runs as on loop.sock.
+    let frames = turn(&bridge, 4, "matrix-00aa", false, "hello");
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{:?}",
+        last_msg(&frames)
+    );
+    assert!(home.path().join("loop/sessions/matrix-00aa.jsonl").exists());
+}

@@ -95,7 +95,7 @@ fn baseline_errors_point_at_their_entries() {
     assert_points(&core.pointed().to_string(), "core-memory-unreadable");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("system.md")).unwrap();
-    let e = Baseline::assemble(dir.path()).unwrap_err();
+    let e = Baseline::assemble(dir.path(), "").unwrap_err();
     assert!(matches!(e, BaselineError::Read(..)));
     assert_points(&e.pointed().to_string(), "system-prompt-unreadable");
 }

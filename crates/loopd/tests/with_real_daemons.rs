@@ -272,6 +272,8 @@ fn an_approval_asked_by_the_real_brokerd_reaches_the_channel_and_the_turn_waits_
         Message::ApprovalDecision(ApprovalDecision {
             approval,
             allow: true,
+            lease: false,
+            approver: None,
         }),
         |_| {},
     )

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use bxcore::{ChatMessage, DataClass, SessionId, SessionStateReply, Timestamp, TurnRecord};
+use bxcore::{ChatMessage, DataClass, Label, SessionId, Timestamp, TurnRecord};
 use honcho::{BaseUrl, Client, Id, MessageKey, NewMessage, Options};
 use memoryd::store::{Filing, HonchoStore, Store};
 use serde_json::Map;
@@ -66,7 +66,7 @@ fn main() {
         println!("honcho bench: HONCHO_URL is not set (make honcho); nothing measured");
         return;
     };
-    let state = SessionStateReply {
+    let state = Label {
         class: DataClass::Private,
         untrusted: false,
     };

@@ -4,7 +4,7 @@
 //! would send a secret turn off the device or an untrusted one into main memory, is a refusal to
 //! start, never a surprise when a turn is filed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bxcore::layout;
@@ -75,10 +75,6 @@ pub struct Limits {
     pub max_recall_tokens: u32,
     /// The most records waiting in the outbox; past it `turn_record` is `unavailable`.
     pub max_outbox: usize,
-    /// How long a client has to send its whole request frame.
-    pub first_frame_ms: u64,
-    /// How long a client has to take each frame written to it.
-    pub write_ms: u64,
 }
 
 impl Default for Limits {
@@ -89,8 +85,6 @@ impl Default for Limits {
             max_backoff_ms: 30_000,
             max_recall_tokens: 4_096,
             max_outbox: 10_000,
-            first_frame_ms: 10_000,
-            write_ms: 30_000,
         }
     }
 }
@@ -168,8 +162,10 @@ impl Honcho {
 }
 
 impl bxharden::daemon::DaemonConfig for Config {
-    /// The home absolute, every bound in range, the routes whole and safe, `[peers]` and
-    /// `[serve]` naming memoryd's sockets; then the default socket paths.
+    const SOCKETS: &'static [layout::SocketSpec] = &[layout::MEMORY, layout::MEMORIES];
+
+    /// The home absolute, every bound in range, the routes whole and safe; then the default
+    /// socket paths.
     fn check(&mut self) -> Result<(), String> {
         self.paths.check()?;
         let l = &self.limits;
@@ -177,8 +173,6 @@ impl bxharden::daemon::DaemonConfig for Config {
             ("state_timeout_ms", l.state_timeout_ms),
             ("backoff_ms", l.backoff_ms),
             ("max_backoff_ms", l.max_backoff_ms),
-            ("first_frame_ms", l.first_frame_ms),
-            ("write_ms", l.write_ms),
         ] {
             if v == 0 || v > MAX_TIMEOUT_MS {
                 return Err(format!(
@@ -210,13 +204,6 @@ impl bxharden::daemon::DaemonConfig for Config {
         if let Some(h) = &self.honcho {
             h.check()?;
         }
-        let served = [layout::MEMORY, layout::MEMORIES];
-        let names: Vec<String> = served.iter().map(|s| s.file()).collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        self.peers
-            .check_sockets(&names)
-            .map_err(|e| e.to_string())?;
-        self.serve.check(&served)?;
         let home = self.paths.home.clone();
         for (path, spec) in [
             (&mut self.sockets.memory, layout::MEMORY),
@@ -235,30 +222,10 @@ impl bxharden::daemon::DaemonConfig for Config {
         Ok(())
     }
 
-    fn sandbox(&self) -> &SandboxConfig {
-        &self.sandbox
-    }
-
-    fn peers(&self) -> &Peers {
-        &self.peers
-    }
-
-    fn serve(&self) -> &ServeConfig {
-        &self.serve
-    }
+    bxharden::common_tables!();
 }
 
 impl Config {
-    /// Read, parse and check `path` (`bxharden::daemon::load`).
-    pub fn load(path: &Path) -> Result<Config, bxharden::daemon::ConfigError> {
-        bxharden::daemon::load(path)
-    }
-
-    /// Parse and check `text` (named `path` in errors).
-    pub fn parse(path: &Path, text: &str) -> Result<Config, bxharden::daemon::ConfigError> {
-        bxharden::daemon::parse(path, text)
-    }
-
     /// `<home>/memory`: memoryd's own directory, 0700.
     pub fn own_dir(&self) -> PathBuf {
         layout::daemon("memoryd")

@@ -1,35 +1,25 @@
-//! `memoryd serve` and `memoryd check`: the start-up every daemon runs (`bxharden::daemon`), and
-//! the two sockets: memory.sock (loopd: `turn_record`, `memory_recall`) and memories.sock (the
+//! What memoryd's table (`main.rs`) is made of: its stores, its outbox and filer, what it says it
+//! serves, its sandbox, and the handlers of its two sockets: memory.sock (loopd: `turn_record`, `memory_recall`) and memories.sock (the
 //! owner: `memory_recent`, `memory_search`, `memory_forget`, `memory_status`).
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use bxcore::layout;
+use bxcore::layout::{MemoriesRequest, MemoryRequest};
 use bxcore::runbook::Anchored;
 use bxcore::{
     ChatMessage, Envelope, ErrorCode, Memories, Memory, MemoryForgotten, MemoryRecall,
     MemoryReport, Message, TurnFiled, TurnRecord,
 };
-use bxharden::daemon::{self, Cli, Command, NoMore, Spec, Start, StartError, Usage};
-use bxharden::{Daemon, Profile, SeccompProfile, serve};
+use bxharden::daemon::StartError;
+use bxharden::{Profile, SeccompProfile, serve};
 
-use crate::config::{CONFIG_ANCHOR, Config};
+use crate::config::Config;
 use crate::filer::{Filer, ask_state};
 use crate::outbox::Outbox;
-use crate::store::{HonchoStore, LocalStore, Stores, within_tokens, words};
-
-/// memoryd, for the start-up every daemon runs.
-pub const SPEC: Spec = Spec {
-    daemon: Daemon {
-        name: "memoryd",
-        version: env!("CARGO_PKG_VERSION"),
-    },
-    config_anchor: CONFIG_ANCHOR,
-};
+use crate::store::{HonchoStore, LocalStore, Store, Stores, within_tokens, words};
 
 /// The most turns one `memory_recent` or `memory_search` may ask for.
 pub const MAX_LIST: u32 = 1_000;
@@ -38,15 +28,19 @@ pub const MAX_ANSWER_BYTES: usize = bxcore::MAX_FRAME / 2;
 /// The longest a recall waits for brokerd's state before it asks the local store only.
 pub const RECALL_STATE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The stores the configuration names, opened while the whole filesystem is there (the Honcho
-/// token is read now: the sandbox closes its file after).
-pub fn open_stores(cfg: &Config) -> Result<Stores, StartError> {
+/// The remote store `[honcho]` names, if any: its client, with its token read now (the sandbox
+/// closes the token's file after). Makes nothing and asks nothing of the server.
+pub fn read_remote(cfg: &Config) -> Result<Option<HonchoStore>, StartError> {
+    cfg.honcho.as_ref().map(open_honcho).transpose()
+}
+
+/// The stores: the embedded one, opened (made) in its directory, and the remote one read.
+pub fn open_stores(cfg: &Config, remote: Option<HonchoStore>) -> Result<Stores, StartError> {
     let local = LocalStore::open(&cfg.local_dir()).map_err(|e| StartError::anchored(&e))?;
-    let Some(h) = &cfg.honcho else {
-        return Ok(Stores::local(Box::new(local)));
-    };
-    let remote = open_honcho(h)?;
-    Ok(Stores::with_remote(Box::new(local), Box::new(remote)))
+    Ok(match remote {
+        None => Stores::local(Box::new(local)),
+        Some(remote) => Stores::with_remote(Box::new(local), Box::new(remote)),
+    })
 }
 
 /// The Honcho store of `[honcho]`: its client, with the token from `key_file` or the systemd
@@ -68,91 +62,46 @@ fn open_honcho(h: &crate::config::Honcho) -> Result<HonchoStore, StartError> {
     Ok(HonchoStore::new(client, main, quarantine))
 }
 
-/// What memoryd serves, for `check` and the start-up notice.
-fn describe(cfg: &Config, stores: &Stores) -> String {
-    format!(
-        "turns on {}, the owner's view on {}, session state from {}; filing into {}; outbox {}",
+/// What memoryd serves, for `check` and the start-up notices: its sockets, its stores, its
+/// routes. Never the token.
+pub fn describe(cfg: &Config, remote: Option<&HonchoStore>) -> Vec<String> {
+    let mut lines = vec![format!(
+        "turns on {} and the owner's view on {}, asking {} for session state; filing into {}the \
+         embedded store in {}; outbox {}",
         cfg.sockets.memory.display(),
         cfg.sockets.memories.display(),
         cfg.sockets.state.display(),
-        stores.describe(),
+        remote.map_or(String::new(), |r| format!("{} and ", r.describe())),
+        cfg.local_dir().display(),
         cfg.outbox_dir().display()
-    )
-}
-
-/// `memoryd check --config FILE`: load and check the configuration, print what would be served.
-/// It opens nothing: a store is made by `serve`, as memoryd's own user.
-pub fn check(config: &Path) -> ExitCode {
-    daemon::check(SPEC, config, |cfg: Config| {
-        {
-            println!("memoryd: configuration ok");
-            println!(
-                "memoryd: would serve turns on {} and the owner's view on {}, ask {} for session state, file into the embedded store in {}",
-                cfg.sockets.memory.display(),
-                cfg.sockets.memories.display(),
-                cfg.sockets.state.display(),
-                cfg.local_dir().display()
-            );
-            if let (Some(h), Ok((main, quarantine))) = (
-                &cfg.honcho,
-                cfg.honcho
-                    .as_ref()
-                    .map_or(Err(String::new()), |h| h.workspaces()),
-            ) {
-                println!(
-                    "memoryd: would file main memory into Honcho at {} (workspace {main}) and \
-                     quarantine into its workspace {quarantine}; local turns stay in the embedded store",
-                    h.base().map_or_else(|_| h.url.clone(), |b| b.to_string()),
-                );
-            }
-            for r in &cfg.routes().0 {
-                println!(
-                    "memoryd: route: class {} untrusted {} -> {}",
-                    r.class.map_or("any".to_string(), |c| c.to_string()),
-                    r.untrusted.map_or("any".to_string(), |u| u.to_string()),
-                    r.to
-                );
-            }
-        }
-        Ok(())
-    })
-}
-
-/// `memoryd serve --config FILE`.
-pub fn serve(config: &Path) -> ExitCode {
-    daemon::run(SPEC, || start(config))
-}
-
-fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
-    let mut s = Start::<Config>::load(SPEC, config)?;
-    let own = s.cfg().own_dir();
-    for dir in [own.clone(), s.cfg().outbox_dir(), s.cfg().local_dir()] {
-        s.own_dir(&dir)?;
+    )];
+    for r in &cfg.routes().0 {
+        lines.push(format!(
+            "route: class {} untrusted {} -> {}",
+            r.class.map_or("any".to_string(), |c| c.to_string()),
+            r.untrusted.map_or("any".to_string(), |u| u.to_string()),
+            r.to
+        ));
     }
-    let outbox = Outbox::open(&s.cfg().outbox_dir(), s.cfg().limits.max_outbox).map_err(|e| {
+    lines
+}
+
+/// The outbox in its directory, opened (made).
+pub fn open_outbox(cfg: &Config) -> Result<Outbox, StartError> {
+    Outbox::open(&cfg.outbox_dir(), cfg.limits.max_outbox).map_err(|e| {
         StartError::own(
             crate::outbox::UNWRITABLE_ANCHOR,
             format!(
                 "{}: cannot open the outbox: {e}",
-                s.cfg().outbox_dir().display()
+                cfg.outbox_dir().display()
             ),
         )
-    })?;
-    let stores = open_stores(s.cfg())?;
-    let memory_path = s.cfg().sockets.memory.clone();
-    let memory = s.listen(layout::MEMORY, &memory_path)?;
-    let memories_path = s.cfg().sockets.memories.clone();
-    let memories = s.listen(layout::MEMORIES, &memories_path)?;
+    })
+}
 
-    let profile = profile(s.cfg(), config);
-    let (cfg, running) = s.sandbox(&profile)?;
-
-    serve::set_timeouts(serve::Timeouts {
-        first_frame_ms: cfg.limits.first_frame_ms,
-        write_ms: cfg.limits.write_ms,
-    });
-    let what = describe(&cfg, &stores);
-    let filer = Arc::new(Filer {
+/// The filer: the outbox, the stores and the routes, shared by both sockets and its thread.
+pub fn filer(cfg: &Config, outbox: Outbox, stores: Stores) -> Filer {
+    Filer {
         outbox,
         stores,
         routes: cfg.routes(),
@@ -160,31 +109,13 @@ fn start(config: &Path) -> Result<std::convert::Infallible, StartError> {
         state_timeout: cfg.state_timeout(),
         filing: Mutex::new(()),
         waiting: Mutex::new(None),
-    });
-    let (first, max) = cfg.backoff();
-    let f = Arc::clone(&filer);
-    std::thread::Builder::new()
-        .name("filer".to_owned())
-        .spawn(move || f.run(first, max))
-        .map_err(|error| StartError::Thread {
-            socket: "the filer".to_owned(),
-            error,
-        })?;
-    let cfg = Arc::new(cfg);
-    let (f, c) = (Arc::clone(&filer), Arc::clone(&cfg));
-    running.serve(memory, move |stream, env| {
-        handle_memory(stream, env, &f, &c)
-    })?;
-    let f = Arc::clone(&filer);
-    running.serve(memories, move |stream, env| handle_owner(stream, env, &f))?;
-    bxharden::log::notice(&format!("serving {what}"));
-    running.ready()
+    }
 }
 
 /// What memoryd may touch: its own directory read-write, the directory of brokerd's state
 /// socket (when it exists), its configuration read-only. No network, unless `[honcho]` names a
 /// server: then TCP connect to its port alone (and the resolver's files, for a host name).
-fn profile(cfg: &Config, config: &Path) -> Profile {
+pub fn profile(cfg: &Config, config: &Path) -> Profile {
     let remote = cfg.honcho.as_ref().and_then(|h| h.base().ok());
     let mut p = Profile::new(SeccompProfile::Memoryd {
         remote: remote.is_some(),
@@ -234,10 +165,15 @@ pub fn check_record(r: &TurnRecord) -> Result<(), String> {
 }
 
 /// memory.sock: one `turn_record` or `memory_recall` from loopd.
-pub fn handle_memory(mut stream: UnixStream, env: Envelope, filer: &Filer, cfg: &Config) {
-    let id = env.id;
-    match env.msg {
-        Message::TurnRecord(record) => {
+pub fn handle_memory(
+    mut stream: UnixStream,
+    id: u64,
+    request: MemoryRequest,
+    filer: &Filer,
+    cfg: &Config,
+) {
+    match request {
+        MemoryRequest::TurnRecord(record) => {
             if let Err(why) = check_record(&record) {
                 return refuse(&mut stream, id, ErrorCode::BadMessage, why);
             }
@@ -253,8 +189,7 @@ pub fn handle_memory(mut stream: UnixStream, env: Envelope, filer: &Filer, cfg: 
                 Err(e) => fail(&mut stream, id, &e),
             }
         }
-        Message::MemoryRecall(q) => recall(&mut stream, id, filer, cfg, &q),
-        other => serve::unhandled(&mut stream, id, &other),
+        MemoryRequest::MemoryRecall(q) => recall(&mut stream, id, filer, cfg, &q),
     }
 }
 
@@ -278,7 +213,10 @@ fn recall(stream: &mut UnixStream, id: u64, filer: &Filer, cfg: &Config, q: &Mem
         &q.session,
     )
     .ok();
-    match filer.stores.recall(state, &q.query, q.max_tokens) {
+    match filer
+        .stores
+        .recall(&q.session, state, &q.query, q.max_tokens)
+    {
         Ok(memories) => answer(stream, id, Message::Memories(Memories { memories })),
         Err(e) => fail(stream, id, &e),
     }
@@ -311,16 +249,15 @@ fn memories(stream: &mut UnixStream, id: u64, got: Result<Vec<Memory>, crate::st
 }
 
 /// memories.sock: the owner's view.
-pub fn handle_owner(mut stream: UnixStream, env: Envelope, filer: &Filer) {
-    let id = env.id;
+pub fn handle_owner(mut stream: UnixStream, id: u64, request: MemoriesRequest, filer: &Filer) {
     let s = &mut stream;
-    match env.msg {
-        Message::MemoryRecent(q) => {
+    match request {
+        MemoriesRequest::MemoryRecent(q) => {
             if list(s, id, q.limit, "memory_recent") {
                 memories(s, id, filer.stores.recent(q.route, q.limit as usize));
             }
         }
-        Message::MemorySearch(q) => {
+        MemoriesRequest::MemorySearch(q) => {
             if words(&q.query, 1).is_empty() {
                 return refuse(
                     s,
@@ -333,7 +270,7 @@ pub fn handle_owner(mut stream: UnixStream, env: Envelope, filer: &Filer) {
                 memories(s, id, filer.stores.search(&q.query, q.limit as usize));
             }
         }
-        Message::MemoryForget(q) => match filer.forget(&q.session) {
+        MemoriesRequest::MemoryForget(q) => match filer.forget(&q.session) {
             Ok(done) => {
                 bxharden::log::notice(&format!(
                     "the owner forgot session {}: {} turns {}",
@@ -357,7 +294,7 @@ pub fn handle_owner(mut stream: UnixStream, env: Envelope, filer: &Filer) {
             }
             Err(e) => fail(s, id, &e),
         },
-        Message::MemoryStatus {} => {
+        MemoriesRequest::MemoryStatus => {
             let outbox = filer.outbox.depth().unwrap_or(0) as u64;
             let waiting = filer
                 .waiting
@@ -371,25 +308,9 @@ pub fn handle_owner(mut stream: UnixStream, env: Envelope, filer: &Filer) {
                     store: filer.stores.describe(),
                     outbox,
                     waiting,
+                    remote: filer.stores.probe_remote(),
                 }),
             )
         }
-        other => serve::unhandled(s, id, &other),
-    }
-}
-
-/// The command line's words: `serve` or `check`, each with `--config FILE`.
-pub const USAGE: Usage = Usage {
-    about: "Files each finished turn by its session's class, and recalls the owner's memory",
-    serve: "Serve memory.sock and memories.sock, and file the outbox",
-    check: "Load and check the configuration, print what would be served",
-};
-
-/// The whole program.
-pub fn main() -> ExitCode {
-    match Cli::<NoMore>::parse(SPEC.daemon, &USAGE) {
-        Command::Serve { config } => serve(&config),
-        Command::Check { config } => check(&config),
-        Command::More(no) => match no {},
     }
 }

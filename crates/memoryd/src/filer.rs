@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bxcore::client::{self, ClientError};
 use bxcore::runbook::Anchored;
-use bxcore::{Message, SessionId, SessionState, SessionStateReply};
+use bxcore::{Label, Message, SessionId, SessionQuery};
 
 use crate::outbox::{Entry, Outbox};
 use crate::routes::Routes;
@@ -50,13 +50,13 @@ pub fn ask_state(
     socket: &Path,
     timeout: Duration,
     session: &SessionId,
-) -> Result<SessionStateReply, StateError> {
+) -> Result<Label, StateError> {
     let fail = |error| StateError {
         session: session.clone(),
         socket: socket.to_path_buf(),
         error,
     };
-    let question = Message::SessionState(SessionState {
+    let question = Message::SessionState(SessionQuery {
         session: session.clone(),
     });
     match client::call(socket, timeout, 1, question, |_| {}).map_err(fail)? {

@@ -17,7 +17,7 @@
 //! untrusted one never `main` (recall would bring third-party text back into context as the
 //! owner's own). So a route can only be made stricter than the defaults, never looser.
 
-use bxcore::{DataClass, MemoryRoute, SessionStateReply};
+use bxcore::{DataClass, Label, MemoryRoute};
 use serde::Deserialize;
 
 /// One `[[routes]]` entry.
@@ -35,7 +35,7 @@ pub struct Route {
 }
 
 impl Route {
-    fn matches(&self, state: SessionStateReply) -> bool {
+    fn matches(&self, state: Label) -> bool {
         self.class.is_none_or(|c| c == state.class)
             && self.untrusted.is_none_or(|u| u == state.untrusted)
     }
@@ -47,7 +47,7 @@ impl Route {
 pub struct Routes(pub Vec<Route>);
 
 /// Every state a session can be in.
-const STATES: [SessionStateReply; 6] = [
+const STATES: [Label; 6] = [
     state(DataClass::Public, false),
     state(DataClass::Public, true),
     state(DataClass::Private, false),
@@ -56,8 +56,8 @@ const STATES: [SessionStateReply; 6] = [
     state(DataClass::Secret, true),
 ];
 
-const fn state(class: DataClass, untrusted: bool) -> SessionStateReply {
-    SessionStateReply { class, untrusted }
+const fn state(class: DataClass, untrusted: bool) -> Label {
+    Label { class, untrusted }
 }
 
 impl Routes {
@@ -85,7 +85,7 @@ impl Routes {
 
     /// The route of a session in `state`. Total over every state for a checked table; an
     /// unchecked table that leaves a state without a route keeps the turn on the device.
-    pub fn route(&self, state: SessionStateReply) -> MemoryRoute {
+    pub fn route(&self, state: Label) -> MemoryRoute {
         let chosen = self
             .0
             .iter()

@@ -7,12 +7,12 @@ use std::process::Command;
 
 use bxtest::OutputBounded;
 
-use bxcore::{DataClass, MemoryRoute, SessionStateReply};
+use bxcore::{DataClass, Label, MemoryRoute};
 use memoryd::Config;
 use memoryd::routes::Routes;
 
-fn st(class: DataClass, untrusted: bool) -> SessionStateReply {
-    SessionStateReply { class, untrusted }
+fn st(class: DataClass, untrusted: bool) -> Label {
+    Label { class, untrusted }
 }
 
 #[test]
@@ -38,7 +38,7 @@ fn the_default_routes_send_private_main_untrusted_quarantine_and_secret_local() 
 }
 
 fn parse(extra: &str) -> Result<Config, String> {
-    Config::parse(
+    bxharden::daemon::parse::<Config>(
         Path::new("memoryd.toml"),
         &format!("[paths]\nhome = \"/tmp/box\"\n{extra}"),
     )
@@ -99,7 +99,8 @@ fn unknown_keys_relative_paths_and_bounds_out_of_range_are_refused() {
         let e = parse(extra).unwrap_err();
         assert!(e.contains(says), "{extra}: {e}");
     }
-    let e = Config::parse(Path::new("m.toml"), "[paths]\nhome = \"rel\"\n").unwrap_err();
+    let e = bxharden::daemon::parse::<Config>(Path::new("m.toml"), "[paths]\nhome = \"rel\"\n")
+        .unwrap_err();
     assert!(e.to_string().contains("not an absolute path"));
 }
 

@@ -16,11 +16,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bxcore::DataClass;
+use bxcore::Label;
 use bxharden::seccomp::Mismatch;
 use bxharden::{ChildSandbox, Profile, SeccompProfile};
 use serde_json::json;
 use toolkit::run::Settings;
-use toolkit::{Env, Registry, Root, Roots, Seen};
+use toolkit::{Env, Registry, Root, Roots};
 
 fn settings(own_network: bool) -> Settings {
     let mut child = Profile::new(SeccompProfile::RunChild);
@@ -62,6 +63,7 @@ fn main() {
     std::fs::create_dir(&notes).unwrap();
     let roots = Roots::new(vec![Root {
         path: notes.clone(),
+        name: None,
         class: DataClass::Private,
         writable: true,
         untrusted: false,
@@ -92,7 +94,7 @@ fn main() {
         let mut times = Vec::with_capacity(n);
         for _ in 0..n {
             let t = Instant::now();
-            let plan = run.plan_seen(&args, &env, Seen::FRESH).unwrap();
+            let plan = run.plan_seen(&args, &env, Label::FRESH).unwrap();
             let out = run.run(&args, &plan, &env).unwrap();
             assert!(out.content.starts_with("exit code 0"), "{}", out.content);
             times.push(t.elapsed());

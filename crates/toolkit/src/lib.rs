@@ -10,21 +10,22 @@ pub mod args;
 mod meta;
 mod registry;
 pub mod run;
-mod web_fetch;
+pub mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
-pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads, Seen};
+pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
 pub use run::Run;
 pub use web_fetch::WebFetch;
-pub use workspace::{Labels, Root, Roots, RootsError};
+pub use workspace::{Reached, Root, Roots, RootsError};
 pub use workspace_tools::{WorkspaceList, WorkspaceRead, WorkspaceWrite};
 
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use bxcore::Label;
 use serde_json::Value;
 
 /// What a tool gives back when it ran: the text the model is shown, and for the audit chain a
@@ -65,7 +66,7 @@ pub enum ToolError {
     /// leads into a read-only root): what the refusal tells raises the session as a read of
     /// that place would.
     #[error("{1}")]
-    Touched(Labels, String),
+    Touched(Reached, String),
 }
 
 /// What the tools need from the daemon that runs them: the workspace roots, where gatewayd
@@ -103,7 +104,7 @@ pub trait Tool: Send + Sync + fmt::Debug {
     fn plan(&self, args: &Self::Args, env: &Env) -> Result<Plan, ToolError>;
     /// The plan for a session that has read `seen` already: for a tool whose reach depends on
     /// it (`run`). The others plan alike for every session.
-    fn plan_seen(&self, args: &Self::Args, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+    fn plan_seen(&self, args: &Self::Args, env: &Env, seen: Label) -> Result<Plan, ToolError> {
         let _ = seen;
         self.plan(args, env)
     }
@@ -111,6 +112,13 @@ pub trait Tool: Send + Sync + fmt::Debug {
     /// policy allowed it (or the owner approved it). A run that finds the world changed since the
     /// plan (a file moved into a stricter root) refuses rather than do what was not decided.
     fn run(&self, args: &Self::Args, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
+    /// Where this call lands, as a lease names it: `root notes`, `host example.org`, `program
+    /// git in root notes`. A lease the owner gives for one call covers the calls that land in
+    /// the same place; `None`: the tool has no place of its own (a lease covers any call).
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        let _ = (args, env);
+        None
+    }
 }
 
 /// A [`Tool`] behind one type, as the registry holds them: arguments arrive as JSON and are
@@ -122,8 +130,9 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn declared(&self) -> Declared;
     fn available(&self, env: &Env) -> bool;
     fn validate(&self, args: &Value) -> Result<(), String>;
-    fn plan(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError>;
+    fn plan(&self, args: &Value, env: &Env, seen: Label) -> Result<Plan, ToolError>;
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
+    fn place(&self, args: &Value, env: &Env) -> Option<String>;
 }
 
 impl<T: Tool> AnyTool for T {
@@ -145,12 +154,16 @@ impl<T: Tool> AnyTool for T {
     fn validate(&self, args: &Value) -> Result<(), String> {
         args::parse::<T::Args>(Tool::name(self), args).map(drop)
     }
-    fn plan(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+    fn plan(&self, args: &Value, env: &Env, seen: Label) -> Result<Plan, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
         Tool::plan_seen(self, &args, env, seen)
     }
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
         Tool::run(self, &args, plan, env)
+    }
+    fn place(&self, args: &Value, env: &Env) -> Option<String> {
+        let args = args::parse(Tool::name(self), args).ok()?;
+        Tool::place(self, &args, env)
     }
 }

@@ -1,7 +1,7 @@
 //! Policy metadata: what a tool declares (`docs/policy.md`), in types that cannot say a
 //! contradiction (an egress limit on a tool that sends nothing, for one).
 
-use bxcore::DataClass;
+use bxcore::{DataClass, Label};
 use serde::{Deserialize, Serialize};
 
 /// What a tool does to the world.
@@ -66,29 +66,13 @@ pub struct Declared {
     pub approval: ApprovalRule,
 }
 
-/// What one call will do, as the policy decides it: the class and trust of what it carries back,
-/// and, for a write, the class of the place it writes into (the write-down rule).
+/// What one call will do, as the policy decides it: the label of what it carries back into the
+/// session, its effect, and, for a write, the class of the place it writes into (the write-down
+/// rule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
-    pub reads: DataClass,
-    pub untrusted_output: bool,
+    pub carries: Label,
     pub effect: Effect,
     /// The class of the place a `local` write lands in, when that place has one.
     pub writes_into: Option<DataClass>,
-}
-
-/// What the session has read so far, for a tool whose reach depends on it (`run` sees the
-/// roots it can read without raising the session past what its own directory raises it to).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seen {
-    pub class: DataClass,
-    pub untrusted: bool,
-}
-
-impl Seen {
-    /// A session that has read nothing yet: the owner's own words, private and trusted.
-    pub const FRESH: Seen = Seen {
-        class: DataClass::Private,
-        untrusted: false,
-    };
 }

@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use bxcore::{DataClass, ToolDef};
+use bxcore::{DataClass, Label, ToolDef};
 use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{
-    AnyTool, ApprovalRule, Declared, Env, Output, Plan, Reads, Run, Seen, ToolError, WebFetch,
+    AnyTool, ApprovalRule, Declared, Env, Output, Plan, Reads, Run, ToolError, WebFetch,
     WorkspaceList, WorkspaceRead, WorkspaceWrite,
 };
 
@@ -118,6 +118,12 @@ impl Entry {
         self.declared
     }
 
+    /// What every call of it carries at the least, whatever it plans: the class the policy
+    /// file raised it to, and third-party content when it declares (or was marked) so.
+    fn floor(&self) -> Label {
+        Label::new(self.reads_floor, self.declared.untrusted_output)
+    }
+
     /// The definition the model is offered.
     pub fn def(&self) -> ToolDef {
         ToolDef {
@@ -136,27 +142,33 @@ impl Entry {
     /// What this call will do for a session that has read nothing yet, with the tightening
     /// applied. `args` must have passed `validate`.
     pub fn plan(&self, args: &Value, env: &Env) -> Result<Plan, ToolError> {
-        self.plan_seen(args, env, Seen::FRESH)
+        self.plan_seen(args, env, Label::FRESH)
     }
 
     /// What this call will do for a session that has read `seen`, with the tightening applied.
-    pub fn plan_seen(&self, args: &Value, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+    pub fn plan_seen(&self, args: &Value, env: &Env, seen: Label) -> Result<Plan, ToolError> {
         let mut plan = self.tool.plan(args, env, seen).map_err(|e| match e {
-            ToolError::Touched(mut labels, why) => {
-                labels.class = labels.class.max(self.reads_floor);
-                labels.untrusted |= self.declared.untrusted_output;
-                ToolError::Touched(labels, why)
+            ToolError::Touched(mut reached, why) => {
+                reached.label.raise(self.floor());
+                ToolError::Touched(reached, why)
             }
             other => other,
         })?;
-        plan.reads = plan.reads.max(self.reads_floor);
-        plan.untrusted_output |= self.declared.untrusted_output;
+        plan.carries.raise(self.floor());
         Ok(plan)
     }
 
     /// Run the call. Only after the policy allowed it.
     pub fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         self.tool.run(args, plan, env)
+    }
+
+    /// Where this call lands, as a lease names it ([`crate::Tool::place`]); `any` for a tool
+    /// with no place of its own.
+    pub fn place(&self, args: &Value, env: &Env) -> String {
+        self.tool
+            .place(args, env)
+            .unwrap_or_else(|| "any".to_string())
     }
 }
 

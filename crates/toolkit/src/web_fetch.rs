@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bxcore::client::ClientError;
-use bxcore::{DataClass, FetchReply, FetchRequest, Message};
+use bxcore::{DataClass, FetchReply, FetchRequest, Label, Message};
 use serde_json::Value;
 
 use crate::args::FetchArgs;
@@ -49,10 +49,12 @@ impl Tool for WebFetch {
     fn available(&self, env: &Env) -> bool {
         env.gateway.is_some()
     }
+    fn place(&self, args: &FetchArgs, _env: &Env) -> Option<String> {
+        host_of(&args.url).map(|h| format!("host {h}"))
+    }
     fn plan(&self, _args: &FetchArgs, _env: &Env) -> Result<Plan, ToolError> {
         Ok(Plan {
-            reads: DataClass::Public,
-            untrusted_output: true,
+            carries: Label::new(DataClass::Public, true),
             effect: self.declared().effect,
             writes_into: None,
         })
@@ -86,6 +88,43 @@ impl Tool for WebFetch {
             )),
         }
     }
+}
+
+/// How long `tools_list` waits for gatewayd's allow-list.
+pub const HOSTS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The hosts gatewayd at `socket` may fetch from, as its allow-list writes them; `Err` says why
+/// it could not be asked.
+pub fn allowed_hosts(socket: &std::path::Path) -> Result<Vec<String>, String> {
+    match bxcore::client::call(socket, HOSTS_TIMEOUT, 1, Message::HostsList {}, |_| {}) {
+        Ok(Message::Hosts(h)) => Ok(h.hosts),
+        Ok(other) => Err(format!("it answered {}", other.kind())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `web_fetch`'s description when gatewayd allows `hosts`: the model is told where it may go.
+pub fn description_for(hosts: &[String]) -> String {
+    format!(
+        "Fetch a web page over HTTPS and return its text. Only these hosts are allowed (the \
+         owner's list; `*.x` is any host under x): {}.",
+        hosts.join(", ")
+    )
+}
+
+/// The host an `https://` URL names (lowercase, without user info or port), for a lease.
+pub fn host_of(url: &str) -> Option<String> {
+    let rest = url
+        .get(..8)?
+        .eq_ignore_ascii_case("https://")
+        .then(|| &url[8..])?;
+    let authority = &rest[..rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len())];
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(v6),
+        None => host.split(':').next().unwrap_or(host),
+    };
+    (!host.is_empty()).then(|| host.trim_end_matches('.').to_ascii_lowercase())
 }
 
 fn unavailable(socket: &std::path::Path, why: &str) -> ToolError {

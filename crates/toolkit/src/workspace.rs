@@ -1,7 +1,8 @@
 //! Workspace roots and paths resolved beneath them.
 //!
-//! A path the model gives is absolute and must lie in one configured root without leaving it. The
-//! kernel does the resolving: the root is opened, and the rest of the path is opened relative to
+//! A path the model gives lies in one configured root without leaving it: an absolute path whose
+//! words start in a root, or a path relative to a root ([`Roots::locate`]: `<name>/<rest>` names
+//! a root by its name, anything else is taken in the first root). The kernel does the resolving: the root is opened, and the rest of the path is opened relative to
 //! it with `openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)`, which refuses `..` that leaves the
 //! root, every absolute symlink, and a relative symlink that leads out, at each step of the walk
 //! and atomically with it. No check-then-open race is left for a concurrent rename to win.
@@ -16,7 +17,7 @@ use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use bxcore::DataClass;
+use bxcore::{DataClass, Label};
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
 use nix::sys::stat::{Mode, SFlag};
@@ -30,6 +31,10 @@ use crate::ToolError;
 pub struct Root {
     /// Absolute.
     pub path: PathBuf,
+    /// What a relative path calls it (`notes/todo.txt`), and what the model is told it is;
+    /// absent: the directory's own name. Letters, digits, `.`, `_` and `-`.
+    #[serde(default)]
+    pub name: Option<String>,
     /// The class of what it holds: a read raises the session to it, and a session above it may
     /// not write into it.
     pub class: DataClass,
@@ -50,37 +55,75 @@ pub enum RootsError {
     NotAbsolute(PathBuf),
     #[error("[[workspace.roots]] path {} is listed twice", .0.display())]
     Twice(PathBuf),
+    #[error(
+        "[[workspace.roots]] name {0:?} is not a root's name: 1 to 64 letters, digits, `.`, `_` \
+         or `-`, not `.` or `..`"
+    )]
+    BadName(String),
+    #[error(
+        "[[workspace.roots]] name {0:?} is the name of two roots (a root without a name is called \
+         by its directory's name): give one of them another `name`"
+    )]
+    NameTwice(String),
+}
+
+impl Root {
+    /// What the model and a relative path call this root: its `name`, else its directory's.
+    pub fn name(&self) -> &str {
+        match &self.name {
+            Some(n) => n,
+            None => self
+                .path
+                .file_name()
+                .and_then(OsStr::to_str)
+                .unwrap_or("root"),
+        }
+    }
+}
+
+/// Whether `name` may name a root.
+fn good_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// The configured roots.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Roots(Vec<Root>);
 
-/// What the roots that contain one object say about it, summed up strictly: the highest class,
-/// untrusted if any of them is, writable only if all of them are.
+/// What the roots that contain one object say about it, summed up strictly: their labels joined
+/// (the highest class, untrusted if any of them is), and writable only if all of them are.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Labels {
-    pub class: DataClass,
-    pub untrusted: bool,
+pub struct Reached {
+    pub label: Label,
     /// A root that contains the object and is not writable, if any.
     pub read_only: Option<PathBuf>,
 }
 
-impl Labels {
-    /// The labels of one root.
-    pub fn of(root: &Root) -> Labels {
-        Labels {
-            class: root.class,
-            untrusted: root.untrusted,
+impl Root {
+    /// What the root holds: its class, and whether third parties wrote it.
+    pub fn label(&self) -> Label {
+        Label::new(self.class, self.untrusted)
+    }
+}
+
+impl Reached {
+    /// What one root says.
+    pub fn of(root: &Root) -> Reached {
+        Reached {
+            label: root.label(),
             read_only: (!root.writable).then(|| root.path.clone()),
         }
     }
 
-    /// Both sets of labels at once: the strictest of each.
-    pub fn join(self, other: &Root) -> Labels {
-        Labels {
-            class: self.class.max(other.class),
-            untrusted: self.untrusted || other.untrusted,
+    /// What this and `other` say at once: the strictest of each.
+    pub fn join(self, other: &Root) -> Reached {
+        Reached {
+            label: self.label.join(other.label()),
             read_only: self
                 .read_only
                 .or_else(|| (!other.writable).then(|| other.path.clone())),
@@ -110,22 +153,37 @@ impl Roots {
             if roots[..i].iter().any(|o| o.path == r.path) {
                 return Err(RootsError::Twice(r.path.clone()));
             }
+            if !good_name(r.name()) {
+                return Err(RootsError::BadName(r.name().to_string()));
+            }
+            if roots[..i].iter().any(|o| o.name() == r.name()) {
+                return Err(RootsError::NameTwice(r.name().to_string()));
+            }
         }
         Ok(Roots(roots))
+    }
+
+    /// The first root: where a relative path that names no root is taken.
+    pub fn first(&self) -> Option<&Root> {
+        self.0.first()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Root> {
         self.0.iter()
     }
 
-    /// The root `path` lies in (the deepest, when roots nest) and the rest of the path. Only the
-    /// words of the path are looked at here; `open` lets the kernel walk the rest.
+    /// The root `path` lies in and the rest of the path. Only the words of the path are looked
+    /// at here; `open` lets the kernel walk the rest.
+    ///
+    /// - An absolute path lies in the root its words start in (the deepest, when roots nest).
+    /// - A relative path whose first name is a root's name lies in that root (`notes/todo.txt`
+    ///   is `todo.txt` in the root called `notes`), even when the first root has a directory of
+    ///   that name: a root's name always wins.
+    /// - Any other relative path lies in the first root (`todo.txt`).
     pub fn locate(&self, path: &str) -> Result<Beneath<'_>, ToolError> {
         let p = Path::new(path);
         if !p.is_absolute() {
-            return Err(ToolError::Refused(format!(
-                "{path:?} is not an absolute path; give the whole path, starting with /"
-            )));
+            return self.locate_relative(p);
         }
         let root = self
             .0
@@ -150,12 +208,12 @@ impl Roots {
     /// resolved it (the descriptor's path in `/proc/self/fd`, against each root's own). A
     /// non-directory with more than one name may also be named from any root on its file
     /// system, whose names cannot be found without a scan: it takes all of those roots' labels.
-    pub fn labels(&self, start: &Root, fd: &OwnedFd) -> Result<Labels, ToolError> {
+    pub fn labels(&self, start: &Root, fd: &OwnedFd) -> Result<Reached, ToolError> {
         let at = fd_path(fd)?;
         let st = nix::sys::stat::fstat(fd.as_raw_fd())
             .map_err(|e| ToolError::Failed(format!("{}: {}", at.display(), e.desc())))?;
         let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
-        let mut labels = Labels::of(start);
+        let mut labels = Reached::of(start);
         for root in &self.0 {
             let Ok(rfd) = open_root(root) else {
                 // A root that is not there contains nothing.
@@ -175,6 +233,26 @@ impl Roots {
         Ok(labels)
     }
 
+    fn locate_relative(&self, p: &Path) -> Result<Beneath<'_>, ToolError> {
+        let first = p.components().next();
+        let named = match first {
+            Some(Component::Normal(word)) => self.0.iter().find(|r| word == OsStr::new(r.name())),
+            _ => None,
+        };
+        let (root, rest) = match (named, self.0.first()) {
+            (Some(root), _) => (root, p.components().skip(1).collect::<PathBuf>()),
+            (None, Some(first)) => (first, p.to_path_buf()),
+            (None, None) => {
+                return Err(ToolError::Refused(format!(
+                    "{} is not in any workspace root{}",
+                    p.display(),
+                    self.list()
+                )));
+            }
+        };
+        Ok(Beneath { root, rest })
+    }
+
     fn list(&self) -> String {
         if self.0.is_empty() {
             return " (no workspace root is configured)".to_string();
@@ -182,7 +260,7 @@ impl Roots {
         let names: Vec<String> = self
             .0
             .iter()
-            .map(|r| r.path.display().to_string())
+            .map(|r| format!("{} ({})", r.name(), r.path.display()))
             .collect();
         format!(" (the roots are {})", names.join(", "))
     }
@@ -193,9 +271,9 @@ impl Beneath<'_> {
     /// the walk fails (a missing name, a file used as a directory, a step out of the root), the
     /// deepest object it did reach on the way. A walk that ran against a root's files tells what
     /// is there even when it fails, so it is labelled like a read of that place.
-    pub fn reached(&self, roots: &Roots, rest: &Path) -> Labels {
+    pub fn reached(&self, roots: &Roots, rest: &Path) -> Reached {
         let Ok(root) = open_root(self.root) else {
-            return Labels::of(self.root);
+            return Reached::of(self.root);
         };
         let mut prefix: Vec<Component<'_>> = rest.components().collect();
         loop {
@@ -208,21 +286,21 @@ impl Beneath<'_> {
             if let Ok(fd) = open_beneath(&root, p, OFlag::O_PATH, Mode::empty()) {
                 return roots
                     .labels(self.root, &fd)
-                    .unwrap_or_else(|_| Labels::of(self.root));
+                    .unwrap_or_else(|_| Reached::of(self.root));
             }
             if prefix.pop().is_none() {
-                return Labels::of(self.root);
+                return Reached::of(self.root);
             }
         }
     }
 
     /// The labels of the whole path, as [`Beneath::reached`] finds them.
-    pub fn labels(&self, roots: &Roots) -> Labels {
+    pub fn labels(&self, roots: &Roots) -> Reached {
         self.reached(roots, &self.rest)
     }
 
     /// The labels of the directory the path's last component lies in.
-    pub fn parent_labels(&self, roots: &Roots) -> Labels {
+    pub fn parent_labels(&self, roots: &Roots) -> Reached {
         self.reached(roots, self.rest.parent().unwrap_or(Path::new("")))
     }
 

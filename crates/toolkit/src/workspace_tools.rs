@@ -22,10 +22,8 @@ pub const MAX_LIST: usize = 1000;
 
 fn read_plan(args: &PathArgs, env: &Env) -> Result<Plan, ToolError> {
     let at = env.roots.locate(&args.path)?;
-    let labels = at.labels(&env.roots);
     Ok(Plan {
-        reads: labels.class,
-        untrusted_output: labels.untrusted,
+        carries: at.labels(&env.roots).label,
         effect: Effect::None,
         writes_into: None,
     })
@@ -40,14 +38,22 @@ fn check_opened(
     shown: &str,
     plan: &Plan,
 ) -> Result<(), ToolError> {
-    let labels = env.roots.labels(at.root, fd)?;
-    if labels.class > plan.reads || (labels.untrusted && !plan.untrusted_output) {
+    let reached = env.roots.labels(at.root, fd)?;
+    if !reached.label.flows_to(plan.carries) {
         return Err(ToolError::Touched(
-            labels,
+            reached,
             format!("{shown} moved while the call was decided; ask again"),
         ));
     }
     Ok(())
+}
+
+/// `root <name>`: the root a workspace path lands in, for a lease.
+fn root_place(path: &str, env: &Env) -> Option<String> {
+    env.roots
+        .locate(path)
+        .ok()
+        .map(|at| format!("root {}", at.root.name()))
 }
 
 fn is_kind(fd: &OwnedFd, kind: SFlag) -> Result<bool, ToolError> {
@@ -69,6 +75,9 @@ impl Tool for WorkspaceList {
     }
     fn parameters(&self) -> Value {
         PathArgs::schema("directory")
+    }
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        root_place(&args.path, env)
     }
     fn declared(&self) -> Declared {
         Declared {
@@ -125,6 +134,9 @@ impl Tool for WorkspaceRead {
     fn parameters(&self) -> Value {
         PathArgs::schema("file")
     }
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        root_place(&args.path, env)
+    }
     fn declared(&self) -> Declared {
         Declared {
             reads: Reads::Root,
@@ -176,6 +188,9 @@ impl Tool for WorkspaceWrite {
     fn parameters(&self) -> Value {
         WriteArgs::schema()
     }
+    fn place(&self, args: &Self::Args, env: &Env) -> Option<String> {
+        root_place(&args.path, env)
+    }
     fn declared(&self) -> Declared {
         Declared {
             // What a write tells about the place it lands in (that it exists, what is there)
@@ -200,10 +215,9 @@ impl Tool for WorkspaceWrite {
             return Err(ToolError::Touched(labels, why));
         }
         Ok(Plan {
-            reads: labels.class,
-            untrusted_output: labels.untrusted,
+            carries: labels.label,
             effect: Effect::Local,
-            writes_into: Some(labels.class),
+            writes_into: Some(labels.label.class),
         })
     }
     fn run(&self, args: &WriteArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
@@ -222,7 +236,7 @@ impl Tool for WorkspaceWrite {
             );
             return Err(ToolError::Touched(labels, why));
         }
-        if Some(labels.class) < plan.writes_into {
+        if Some(labels.label.class) < plan.writes_into {
             return Err(ToolError::Touched(
                 labels,
                 format!("{shown} moved while the call was decided; ask again"),

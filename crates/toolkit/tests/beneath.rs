@@ -50,6 +50,7 @@ proptest! {
         let env = Env {
             roots: Roots::new(vec![Root {
                 path: root.clone(),
+                name: None,
                 class: DataClass::Private,
                 writable: false,
                 untrusted: false,

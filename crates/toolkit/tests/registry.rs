@@ -146,6 +146,7 @@ fn tightening_raises_reads_trust_and_approval() {
     let env = Env {
         roots: toolkit::Roots::new(vec![toolkit::Root {
             path: dir.path().to_path_buf(),
+            name: None,
             class: DataClass::Private,
             writable: false,
             untrusted: false,
@@ -162,8 +163,8 @@ fn tightening_raises_reads_trust_and_approval() {
             &env,
         )
         .unwrap();
-    assert_eq!(plan.reads, DataClass::Secret);
-    assert!(plan.untrusted_output);
+    assert_eq!(plan.carries.class, DataClass::Secret);
+    assert!(plan.carries.untrusted);
 }
 
 #[test]

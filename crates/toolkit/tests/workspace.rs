@@ -36,12 +36,14 @@ fn setup() -> Box_ {
     let roots = Roots::new(vec![
         Root {
             path: notes.clone(),
+            name: None,
             class: DataClass::Private,
             writable: true,
             untrusted: false,
         },
         Root {
             path: secret.clone(),
+            name: None,
             class: DataClass::Secret,
             writable: false,
             untrusted: true,
@@ -85,8 +87,8 @@ fn a_file_inside_its_root_is_read_with_the_roots_class() {
     let plan = e
         .plan(&json!({"path": format!("{}/key.txt", b.secret)}), &b.env)
         .unwrap();
-    assert_eq!(plan.reads, DataClass::Secret);
-    assert!(plan.untrusted_output);
+    assert_eq!(plan.carries.class, DataClass::Secret);
+    assert!(plan.carries.untrusted);
     assert_eq!(plan.effect, Effect::None);
 }
 
@@ -144,11 +146,80 @@ fn a_relative_symlink_that_stays_inside_is_followed() {
 }
 
 #[test]
-fn a_relative_path_is_refused() {
+fn a_relative_path_that_names_a_root_is_taken_in_that_root() {
     let b = setup();
-    match read(&b, "notes/a.txt") {
-        Err(ToolError::Refused(m)) => assert!(m.contains("not an absolute path"), "{m}"),
+    assert_eq!(read(&b, "notes/a.txt").unwrap(), "hello");
+    assert_eq!(read(&b, "notes/sub/b.txt").unwrap(), "bee");
+    assert_eq!(read(&b, "secret/key.txt").unwrap(), "s3cret");
+}
+
+#[test]
+fn any_other_relative_path_is_taken_in_the_first_root() {
+    let b = setup();
+    assert_eq!(read(&b, "a.txt").unwrap(), "hello");
+    assert_eq!(read(&b, "sub/b.txt").unwrap(), "bee");
+    assert_eq!(read(&b, "./a.txt").unwrap(), "hello");
+}
+
+#[test]
+fn a_root_name_wins_over_a_directory_of_that_name_in_the_first_root() {
+    let b = setup();
+    fs::create_dir(format!("{}/secret", b.notes)).unwrap();
+    fs::write(format!("{}/secret/key.txt", b.notes), "not the vault").unwrap();
+    assert_eq!(read(&b, "secret/key.txt").unwrap(), "s3cret");
+}
+
+#[test]
+fn a_relative_path_is_labelled_by_the_root_it_reaches() {
+    let b = setup();
+    let e = b.reg.get("workspace_read").unwrap();
+    let plan = e.plan(&json!({"path": "secret/key.txt"}), &b.env).unwrap();
+    assert_eq!(plan.carries.class, DataClass::Secret);
+    assert!(plan.carries.untrusted);
+    let plan = e.plan(&json!({"path": "a.txt"}), &b.env).unwrap();
+    assert_eq!(plan.carries.class, DataClass::Private);
+}
+
+#[test]
+fn a_relative_path_cannot_climb_out_of_its_root() {
+    let b = setup();
+    refused_as_leaving(read(&b, "../outside/x.txt"));
+    refused_as_leaving(read(&b, "notes/../secret/key.txt"));
+    refused_as_leaving(read(&b, "sub/../../outside/x.txt"));
+}
+
+#[test]
+fn with_no_root_a_relative_path_is_in_none() {
+    let env = Env::default();
+    let reg = Registry::new(&Default::default()).unwrap();
+    let e = reg.get("workspace_read").unwrap();
+    match e.plan(&json!({"path": "a.txt"}), &env) {
+        Err(ToolError::Refused(m)) => assert!(m.contains("no workspace root"), "{m}"),
         other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn two_roots_may_not_share_a_name() {
+    let root = |p: &str, name: Option<&str>| Root {
+        path: p.into(),
+        name: name.map(str::to_string),
+        class: DataClass::Private,
+        writable: false,
+        untrusted: false,
+    };
+    let e = Roots::new(vec![root("/a/notes", None), root("/b/notes", None)]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("name \"notes\" is the name of two roots"),
+        "{e}"
+    );
+    assert!(Roots::new(vec![root("/a/notes", None), root("/b/notes", Some("work"))]).is_ok());
+    for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(65)] {
+        assert!(
+            Roots::new(vec![root("/a/n", Some(bad))]).is_err(),
+            "{bad:?}"
+        );
     }
 }
 
@@ -231,7 +302,7 @@ fn a_write_to_a_read_only_root_is_refused_and_writes_nothing() {
     match write(&b, &p, "x") {
         Err(ToolError::Touched(labels, m)) => {
             assert!(m.contains("read-only"), "{m}");
-            assert_eq!(labels.class, DataClass::Secret);
+            assert_eq!(labels.label.class, DataClass::Secret);
         }
         other => panic!("{other:?}"),
     }
@@ -282,6 +353,7 @@ fn a_write_to_the_root_itself_is_refused() {
 fn roots_must_be_absolute_normal_and_listed_once() {
     let root = |p: &str| Root {
         path: p.into(),
+        name: None,
         class: DataClass::Private,
         writable: false,
         untrusted: false,
@@ -298,6 +370,7 @@ fn nested_roots_give_the_deepest_roots_class() {
     let mut roots: Vec<Root> = b.env.roots.iter().cloned().collect();
     roots.push(Root {
         path: format!("{}/sub", b.notes).into(),
+        name: None,
         class: DataClass::Secret,
         writable: false,
         untrusted: false,
@@ -311,5 +384,5 @@ fn nested_roots_give_the_deepest_roots_class() {
     let plan = e
         .plan(&json!({"path": format!("{}/sub/b.txt", b.notes)}), &env)
         .unwrap();
-    assert_eq!(plan.reads, DataClass::Secret);
+    assert_eq!(plan.carries.class, DataClass::Secret);
 }

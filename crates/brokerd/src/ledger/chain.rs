@@ -7,6 +7,7 @@
 //! to the first that chains on again. The owner accepts one episode at a time, by its place and
 //! the hash the chain resumes from, with an `accepted` record appended at the end.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -16,9 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use bxcore::runbook::Anchored;
-use bxcore::{ApprovalId, Timestamp, canonical};
+use bxcore::{ApprovalId, SessionId, Timestamp, canonical};
 use serde_json::{Value, json};
 
+use super::line::{Entry, Parsed, Reader};
 use super::record::{Draft, Event, GENESIS, Record};
 
 /// The runbook anchor of a chain that does not verify.
@@ -97,70 +99,80 @@ pub enum Threads {
 
 /// Scan `bytes`, the whole chain file. Never fails: what is wrong is in the result.
 pub fn scan(bytes: &[u8], threads: Threads) -> Scan {
-    let mut s = Scan {
-        next_seq: 1,
-        head: GENESIS.to_string(),
-        ..Scan::default()
+    let mut f = Follower {
+        s: Scan {
+            next_seq: 1,
+            head: GENESIS.to_string(),
+            ..Scan::default()
+        },
+        open: BTreeMap::new(),
+        episode: None,
     };
-    let mut open: BTreeMap<String, OpenApproval> = BTreeMap::new();
-    let mut episode: Option<Break> = None;
     // Split into whole lines and a torn tail.
-    let whole_len = match bytes.iter().rposition(|&b| b == b'\n') {
+    let whole_len = match memchr::memrchr(b'\n', bytes) {
         Some(i) => i + 1,
         None => 0,
     };
     if whole_len < bytes.len() {
         let cut = &bytes[whole_len..];
-        s.torn = Some(Torn {
+        f.s.torn = Some(Torn {
             offset: whole_len as u64,
             len: cut.len() as u64,
             sha256: canonical::sha256_hex(cut),
         });
     }
-    s.len = whole_len as u64;
-    let lines: Vec<&[u8]> = bytes[..whole_len].split(|&b| b == b'\n').collect();
-    // The last split after the final newline is empty.
-    let lines = &lines[..lines.len().saturating_sub(1)];
-    // Parsing and hashing each line is independent: done in blocks over the cores; following
-    // the links is sequential.
-    for block in lines.chunks(BLOCK) {
-        for (line, parsed) in block.iter().zip(parse_block(block, threads)) {
-            s.records += 1;
-            match link(parsed, &s.head, s.next_seq) {
-                Ok(rec) => {
-                    if let Some(mut b) = episode.take() {
-                        b.resumes = s.head.clone();
-                        s.breaks.push(b);
-                    }
-                    s.next_seq = rec.seq + 1;
-                    s.head = rec.hash.clone();
-                    follow(&mut s, &mut open, rec);
-                }
-                Err((why, resync)) => {
-                    if episode.is_none() {
-                        episode = Some(Break {
-                            at: s.next_seq,
-                            why,
-                            resumes: String::new(),
-                            accepted: false,
-                        });
-                    }
-                    match resync {
-                        Some((seq, hash)) => {
-                            s.next_seq = seq.saturating_add(1);
-                            s.head = hash;
-                        }
-                        // A line that does not parse: the next one is judged against a hash no
-                        // record has, so it belongs to the same episode.
-                        None => {
-                            s.next_seq = s.next_seq.saturating_add(1);
-                            s.head = canonical::sha256_hex(line);
-                        }
-                    }
-                }
-            }
-        }
+    f.s.len = whole_len as u64;
+    let cores = match threads {
+        Threads::One => 1,
+        Threads::Cores => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    // Splitting into lines, parsing and hashing each is independent: done in blocks, over the
+    // cores; following the links is sequential, on this thread, while the next blocks are
+    // parsed.
+    let mut blocks = Vec::new();
+    let mut rest = &bytes[..whole_len];
+    while !rest.is_empty() {
+        let (block, after) = rest.split_at(line_end(rest, BLOCK));
+        blocks.push(block);
+        rest = after;
     }
+    if cores < 2 || blocks.len() < 2 {
+        for block in blocks {
+            f.block(parse_lines(block));
+        }
+    } else {
+        std::thread::scope(|scope| {
+            // Worker `w` parses blocks `w`, `w + cores`, ... and hands each over in turn, at
+            // most two ahead.
+            let parsed: Vec<_> = (0..cores)
+                .map(|w| {
+                    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+                    let mine: Vec<&[u8]> = blocks.iter().skip(w).step_by(cores).copied().collect();
+                    scope.spawn(move || {
+                        for block in mine {
+                            if tx.send(parse_lines(block)).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                    rx
+                })
+                .collect();
+            for (i, &block) in blocks.iter().enumerate() {
+                // Only a panic stops a worker (and the scope raises it again when it ends): its
+                // blocks are then read here, so that no line goes unread meanwhile.
+                let lines = parsed[i % cores]
+                    .recv()
+                    .unwrap_or_else(|_| parse_lines(block));
+                f.block(lines);
+            }
+        });
+    }
+    let Follower {
+        mut s,
+        open,
+        mut episode,
+    } = f;
     if let Some(mut b) = episode.take() {
         b.resumes = s.head.clone();
         s.breaks.push(b);
@@ -178,130 +190,155 @@ pub fn scan(bytes: &[u8], threads: Threads) -> Scan {
     s
 }
 
-type Resync = Option<(u64, String)>;
+/// The scan so far, following the records in order.
+struct Follower {
+    s: Scan,
+    open: BTreeMap<String, OpenApproval>,
+    /// The break being followed: from the first line that does not follow to the first that
+    /// chains on again.
+    episode: Option<Break>,
+}
 
-/// Lines parsed per block.
-const BLOCK: usize = 4096;
-
-/// A line parsed as a record, and whether its hash is its own.
-type Parsed = Result<(Record, bool), String>;
-
-fn parse_line(line: &[u8]) -> Parsed {
-    let rec: Record = serde_json::from_slice(line).map_err(|e| {
-        if serde_json::from_slice::<Value>(line).is_ok() {
-            format!("the line is not an audit record: {e}")
-        } else {
-            format!("the line does not parse: {e}")
+impl Follower {
+    fn block(&mut self, lines: Vec<Parsed<'_>>) {
+        for parsed in lines {
+            self.line(parsed);
         }
-    })?;
-    // A line brokerd wrote is canonical already: without its `"hash":"...",` it is exactly the
-    // bytes that were hashed. Anything else is judged by recomputing the canonical form.
-    let own = hashes_as_written(line, &rec) || rec.computed_hash() == rec.hash;
-    Ok((rec, own))
+    }
+
+    fn line(&mut self, parsed: Parsed<'_>) {
+        let s = &mut self.s;
+        s.records += 1;
+        match link(parsed, &s.head, s.next_seq) {
+            Ok(rec) => {
+                if let Some(mut b) = self.episode.take() {
+                    b.resumes = s.head.clone();
+                    s.breaks.push(b);
+                }
+                s.next_seq = rec.seq + 1;
+                s.head.clear();
+                s.head.push_str(&rec.hash);
+                follow(s, &mut self.open, rec);
+            }
+            Err((why, resync)) => {
+                if self.episode.is_none() {
+                    self.episode = Some(Break {
+                        at: s.next_seq,
+                        why,
+                        resumes: String::new(),
+                        accepted: false,
+                    });
+                }
+                match resync {
+                    Resync::At(seq, hash) => {
+                        s.next_seq = seq.saturating_add(1);
+                        s.head = hash;
+                    }
+                    // A line that does not parse: the next one is judged against a hash no
+                    // record has (the line's own sha256), so it belongs to the same episode.
+                    Resync::Unparsed(line_hash) => {
+                        s.next_seq = s.next_seq.saturating_add(1);
+                        s.head = line_hash;
+                    }
+                }
+            }
+        }
+    }
 }
 
-fn hashes_as_written(line: &[u8], rec: &Record) -> bool {
-    const KEY: &[u8] = b"\"hash\":\"";
-    let Some(at) = line.windows(KEY.len()).position(|w| w == KEY) else {
-        return false;
-    };
-    let end = at + KEY.len() + 64 + 2; // the hash, its closing quote and the comma after it
-    if end > line.len() || &line[end - 2..end] != b"\"," {
-        return false;
-    }
-    let mut bytes = Vec::with_capacity(rec.prev.len() + line.len());
-    bytes.extend_from_slice(rec.prev.as_bytes());
-    bytes.extend_from_slice(&line[..at]);
-    bytes.extend_from_slice(&line[end..]);
-    canonical::sha256_hex(&bytes) == rec.hash
+/// Where the chain resumes after a line that does not follow.
+enum Resync {
+    /// After this record (its seq and hash).
+    At(u64, String),
+    /// After a line that is no record, whose sha256 this is.
+    Unparsed(String),
 }
 
-fn parse_block(block: &[&[u8]], threads: Threads) -> Vec<Parsed> {
-    let cores = match threads {
-        Threads::One => 1,
-        Threads::Cores => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    if cores < 2 || block.len() < 64 {
-        return block.iter().map(|l| parse_line(l)).collect();
+/// Bytes of lines per block: about 2 700 records brokerd wrote, parsed and hashed by one
+/// worker and handed over whole.
+const BLOCK: usize = 1 << 20;
+
+/// The end of the line that holds byte `at` of `bytes` (just past its newline), or the end of
+/// `bytes`.
+fn line_end(bytes: &[u8], at: usize) -> usize {
+    if at >= bytes.len() {
+        return bytes.len();
     }
-    let per = block.len().div_ceil(cores);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = block
-            .chunks(per)
-            .map(|part| scope.spawn(move || part.iter().map(|l| parse_line(l)).collect::<Vec<_>>()))
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    })
+    memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i + 1)
+}
+
+/// Parse each line of `part` (whole lines, each ending in a newline).
+fn parse_lines(part: &[u8]) -> Vec<Parsed<'_>> {
+    let reader = Reader::new();
+    // Lines brokerd writes are 300 bytes or more: room for all of them, most of the time.
+    let mut out = Vec::with_capacity(part.len() / 256 + 1);
+    let mut rest = part;
+    while let Some(i) = memchr::memchr(b'\n', rest) {
+        out.push(reader.parse(&rest[..i]));
+        rest = &rest[i + 1..];
+    }
+    out
 }
 
 /// One parsed line against the chain so far: the record, or why it does not follow and where
 /// the chain resumes from it.
-fn link(parsed: Parsed, head: &str, want_seq: u64) -> Result<Record, (String, Resync)> {
-    let (rec, own) = parsed.map_err(|why| (why, None))?;
-    let resync = Some((rec.seq, rec.hash.clone()));
-    if !own {
-        return Err((
-            format!(
-                "record {} does not match its hash (it was changed after it was written)",
-                rec.seq
-            ),
-            resync,
-        ));
-    }
-    if rec.seq != want_seq {
-        return Err((
-            format!(
-                "record {} is where record {want_seq} should be (a record is missing, added or moved)",
-                rec.seq
-            ),
-            resync,
-        ));
-    }
-    if rec.prev != head {
-        return Err((
-            format!(
-                "record {} does not follow the record before it (its prev is not that record's hash)",
-                rec.seq
-            ),
-            resync,
-        ));
-    }
-    Ok(rec)
+fn link<'a>(parsed: Parsed<'a>, head: &str, want_seq: u64) -> Result<Entry<'a>, (String, Resync)> {
+    let (rec, own) = parsed.map_err(|(why, line_hash)| (why, Resync::Unparsed(line_hash)))?;
+    let why = if !own {
+        format!(
+            "record {} does not match its hash (it was changed after it was written)",
+            rec.seq
+        )
+    } else if rec.seq != want_seq {
+        format!(
+            "record {} is where record {want_seq} should be (a record is missing, added or moved)",
+            rec.seq
+        )
+    } else if rec.prev != head {
+        format!(
+            "record {} does not follow the record before it (its prev is not that record's hash)",
+            rec.seq
+        )
+    } else {
+        return Ok(rec);
+    };
+    Err((why, Resync::At(rec.seq, rec.hash.into_owned())))
 }
 
-fn follow(s: &mut Scan, open: &mut BTreeMap<String, OpenApproval>, rec: Record) {
-    let approval = rec
-        .detail
-        .get("approval")
-        .and_then(Value::as_str)
-        .and_then(|a| ApprovalId::new(a).ok());
-    match (rec.event, approval) {
-        (Event::Pending, Some(id)) => {
-            open.insert(
-                id.as_str().to_string(),
-                OpenApproval {
-                    approval: id,
-                    draft: Draft {
-                        session: rec.session,
-                        call: rec.call,
-                        tool: rec.tool,
-                        event: Event::Expired,
-                        detail: Value::Null,
+fn follow(s: &mut Scan, open: &mut BTreeMap<String, OpenApproval>, rec: Entry<'_>) {
+    let approval = || {
+        rec.marks
+            .approval
+            .as_deref()
+            .and_then(|a| ApprovalId::new(a).ok())
+    };
+    match rec.event {
+        Event::Pending => {
+            if let Some(id) = approval() {
+                open.insert(
+                    id.as_str().to_string(),
+                    OpenApproval {
+                        approval: id,
+                        draft: Draft {
+                            // Valid: the reading refused any other.
+                            session: rec.session.and_then(|s| SessionId::new(s).ok()),
+                            call: rec.call,
+                            tool: rec.tool.map(Cow::into_owned),
+                            event: Event::Expired,
+                            detail: Value::Null,
+                        },
                     },
-                },
-            );
+                );
+            }
         }
-        (Event::Approved | Event::Expired | Event::Denied | Event::Withdrawn, Some(id)) => {
-            open.remove(id.as_str());
+        Event::Approved | Event::Expired | Event::Denied | Event::Withdrawn => {
+            if let Some(id) = approval() {
+                open.remove(id.as_str());
+            }
         }
-        (Event::Accepted, _) => {
-            let at = rec.detail.get("at").and_then(Value::as_u64);
-            let accepts = rec.detail.get("accepts").and_then(Value::as_str);
-            if let (Some(at), Some(accepts)) = (at, accepts) {
-                s.accepted.push((at, accepts.to_string()));
+        Event::Accepted => {
+            if let (Some(at), Some(accepts)) = (rec.marks.at, rec.marks.accepts) {
+                s.accepted.push((at, accepts.into_owned()));
             }
         }
         _ => {}

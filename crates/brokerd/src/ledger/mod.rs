@@ -3,15 +3,15 @@
 //! lost to a concurrent one.
 
 pub mod chain;
+mod line;
 pub mod lock;
 pub mod record;
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::policy::{Carried, SessionState};
 use crate::state::{StateError, StateStore};
 use bxcore::runbook::Anchored;
-use bxcore::{CallId, SessionId};
+use bxcore::{CallId, Label, SessionId};
 use chain::{Audit, AuditError};
 use record::{Draft, Event};
 use serde_json::Value;
@@ -60,8 +60,8 @@ impl Ledger {
         &self.audit
     }
 
-    /// The session's state, read under the lock.
-    pub fn state(&self, session: &SessionId) -> Result<SessionState, StateError> {
+    /// The session's label, read under the lock.
+    pub fn state(&self, session: &SessionId) -> Result<Label, StateError> {
         let _g = self.guard();
         self.store.read(session)
     }
@@ -83,21 +83,21 @@ impl Ledger {
         session: &SessionId,
         call: CallId,
         tool: &str,
-        carried: Carried,
+        carried: Label,
         event: Event,
         mut detail: Value,
-    ) -> Result<SessionState, LedgerError> {
+    ) -> Result<Label, LedgerError> {
         let (seq, raised) = {
             let _g = self.guard();
             let before = self.store.read(session).map_err(LedgerError::State)?;
-            let raised = before.raised(carried);
+            let raised = before.join(carried);
             if raised != before {
                 self.store
-                    .write(session, &raised)
+                    .write(session, raised)
                     .map_err(LedgerError::State)?;
             }
             if let Value::Object(m) = &mut detail {
-                m.insert("taint".into(), Value::String(raised.taint.to_string()));
+                m.insert("taint".into(), Value::String(raised.class.to_string()));
                 m.insert("untrusted".into(), Value::Bool(raised.untrusted));
                 m.insert("raised".into(), Value::Bool(raised != before));
             }

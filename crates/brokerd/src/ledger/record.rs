@@ -1,8 +1,11 @@
 //! One audit record, its hash, and the redacted summary arguments are recorded as.
 
+use std::fmt::Write as _;
+
 use bxcore::{CallId, SessionId, Timestamp, canonical};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 /// The `prev` of the first record: 64 zeros.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -24,6 +27,10 @@ pub enum Event {
     Recovered,
     Accepted,
     Started,
+    /// The owner granted a lease: calls like one approved run without asking, for a while.
+    Leased,
+    /// The owner revoked a lease.
+    LeaseRevoked,
 }
 
 impl Event {
@@ -42,6 +49,8 @@ impl Event {
             Event::Recovered => "recovered",
             Event::Accepted => "accepted",
             Event::Started => "started",
+            Event::Leased => "leased",
+            Event::LeaseRevoked => "lease_revoked",
         }
     }
 }
@@ -104,11 +113,20 @@ impl Draft {
 /// The hash of a record given as a JSON object without its `hash` key: sha256 of `prev`'s 64
 /// characters followed by the canonical JSON of the object.
 pub fn hash_of(prev: &str, without_hash: &Value) -> String {
-    let body = canonical::to_string(without_hash);
-    let mut bytes = Vec::with_capacity(prev.len() + body.len());
-    bytes.extend_from_slice(prev.as_bytes());
-    bytes.extend_from_slice(body.as_bytes());
-    canonical::sha256_hex(&bytes)
+    canonical::hex_string(&digest(&[
+        prev.as_bytes(),
+        canonical::to_string(without_hash).as_bytes(),
+    ]))
+}
+
+/// sha256 of `parts` one after another, each fed to the hasher in turn (never copied into one
+/// buffer first).
+pub(crate) fn digest(parts: &[&[u8]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
 }
 
 impl Record {
@@ -133,41 +151,35 @@ impl Record {
     /// `hash`. The same bytes as `hash_of(prev, &value_without_hash())`, built without a tree.
     pub fn computed_hash(&self) -> String {
         let body = self.canonical_without_hash();
-        let mut bytes = Vec::with_capacity(self.prev.len() + body.len());
-        bytes.extend_from_slice(self.prev.as_bytes());
-        bytes.extend_from_slice(body.as_bytes());
-        canonical::sha256_hex(&bytes)
+        canonical::hex_string(&digest(&[self.prev.as_bytes(), body.as_bytes()]))
     }
 
     /// Canonical JSON of the record without `hash`: its keys in byte order.
     pub fn canonical_without_hash(&self) -> String {
-        fn string(out: &mut String, s: &str) {
-            out.push_str(&serde_json::to_string(s).unwrap_or_default());
-        }
+        // Each part written into one buffer; integers through `Display` (what serde_json
+        // writes for them), which cannot fail into a `String`.
         let mut out = String::with_capacity(256);
         out.push_str("{\"call\":");
         match self.call {
-            Some(c) => out.push_str(&c.0.to_string()),
+            Some(c) => {
+                let _ = write!(out, "{}", c.0);
+            }
             None => out.push_str("null"),
         }
         out.push_str(",\"detail\":");
-        out.push_str(&canonical::to_string(&self.detail));
+        canonical::write(&mut out, &self.detail);
         out.push_str(",\"event\":");
-        string(&mut out, self.event.as_str());
+        canonical::write_str(&mut out, self.event.as_str());
         out.push_str(",\"prev\":");
-        string(&mut out, &self.prev);
-        out.push_str(",\"seq\":");
-        out.push_str(&self.seq.to_string());
-        out.push_str(",\"session\":");
+        canonical::write_str(&mut out, &self.prev);
+        let _ = write!(out, ",\"seq\":{},\"session\":", self.seq);
         match &self.session {
-            Some(s) => string(&mut out, s.as_str()),
+            Some(s) => canonical::write_str(&mut out, s.as_str()),
             None => out.push_str("null"),
         }
-        out.push_str(",\"time\":");
-        out.push_str(&self.time.0.to_string());
-        out.push_str(",\"tool\":");
+        let _ = write!(out, ",\"time\":{},\"tool\":", self.time.0);
         match &self.tool {
-            Some(t) => string(&mut out, t),
+            Some(t) => canonical::write_str(&mut out, t),
             None => out.push_str("null"),
         }
         out.push('}');
@@ -191,7 +203,7 @@ impl Record {
         let mut s = String::with_capacity(body.len() + 80);
         s.push_str(&body[..at]);
         s.push_str(",\"hash\":");
-        s.push_str(&serde_json::to_string(&self.hash).unwrap_or_default());
+        canonical::write_str(&mut s, &self.hash);
         s.push_str(&body[at..]);
         s.push('\n');
         s

@@ -74,6 +74,9 @@ impl Home {
     pub fn admin_sock(&self) -> PathBuf {
         self.home.join("run/owner-broker/admin.sock")
     }
+    pub fn decide_sock(&self) -> PathBuf {
+        bxcore::layout::DECIDE.path(&self.home)
+    }
     pub fn state_sock(&self) -> PathBuf {
         self.home.join("run/memory-broker/state.sock")
     }
@@ -255,8 +258,7 @@ pub fn untrusted_write(
         ),
     )
     .unwrap();
-    let mut d = Deadline::within(&s, WAIT).unwrap();
-    let first = read_frame(&mut d).unwrap();
+    let first = read_frame(&mut Deadline::within(&s, WAIT).unwrap()).unwrap();
     (s, first)
 }
 

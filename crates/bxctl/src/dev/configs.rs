@@ -68,6 +68,12 @@ fn check_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `path` as the daemons will read it: absolute, taken from the current directory when it is
+/// relative (the configs are read from `etc/` under the home, and each daemon starts elsewhere).
+pub fn absolute(path: &Path) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 fn check_readable(flag: &str, path: &Path) -> Result<(), String> {
     match fs::metadata(path) {
         Ok(m) if m.is_file() => fs::File::open(path)
@@ -92,6 +98,25 @@ impl ModelFlags {
         }
         if let Some(key) = &self.api_key_file {
             check_readable("--api-key-file", key)?;
+            // Read as inferproxy reads it: a key it would refuse (open to others, empty, not a
+            // header value) is refused here, before anything is written.
+            let secret = bxcore::secret::read(key, bxcore::secret::MODEL_KEY).map_err(|e| {
+                format!("--api-key-file: {}", bxcore::runbook::Anchored::pointed(&e))
+            })?;
+            let trimmed = secret.slice(<[u8]>::trim_ascii);
+            if trimmed.bytes().is_empty() {
+                return Err(format!(
+                    "--api-key-file {}: the file is empty (for a local server that takes no key, \
+                     leave --api-key-file out)",
+                    key.display()
+                ));
+            }
+            if !trimmed.bytes().iter().all(|b| (0x20..0x7f).contains(b)) {
+                return Err(format!(
+                    "--api-key-file {}: the key holds a character an HTTP header cannot carry",
+                    key.display()
+                ));
+            }
         }
         if let Some(script) = &self.script {
             check_readable("--script", script)?;
@@ -122,7 +147,20 @@ impl ModelFlags {
                     }
                 }
             }
-            Provider::Openai | Provider::Anthropic => {
+            Provider::Openai => {
+                // Without a key file: a local server that takes no key (llama.cpp, vLLM).
+                if self.model.is_none() {
+                    return Err(
+                        "--provider openai needs --model NAME (and --api-key-file FILE unless \
+                         the server takes no key)"
+                            .into(),
+                    );
+                }
+                if self.script.is_some() {
+                    return Err("--script goes with --provider script".into());
+                }
+            }
+            Provider::Anthropic => {
                 if self.model.is_none() || self.api_key_file.is_none() {
                     return Err(format!(
                         "--provider {provider} needs --model NAME and --api-key-file FILE"
@@ -140,7 +178,7 @@ impl ModelFlags {
                 .clone()
                 .or_else(|| default_base_url(provider).map(str::to_string)),
             model: self.model.clone(),
-            api_key_file: self.api_key_file.clone(),
+            api_key_file: self.api_key_file.as_deref().map(absolute).transpose()?,
             script: self.script.clone(),
         })
     }
@@ -180,7 +218,10 @@ impl ModelFlags {
         }
         if let Some(key) = &self.api_key_file {
             let was = get(&["provider", "api_key_file"]);
-            let key = key.display().to_string();
+            let key = absolute(key)
+                .unwrap_or_else(|_| key.clone())
+                .display()
+                .to_string();
             if was.as_deref() != Some(key.as_str()) {
                 out.push(format!("--api-key-file {key}, not {}", had(was)));
             }
@@ -201,12 +242,37 @@ impl ModelFlags {
 }
 
 /// Everything a fresh home is made with that its daemons' configs follow from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
     /// How inferproxy reaches its model.
     pub model: ModelChoice,
     /// memoryd's Honcho store; `None`: the embedded store.
     pub honcho: Option<HonchoChoice>,
+    /// gatewayd's allow-list (`--web-host`).
+    pub web_hosts: Vec<String>,
+    /// channeld's `[matrix]` (and `[limits]`) tables; `None`: no Matrix channel.
+    pub matrix: Option<Table>,
+}
+
+/// A `--web-host` as gatewayd's allow-list takes it: a name, an address, or `*.` and a domain.
+pub fn check_web_host(host: &str) -> Result<(), String> {
+    let name = host.strip_prefix("*.").unwrap_or(host);
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && (name.parse::<std::net::IpAddr>().is_ok()
+            || name.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            }));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--web-host {host:?} is not a host name, an address, or *. and a domain"
+        ))
+    }
 }
 
 /// Who runs the daemons and who may connect to each socket.
@@ -339,10 +405,20 @@ pub fn brokerd(home: &DevHome, _choice: &Choice) -> Table {
     t
 }
 
-/// gatewayd's own tables: none. Its allow-list is empty: `web_fetch` is offered, and every host
-/// is refused until the owner adds a `[[hosts]]` entry to `etc/gatewayd.toml` (docs/gateway.md).
-pub fn gatewayd(_home: &DevHome, _choice: &Choice) -> Table {
-    Table::new()
+/// gatewayd's own tables: the hosts `--web-host` named, each a `[[hosts]]` entry with nothing
+/// more. With none its allow-list is empty, and `web_fetch` is not offered until the owner adds
+/// a `[[hosts]]` entry to `etc/gatewayd.toml` (docs/gateway.md).
+pub fn gatewayd(_home: &DevHome, choice: &Choice) -> Table {
+    let mut t = Table::new();
+    if !choice.web_hosts.is_empty() {
+        let hosts = choice
+            .web_hosts
+            .iter()
+            .map(|h| table(vec![("name", s(h.clone()))]))
+            .collect();
+        t.insert("hosts".into(), Value::Array(hosts));
+    }
+    t
 }
 
 /// inferproxy's own tables: the provider and the main slot.
@@ -359,8 +435,14 @@ pub fn inferproxy(home: &DevHome, choice: &Choice) -> Table {
             if let Some(url) = &model.base_url {
                 provider.insert("base_url".into(), s(url.clone()));
             }
-            if let Some(key) = &model.api_key_file {
-                provider.insert("api_key_file".into(), p(key));
+            match &model.api_key_file {
+                Some(key) => {
+                    provider.insert("api_key_file".into(), p(key));
+                }
+                // Only openai comes here without a key: a local server that takes none.
+                None => {
+                    provider.insert("keyless".into(), Value::Boolean(true));
+                }
             }
         }
     }
@@ -405,6 +487,37 @@ pub fn memoryd(home: &DevHome, choice: &Choice) -> Table {
     t
 }
 
+/// channeld's own tables: the `[matrix]` and `[limits]` the owner gave (`dev up --matrix`); its
+/// sockets and loopd's and brokerd's are at their defaults under the home.
+pub fn channeld(_home: &DevHome, choice: &Choice) -> Table {
+    choice.matrix.clone().unwrap_or_default()
+}
+
+/// The tables of a `dev up --matrix` file: `[matrix]`, and `[limits]` if given; anything else
+/// is refused (the dev box fills in the rest).
+pub fn matrix_tables(file: &Path) -> Result<Table, String> {
+    let text = fs::read_to_string(file)
+        .map_err(|e| format!("--matrix {}: cannot read it: {e}", file.display()))?;
+    let t: Table =
+        toml::from_str(&text).map_err(|e| format!("--matrix {}: not TOML: {e}", file.display()))?;
+    if !t.contains_key("matrix") {
+        return Err(format!(
+            "--matrix {}: it has no [matrix] table",
+            file.display()
+        ));
+    }
+    if let Some(k) = t
+        .keys()
+        .find(|k| !["matrix", "limits"].contains(&k.as_str()))
+    {
+        return Err(format!(
+            "--matrix {}: [{k}] is the dev box's to write; give [matrix] and [limits] only",
+            file.display()
+        ));
+    }
+    Ok(t)
+}
+
 /// Write every config, the script, and the workspace roots with their sample files.
 pub fn write_all(home: &DevHome, who: &Who, choice: &Choice) -> io::Result<()> {
     let model = &choice.model;
@@ -416,6 +529,9 @@ pub fn write_all(home: &DevHome, who: &Who, choice: &Choice) -> io::Result<()> {
         fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
     }
     for row in ROWS {
+        if row.optional && row.daemon == "channeld" && choice.matrix.is_none() {
+            continue;
+        }
         let mut config = common(home, who, row.daemon);
         config.extend((row.tables)(home, choice));
         let text = toml::to_string(&config).map_err(io::Error::other)?;

@@ -19,39 +19,80 @@ pub struct Row {
     /// Directories of the home, besides its state directory, that are its own (as root: given
     /// to its user).
     pub owns: &'static [&'static str],
+    /// Started only when the home has its configuration (`dev up --matrix` writes channeld's).
+    pub optional: bool,
 }
 
 /// The daemons of the dev box, in the order they are started (a daemon's server first).
-pub const ROWS: [Row; 5] = [
+pub const ROWS: [Row; 6] = [
     Row {
         daemon: "gatewayd",
         tables: configs::gatewayd,
         owns: &[],
+        optional: false,
     },
     Row {
         daemon: "brokerd",
         tables: configs::brokerd,
         owns: &["workspace"],
+        optional: false,
     },
     Row {
         daemon: "inferproxy",
         tables: configs::inferproxy,
         owns: &[],
+        optional: false,
     },
     Row {
         daemon: "memoryd",
         tables: configs::memoryd,
         owns: &[],
+        optional: false,
     },
     Row {
         daemon: "loopd",
         tables: configs::loopd,
         owns: &[],
+        optional: false,
+    },
+    // Last: a client of loopd and brokerd, which serve it.
+    Row {
+        daemon: "channeld",
+        tables: configs::channeld,
+        owns: &[],
+        optional: true,
     },
 ];
 
-/// The daemons' names, in [`ROWS`]' order.
-pub const DAEMONS: [&str; ROWS.len()] = {
+/// How many rows are not optional.
+const fn always() -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < ROWS.len() {
+        if !ROWS[i].optional {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The daemons every dev box runs, in [`ROWS`]' order: the optional ones (channeld) left out.
+pub const DAEMONS: [&str; always()] = {
+    let mut names = [""; always()];
+    let (mut i, mut j) = (0, 0);
+    while i < ROWS.len() {
+        if !ROWS[i].optional {
+            names[j] = ROWS[i].daemon;
+            j += 1;
+        }
+        i += 1;
+    }
+    names
+};
+
+/// Every daemon a dev box may run, in [`ROWS`]' order, the optional ones included.
+pub const ALL_DAEMONS: [&str; ROWS.len()] = {
     let mut names = [""; ROWS.len()];
     let mut i = 0;
     while i < ROWS.len() {
@@ -72,7 +113,7 @@ mod tests {
 
     #[test]
     fn every_row_is_a_daemon_of_the_layout() {
-        for d in DAEMONS {
+        for d in ALL_DAEMONS {
             assert!(bxcore::layout::daemon(d).is_some(), "{d}");
         }
     }

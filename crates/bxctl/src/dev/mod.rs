@@ -30,7 +30,7 @@ use nix::unistd::{geteuid, getuid};
 use crate::thread_ids::{Ids, as_ids};
 
 pub use configs::{ModelChoice, ModelFlags};
-pub use daemons::{DAEMONS, ROWS};
+pub use daemons::{ALL_DAEMONS, DAEMONS, ROWS};
 pub use home::{DevHome, MADE_BY, Marker, Provider};
 pub use honcho::{HonchoChoice, HonchoFlags};
 pub use procs::Stopped;
@@ -51,6 +51,11 @@ pub struct UpOptions {
     /// The Honcho flags given (none: a fresh home gets the embedded store, a reused home keeps
     /// what it has).
     pub honcho: HonchoFlags,
+    /// The hosts gatewayd may fetch from (`--web-host`), for a fresh home.
+    pub web_hosts: Vec<String>,
+    /// channeld's `[matrix]` (and `[limits]`) as a TOML file: the Matrix channel joins the box
+    /// (a new home only).
+    pub matrix: Option<PathBuf>,
 }
 
 /// The runbook entry of a dev box that did not come up: a daemon ended, did not say ready or
@@ -179,10 +184,19 @@ pub fn sockets_of(daemon: &str) -> Vec<SocketSpec> {
         .collect()
 }
 
+/// The daemons the dev box in `home` runs: every row's, but an optional daemon's (channeld)
+/// only when the home has its configuration.
+pub fn configured(home: &DevHome) -> Vec<&'static str> {
+    ROWS.iter()
+        .filter(|r| !r.optional || home.config(r.daemon).is_file())
+        .map(|r| r.daemon)
+        .collect()
+}
+
 /// The daemons of the dev box in `home` that are running now, with their pids: the processes
 /// its pid files name, with the start times they recorded.
 pub fn running(home: &DevHome) -> Vec<(String, u32)> {
-    DAEMONS
+    ALL_DAEMONS
         .iter()
         .filter_map(|d| Some((d.to_string(), procs::running_from(&home.pid_file(d))?)))
         .collect()
@@ -223,11 +237,23 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
         )));
     }
     // Every flag is checked before anything is written, made or started.
+    for h in &opts.web_hosts {
+        configs::check_web_host(h).map_err(DevError::Usage)?;
+    }
+    let matrix = match (&opts.matrix, &marker) {
+        (Some(_), Some(_)) => {
+            return Err(DevError::Usage(
+                "--matrix is for a new home: a reused home keeps its etc/channeld.toml".into(),
+            ));
+        }
+        (Some(file), None) => Some(configs::matrix_tables(file).map_err(DevError::Usage)?),
+        (None, _) => None,
+    };
     let choice = match &marker {
         None => {
             let model = opts.model.resolve().map_err(DevError::Usage)?;
             opts.honcho.check_each().map_err(DevError::honcho)?;
-            Some(model)
+            Some(Fresh { model, matrix })
         }
         Some(m) => {
             opts.model.check_each().map_err(DevError::Usage)?;
@@ -237,6 +263,12 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
                     .differences(m.honcho.as_ref())
                     .map_err(DevError::honcho)?,
             );
+            if !opts.web_hosts.is_empty() {
+                differ.push(format!(
+                    "--web-host {} (a reused home keeps the hosts of its etc/gatewayd.toml)",
+                    opts.web_hosts.join(" --web-host ")
+                ));
+            }
             if !differ.is_empty() {
                 return Err(DevError::Mismatch {
                     home: home.root().into(),
@@ -278,14 +310,146 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             _ => {}
         }
     }
-    if marker.is_none() {
-        make_parents(home.root())?;
+    let fresh = marker.is_none();
+    let mut undo = Undo::new(&home, fresh);
+    if fresh {
+        undo.parents = make_parents(home.root())?;
     }
     let box_id = match (&marker, as_root) {
         (Some(m), _) => m.box_id.clone(),
         (None, true) => Some(user::draw_box_id().map_err(DevError::User)?),
         (None, false) => None,
     };
+    if fresh {
+        undo.users.clone_from(&box_id);
+    }
+    let result = up_on(opts, out, &home, marker, choice, box_id, as_root);
+    match result {
+        Ok(up) => {
+            undo.keep();
+            Ok(up)
+        }
+        Err(e) => {
+            undo.run(out);
+            Err(e)
+        }
+    }
+}
+
+/// What a `dev up` on a fresh home made before it failed, taken back so the home and the machine
+/// are as they were: the users drawn for it, the home, and the parents made for it. A reused
+/// home keeps everything (its users and files were there before).
+struct Undo<'a> {
+    home: &'a DevHome,
+    fresh: bool,
+    /// The box id whose users this `dev up` made or took.
+    users: Option<String>,
+    /// The parents of the home this `dev up` made, deepest first.
+    parents: Vec<PathBuf>,
+    /// The mode of the (empty) home when it was there before: it is emptied and given its mode
+    /// back, not removed.
+    was_there: Option<u32>,
+    kept: bool,
+}
+
+impl<'a> Undo<'a> {
+    fn new(home: &'a DevHome, fresh: bool) -> Undo<'a> {
+        Undo {
+            home,
+            fresh,
+            users: None,
+            parents: Vec::new(),
+            was_there: fs::metadata(home.root())
+                .ok()
+                .filter(|m| m.is_dir())
+                .map(|m| m.permissions().mode() & 0o7777),
+            kept: false,
+        }
+    }
+
+    fn keep(&mut self) {
+        self.kept = true;
+    }
+
+    fn run(&mut self, out: &mut dyn Write) {
+        if self.kept || !self.fresh {
+            return;
+        }
+        self.kept = true;
+        // No daemon of this home runs now (a failed start stops those it started).
+        let root = self.home.root();
+        if let Some(mode) = self.was_there {
+            let emptied = fs::read_dir(root).and_then(|entries| {
+                for e in entries {
+                    let p = e?.path();
+                    if fs::symlink_metadata(&p)?.is_dir() {
+                        fs::remove_dir_all(&p)?;
+                    } else {
+                        fs::remove_file(&p)?;
+                    }
+                }
+                fs::set_permissions(root, fs::Permissions::from_mode(mode))
+            });
+            let _ = match emptied {
+                Ok(()) => writeln!(out, "emptied {} again", root.display()),
+                Err(e) => writeln!(out, "could not empty {} again: {e}", root.display()),
+            };
+        } else if fs::symlink_metadata(root).is_ok() {
+            match fs::remove_dir_all(root) {
+                Ok(()) => {
+                    let _ = writeln!(out, "removed {} again", self.home.root().display());
+                }
+                Err(e) => {
+                    let _ = writeln!(
+                        out,
+                        "could not remove {} again: {e}",
+                        self.home.root().display()
+                    );
+                }
+            }
+        }
+        for dir in &self.parents {
+            let _ = fs::remove_dir(dir);
+        }
+        if let Some(id) = &self.users {
+            match user::remove_all(id) {
+                Ok(removed) => {
+                    for (name, result) in removed {
+                        match result {
+                            Ok(()) => {
+                                let _ = writeln!(out, "removed the user {name} again");
+                            }
+                            Err(why) => {
+                                let _ = writeln!(out, "kept the user {name}: {why}");
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "could not remove the users bx-dev-{id}-*: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// What a fresh home is made with, its flags checked.
+struct Fresh {
+    model: configs::ModelChoice,
+    /// channeld's tables (`--matrix`).
+    matrix: Option<toml::Table>,
+}
+
+/// The rest of `dev up`, on a home whose flags are checked and whose box id is drawn.
+fn up_on(
+    opts: &UpOptions,
+    out: &mut dyn Write,
+    home: &DevHome,
+    marker: Option<Marker>,
+    choice: Option<Fresh>,
+    box_id: Option<String>,
+    as_root: bool,
+) -> Result<Up, DevError> {
     let users = match &box_id {
         Some(id) => {
             let all = user::create_or_take_all(id).map_err(DevError::User)?;
@@ -303,8 +467,8 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
 
     let (reused, store) = match &marker {
         Some(m) => {
-            let pids = running(&home);
-            if pids.len() == DAEMONS.len() {
+            let pids = running(home);
+            if pids.len() == configured(home).len() {
                 return Err(DevError::Running {
                     home: home.root().into(),
                     pids,
@@ -313,9 +477,9 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             let _ = writeln!(out, "reusing the dev box in {}", home.root().display());
             // The same key file given again: its copy is made anew (a token changed in place).
             if let (Some(h), Some(_)) = (&m.honcho, &opts.honcho.key_file) {
-                honcho::install_key(&home, h).map_err(io_err(format!(
+                honcho::install_key(home, h).map_err(io_err(format!(
                     "cannot copy the Honcho key into {}",
-                    honcho::key_copy(&home).display()
+                    honcho::key_copy(home).display()
                 )))?;
             }
             (true, m.honcho.clone())
@@ -331,7 +495,7 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
             fs::set_permissions(home.root(), fs::Permissions::from_mode(mode))
                 .map_err(io_err(format!("cannot make {}", home.root().display())))?;
-            let Some(model) = &choice else {
+            let Some(Fresh { model, matrix }) = &choice else {
                 unreachable!("a fresh home always has its resolved choice")
             };
             // Main memory's Honcho workspace is this home's own: the box's id as root, else
@@ -344,15 +508,17 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
             let choice = configs::Choice {
                 model: model.clone(),
                 honcho: opts.honcho.resolve(&id).map_err(DevError::honcho)?,
+                web_hosts: opts.web_hosts.clone(),
+                matrix: matrix.clone(),
             };
-            configs::write_all(&home, &who, &choice).map_err(io_err(format!(
+            configs::write_all(home, &who, &choice).map_err(io_err(format!(
                 "cannot write the configs in {}",
                 home.root().display()
             )))?;
             if let Some(h) = &choice.honcho {
-                honcho::install_key(&home, h).map_err(io_err(format!(
+                honcho::install_key(home, h).map_err(io_err(format!(
                     "cannot copy the Honcho key into {}",
-                    honcho::key_copy(&home).display()
+                    honcho::key_copy(home).display()
                 )))?;
             }
             let m = Marker {
@@ -367,16 +533,20 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
                 error: io::Error::other(e),
             })?;
             fs::write(home.marker(), text).map_err(io_err("cannot write the marker"))?;
-            let _ = writeln!(out, "made a dev box in {}", home.root().display());
+            let _ = writeln!(
+                out,
+                "wrote a dev box's configs in {}",
+                home.root().display()
+            );
             (false, choice.honcho)
         }
     };
     if box_id.is_some() {
-        give_all(&home, &users).map_err(DevError::User)?;
+        give_all(home, &users).map_err(DevError::User)?;
     }
 
     let mut started: Vec<Launched> = Vec::new();
-    let result = start_all(&home, &users, &mut started, out);
+    let result = start_all(home, &users, &mut started, out);
     for l in &started {
         let _ = fs::remove_file(home.notify_socket(&l.daemon));
     }
@@ -404,7 +574,11 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     let _ = writeln!(out, "  status:  bxctl status --home {r}");
     let _ = writeln!(out, "  logs:    {r}/logs/<daemon>.log");
     let _ = writeln!(out, "  stop:    bxctl dev down --home {r}");
-    Ok(Up { home, pids, reused })
+    Ok(Up {
+        home: home.clone(),
+        pids,
+        reused,
+    })
 }
 
 /// The directories of the home that belong to `daemon`'s user: its state directory and what
@@ -423,14 +597,15 @@ fn own_dirs(home: &DevHome, daemon: &str) -> Vec<PathBuf> {
 /// client (a user made again since has another uid; nothing of a box stays with a uid that
 /// may now be someone else's).
 fn give_all(home: &DevHome, users: &Users) -> Result<(), user::UserError> {
-    for d in DAEMONS {
+    let daemons = configured(home);
+    for d in &daemons {
         if let Some(u) = users.0.get(d) {
             for dir in own_dirs(home, d) {
                 user::give(&dir, u.uid, u.gid)?;
             }
         }
     }
-    for spec in SOCKETS.iter().filter(|s| DAEMONS.contains(&s.server)) {
+    for spec in SOCKETS.iter().filter(|s| daemons.contains(&s.server)) {
         let dir = layout::run_dir(home.root()).join(spec.dir);
         let ids = users.client_ids(spec).unwrap_or(Ids { uid: 0, gid: 0 });
         user::give(&dir, ids.uid, ids.gid)?;
@@ -441,19 +616,23 @@ fn give_all(home: &DevHome, users: &Users) -> Result<(), user::UserError> {
 /// Make the missing parents of a new home, 0755 whatever the umask (the daemons' users walk
 /// through them), before anything else is written or started. A parent that exists is left as
 /// it is; `user::check_reachable` says when it keeps a daemon out.
-fn make_parents(root: &Path) -> Result<(), DevError> {
+fn make_parents(root: &Path) -> Result<Vec<PathBuf>, DevError> {
     let Some(parent) = root.parent() else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let missing: Vec<&Path> = parent
         .ancestors()
         .take_while(|p| fs::symlink_metadata(p).is_err())
         .collect();
+    let mut made_here = Vec::new();
     for dir in missing.into_iter().rev() {
         let made = fs::DirBuilder::new().mode(0o755).create(dir);
         match made {
-            Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-                .map_err(io_err(format!("cannot make {} 0755", dir.display())))?,
+            Ok(()) => {
+                made_here.insert(0, dir.to_path_buf());
+                fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
+                    .map_err(io_err(format!("cannot make {} 0755", dir.display())))?
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => {
                 return Err(DevError::Io {
@@ -463,7 +642,7 @@ fn make_parents(root: &Path) -> Result<(), DevError> {
             }
         }
     }
-    Ok(())
+    Ok(made_here)
 }
 
 /// A daemon `dev up` started, until it is ready.
@@ -525,7 +704,7 @@ fn start_all(
     out: &mut dyn Write,
 ) -> Result<(), DevError> {
     let already = running(home);
-    for d in DAEMONS {
+    for d in configured(home) {
         // Only the daemons that are missing are started; the others keep running.
         if let Some((_, pid)) = already.iter().find(|(name, _)| name == d) {
             let _ = writeln!(out, "  {d}: runs already, pid {pid}");
@@ -665,6 +844,8 @@ pub fn restart(home: &Path, out: &mut dyn Write) -> Result<Up, DevError> {
             home: home.to_path_buf(),
             model: ModelFlags::default(),
             honcho: HonchoFlags::default(),
+            web_hosts: Vec::new(),
+            matrix: None,
         },
         out,
     )
@@ -683,7 +864,7 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     };
     let mut all = Vec::new();
     // The reverse of the start order: the loop first, so nothing calls a daemon that is gone.
-    for d in DAEMONS.iter().rev() {
+    for d in configured(&home).iter().rev() {
         let pid_file = home.pid_file(d);
         let stopped = match procs::read_started(&pid_file) {
             Some(which) => {
@@ -701,7 +882,7 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
     }
     if let (Some(id), true) = (&marker.box_id, geteuid().is_root()) {
         give_all(&home, &Users::default()).map_err(DevError::User)?;
-        for d in DAEMONS {
+        for d in configured(&home) {
             for dir in own_dirs(&home, d) {
                 user::give(&dir, 0, 0).map_err(DevError::User)?;
             }

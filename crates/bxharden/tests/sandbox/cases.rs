@@ -76,6 +76,7 @@ fn cases() -> Vec<Case> {
         ("proof_matrix_memoryd", || proof_matrix("memoryd")),
         ("proof_matrix_memoryd_net", || proof_matrix("memoryd+net")),
         ("proof_matrix_run_child", || proof_matrix("run-child")),
+        ("proof_matrix_channeld", || proof_matrix("channeld")),
         (
             "what_a_daemon_needs_works_inside_every_profile",
             what_a_daemon_needs_works_inside,

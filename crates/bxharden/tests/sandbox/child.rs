@@ -412,8 +412,9 @@ fn needs() -> i32 {
         }
     }
     let policy = PeerPolicy::new("s.sock", [id.uid]);
-    let socket = bxharden::serve::Socket::new(listener, table("s"), policy, 16);
-    bxharden::serve::accept_loop(socket, |_, _| {}).unwrap();
+    let limits = bxharden::serve::Limits::of(&S_SOCK);
+    let socket = bxharden::serve::Socket::<SRequest>::new(listener, policy, limits);
+    bxharden::serve::accept_loop(socket, |_, _, r| match r {}).unwrap();
     let mut failures = Vec::new();
     let mut check = |what: &str, r: Result<(), String>| {
         if let Err(e) = r {
@@ -689,7 +690,7 @@ fn activated() -> i32 {
     let _ = std::io::stdout().flush();
     // bounded: the sandboxed child, killed with its group at cases.rs's deadline
     let (mut s, _) = a.accept().unwrap();
-    let r = bxharden::serve::read_request(&mut s);
+    let r = bxharden::serve::read_request(&mut s, &bxharden::serve::Limits::of(&S_SOCK));
     println!("request after ping: {}", r.is_some());
     0
 }
@@ -705,9 +706,10 @@ fn server() -> i32 {
         .split(',')
         .filter_map(|u| u.parse().ok())
         .collect();
-    let socket =
-        bxharden::serve::Socket::new(listener, table("p"), PeerPolicy::new("p.sock", uids), 16);
-    let h = bxharden::serve::accept_loop(socket, |_, _| {}).unwrap();
+    let policy = PeerPolicy::new("p.sock", uids);
+    let limits = bxharden::serve::Limits::of(&P_SOCK);
+    let socket = bxharden::serve::Socket::<PRequest>::new(listener, policy, limits);
+    let h = bxharden::serve::accept_loop(socket, |_, _, r| match r {}).unwrap();
     println!("serving");
     let _ = std::io::stdout().flush();
     // bounded: the sandboxed child, killed with its group at cases.rs's deadline
@@ -1027,15 +1029,20 @@ fn activated_env() -> i32 {
     0
 }
 
-/// A socket whose dispatch table accepts nothing: every kind but `ping` is forbidden.
-fn table(name: &'static str) -> bxcore::layout::SocketSpec {
-    bxcore::layout::SocketSpec {
-        name,
-        dir: "test",
-        server: "testd",
-        client: "testd",
-        accepts: &[],
-        wrong_kind: bxcore::layout::WrongKind::Forbidden,
-        max_connections: 16,
+bxcore::socket! {
+    /// `s.sock`: a table that takes nothing but `ping`.
+    S_SOCK, SRequest {
+        name: "s", dir: "test", server: "testd", client: "testd",
+        wrong_kind: Forbidden, max_connections: 16,
+        accepts: {}
+    }
+}
+
+bxcore::socket! {
+    /// `p.sock`: a table that takes nothing but `ping`.
+    P_SOCK, PRequest {
+        name: "p", dir: "test", server: "testd", client: "testd",
+        wrong_kind: Forbidden, max_connections: 16,
+        accepts: {}
     }
 }

@@ -300,7 +300,9 @@ temperature = 0.5
         home = home.display(),
         key = key.display(),
     );
-    let cfg = inferproxy::Config::parse(std::path::Path::new("test.toml"), &text).unwrap();
+    let cfg =
+        bxharden::daemon::parse::<inferproxy::Config>(std::path::Path::new("test.toml"), &text)
+            .unwrap();
     inferproxy::Inference::from_config(&cfg, None).unwrap()
 }
 

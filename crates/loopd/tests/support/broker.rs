@@ -57,6 +57,7 @@ impl FakeBroker {
                 true,
                 Message::Tools(Tools {
                     tools: tools.clone(),
+                    workspace: Vec::new(),
                 }),
             ),
             Message::ToolRequest(r) => send(

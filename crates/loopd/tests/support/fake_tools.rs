@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::mpsc::Receiver;
 
-use bxcore::{ApprovalId, Timestamp, ToolDef, ToolRequest, ToolResponse};
+use bxcore::{ApprovalId, Timestamp, ToolRequest, ToolResponse};
 use loopd::tools::{Pending, ToolPort};
 
 use super::broker::tool;
@@ -60,9 +60,12 @@ impl ToolPort for FakeTools {
             })
     }
 
-    fn list(&self) -> Vec<ToolDef> {
+    fn list(&self) -> Result<bxcore::Tools, String> {
         let mut names: Vec<&String> = self.answers.keys().collect();
         names.sort();
-        names.into_iter().map(|n| tool(n)).collect()
+        Ok(bxcore::Tools {
+            tools: names.into_iter().map(|n| tool(n)).collect(),
+            workspace: Vec::new(),
+        })
     }
 }

@@ -62,13 +62,24 @@ impl ScriptedInfer {
 }
 
 fn serve(mut s: UnixStream, script: &Mutex<VecDeque<Step>>, requests: &Mutex<Vec<InferRequest>>) {
-    let Ok(env) = read_frame(&mut Deadline::new(&s, Instant::now() + WAIT)) else {
+    let read = read_frame(&mut Deadline::new(&s, Instant::now() + WAIT));
+    let Ok(env) = read else {
         return;
     };
     let req = match env.msg {
         Message::InferRequest(r) => r,
         Message::Ping {} => {
             send(&mut s, env.id, true, Message::pong("inferproxy", "0.1.0"));
+            return;
+        }
+        // As a script provider answers: it needs no network.
+        Message::ProviderProbe {} => {
+            let report = bxcore::ProviderReport {
+                provider: "script (the test's)".into(),
+                reachable: true,
+                detail: "a scripted model answers from the test".into(),
+            };
+            send(&mut s, env.id, true, Message::ProviderReport(report));
             return;
         }
         _ => return,

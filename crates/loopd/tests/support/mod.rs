@@ -93,3 +93,20 @@ pub fn wait_until(what: &str, f: impl FnMut() -> bool) {
 pub fn sock(dir: &Path, name: &str) -> PathBuf {
     dir.join(name)
 }
+
+/// Serve loop.sock on `listener` in this process, through the one accept path every daemon uses
+/// (`bxharden::serve`), with `limits`, for this user only.
+pub fn serve_turns(
+    listener: std::os::unix::net::UnixListener,
+    ctx: std::sync::Arc<loopd::channel::Context>,
+    limits: bxharden::serve::Limits,
+) {
+    use bxcore::layout::{LOOP, LoopRequest};
+    let policy = bxharden::PeerPolicy::own(&LOOP.file());
+    let socket = bxharden::serve::Socket::<LoopRequest>::new(listener, policy, limits);
+    std::thread::spawn(move || {
+        bxharden::serve::accept_here(socket, move |stream, id, request| {
+            loopd::channel::handle(stream, id, request, &ctx)
+        })
+    });
+}

@@ -279,6 +279,11 @@ impl HonchoStore {
 }
 
 impl Store for HonchoStore {
+    fn probe(&self) -> Result<String, StoreError> {
+        self.client.health()?;
+        Ok(format!("Honcho at {}", self.client.base()))
+    }
+
     fn describe(&self) -> String {
         format!(
             "Honcho at {} (main memory in the workspace {}, quarantine in {})",

@@ -36,7 +36,7 @@
 pub mod honcho;
 pub mod local;
 
-use bxcore::{DataClass, Memory, MemoryRoute, SessionId, SessionStateReply, Timestamp, TurnRecord};
+use bxcore::{DataClass, Label, Memory, MemoryRoute, SessionId, Timestamp, TurnRecord};
 
 pub use self::honcho::HonchoStore;
 pub use local::LocalStore;
@@ -49,7 +49,7 @@ pub const STORE_ANCHOR: &str = "memory-store-failed";
 pub struct Filing<'a> {
     pub record: &'a TurnRecord,
     pub route: MemoryRoute,
-    pub state: SessionStateReply,
+    pub state: Label,
     /// When memoryd acknowledged the record (`turn_filed`): the turn's time in every answer.
     pub received: Timestamp,
 }
@@ -106,6 +106,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     fn search(&self, query: &str, limit: usize) -> Result<Vec<Memory>, StoreError>;
     /// Delete (or hide and queue the deletion of) every turn of `session`.
     fn forget(&self, session: &SessionId) -> Result<Forgotten, StoreError>;
+    /// Whether the store answers now, asked with a question that changes nothing (for
+    /// `bxctl status`): what answered.
+    fn probe(&self) -> Result<String, StoreError> {
+        Ok(self.describe())
+    }
 }
 
 /// The stores of one memoryd: the local one always, a remote one when configured.
@@ -153,10 +158,27 @@ impl Stores {
         self.for_filing(filing).file(filing)
     }
 
-    /// Recall for a session in `state` (`None`: unknown, treated as secret).
+    /// The remote store's health, when one is configured: it is asked now.
+    pub fn probe_remote(&self) -> Option<bxcore::RemoteHealth> {
+        use bxcore::runbook::Anchored;
+        self.remote.as_ref().map(|r| match r.probe() {
+            Ok(what) => bxcore::RemoteHealth {
+                reachable: true,
+                detail: format!("{what} answers"),
+            },
+            Err(e) => bxcore::RemoteHealth {
+                reachable: false,
+                detail: e.pointed().to_string(),
+            },
+        })
+    }
+
+    /// Recall for `session` in `state` (`None`: unknown, treated as secret): main memory only,
+    /// and never the session's own turns, which its context holds already.
     pub fn recall(
         &self,
-        state: Option<SessionStateReply>,
+        session: &SessionId,
+        state: Option<Label>,
         query: &str,
         max_tokens: u32,
     ) -> Result<Vec<Memory>, StoreError> {
@@ -166,7 +188,7 @@ impl Stores {
             _ => &*self.local,
         };
         let mut memories = store.recall(query, max_tokens)?;
-        memories.retain(|m| m.route == MemoryRoute::Main);
+        memories.retain(|m| m.route == MemoryRoute::Main && m.session != *session);
         Ok(within_tokens(memories, max_tokens))
     }
 

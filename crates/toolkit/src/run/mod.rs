@@ -34,7 +34,8 @@ use nix::sys::stat::Mode;
 use serde_json::Value;
 
 use crate::args::RunArgs;
-use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Seen, Tool, ToolError};
+use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError};
+use bxcore::Label;
 use spawn::{Ended, Finished, Job, Limits, SpawnError};
 
 /// What `run` answers while brokerd has no `[run]` section (it is then not offered at all).
@@ -193,30 +194,33 @@ impl Tool for Run {
         }
     }
     fn plan(&self, args: &RunArgs, env: &Env) -> Result<Plan, ToolError> {
-        self.plan_seen(args, env, Seen::FRESH)
+        self.plan_seen(args, env, Label::FRESH)
     }
-    fn plan_seen(&self, args: &RunArgs, env: &Env, seen: Seen) -> Result<Plan, ToolError> {
+    fn place(&self, args: &RunArgs, env: &Env) -> Option<String> {
+        let root = env.roots.locate(&args.cwd).ok()?;
+        Some(format!(
+            "program {} in root {}",
+            args.argv.first()?,
+            root.root.name()
+        ))
+    }
+    fn plan_seen(&self, args: &RunArgs, env: &Env, seen: Label) -> Result<Plan, ToolError> {
         let settings = env
             .run
             .as_deref()
             .ok_or_else(|| ToolError::Failed(NOT_CONFIGURED.to_string()))?;
         settings.program(&args.argv[0])?;
         let at = env.roots.locate(&args.cwd)?;
-        let labels = at.labels(&env.roots);
-        let (class, untrusted) = sees(
+        let sees = sees(
             &env.roots,
             &at.root.path,
-            seen.class.max(labels.class),
-            seen.untrusted || labels.untrusted,
+            seen.join(at.labels(&env.roots).label),
         );
-        let writes = !reach(&env.roots, class, untrusted, true)
-            .read_write
-            .is_empty();
+        let writes = !reach(&env.roots, sees, true).read_write.is_empty();
         Ok(Plan {
-            reads: class,
-            untrusted_output: untrusted,
+            carries: sees,
             effect: if writes { Effect::Local } else { Effect::None },
-            writes_into: writes.then_some(class),
+            writes_into: writes.then_some(sees.class),
         })
     }
     fn run(&self, args: &RunArgs, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
@@ -228,20 +232,19 @@ impl Tool for Run {
         let shown = args.cwd.as_str();
         let at = env.roots.locate(shown)?;
         let cwd = at.open(shown, OFlag::O_DIRECTORY | OFlag::O_RDONLY, Mode::empty())?;
-        let labels = env.roots.labels(at.root, &cwd)?;
-        if labels.class > plan.reads || (labels.untrusted && !plan.untrusted_output) {
+        let reached = env.roots.labels(at.root, &cwd)?;
+        if !reached.label.flows_to(plan.carries) {
             return Err(ToolError::Touched(
-                labels,
+                reached,
                 format!("{shown} moved while the call was decided; ask again"),
             ));
         }
         // What it sees now (a hard link made since the plan): never more than was decided.
-        let (class, untrusted) = sees(&env.roots, &at.root.path, plan.reads, plan.untrusted_output);
-        if class > plan.reads || untrusted != plan.untrusted_output {
+        let now = sees(&env.roots, &at.root.path, plan.carries);
+        if now != plan.carries {
             return Err(ToolError::Touched(
-                crate::workspace::Labels {
-                    class,
-                    untrusted,
+                crate::workspace::Reached {
+                    label: now,
                     read_only: None,
                 },
                 "the roots the call can see changed while it was decided (a root now holds a \
@@ -250,8 +253,8 @@ impl Tool for Run {
             ));
         }
         // Writes only as decided: where the plan's own class is kept, and only if it writes.
-        let write = plan.effect == Effect::Local && plan.writes_into == Some(plan.reads);
-        let reach = reach(&env.roots, plan.reads, plan.untrusted_output, write);
+        let write = plan.effect == Effect::Local && plan.writes_into == Some(plan.carries.class);
+        let reach = reach(&env.roots, plan.carries, write);
         let sandbox = settings
             .sandbox
             .with_paths(&reach.read_write, &reach.read_only)

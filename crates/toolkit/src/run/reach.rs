@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use bxcore::DataClass;
+use bxcore::Label;
 
 use crate::workspace::{Root, Roots};
 
@@ -29,9 +29,9 @@ pub struct Reach {
     pub read_write: Vec<PathBuf>,
 }
 
-/// The roots a call labelled `class` (and `untrusted`) may read, and of those the ones it may
-/// write: see the module's documentation. Roots whose directory is not there are left out.
-pub fn reach(roots: &Roots, class: DataClass, untrusted: bool, write: bool) -> Reach {
+/// The roots a call labelled `label` may read, and of those the ones it may write: see the
+/// module's documentation. Roots whose directory is not there are left out.
+pub fn reach(roots: &Roots, label: Label, write: bool) -> Reach {
     let all: Vec<&Root> = roots.iter().collect();
     // The roots that contain `r` (itself included): its labels are theirs, joined.
     let around = |r: &Root| -> Vec<&Root> {
@@ -45,12 +45,12 @@ pub fn reach(roots: &Roots, class: DataClass, untrusted: bool, write: bool) -> R
     let visible = |r: &Root| {
         all.iter()
             .filter(|o| r.path.starts_with(&o.path) || o.path.starts_with(&r.path))
-            .all(|o| o.class <= class && (untrusted || !o.untrusted))
+            .all(|o| o.label().flows_to(label))
     };
     let writable_here = |r: &Root| {
         visible(r)
             && around(r).iter().all(|o| o.writable)
-            && around(r).iter().map(|o| o.class).max() == Some(class)
+            && around(r).iter().map(|o| o.class).max() == Some(label.class)
     };
     let mut out = Reach::default();
     for r in &all {
@@ -70,30 +70,22 @@ pub fn reach(roots: &Roots, class: DataClass, untrusted: bool, write: bool) -> R
     out
 }
 
-/// The labels of a call that starts from `class` and `untrusted` with its `cwd` in the root at
-/// `cwd_root`: joined with every root nested in that root (the program must see the tree it runs
+/// The label of a call that starts from `label` with its `cwd` in the root at `cwd_root`: joined with every root nested in that root (the program must see the tree it runs
 /// in, and Landlock grants it whole), then with every root on the file system of a hard-linked
 /// file in what it sees, again and again while that lets it see more.
-pub fn sees(
-    roots: &Roots,
-    cwd_root: &Path,
-    class: DataClass,
-    untrusted: bool,
-) -> (DataClass, bool) {
-    let (mut class, mut untrusted) = (class, untrusted);
+pub fn sees(roots: &Roots, cwd_root: &Path, label: Label) -> Label {
+    let mut label = label;
     for o in roots.iter().filter(|o| o.path.starts_with(cwd_root)) {
-        class = class.max(o.class);
-        untrusted |= o.untrusted;
+        label.raise(o.label());
     }
     let mut walked: Vec<PathBuf> = Vec::new();
     let mut budget = WALK_LIMIT;
     loop {
-        let before = (class, untrusted);
+        let before = label;
         let mut join = |o: &Root| {
-            class = class.max(o.class);
-            untrusted |= o.untrusted;
+            label.raise(o.label());
         };
-        for tree in reach(roots, before.0, before.1, false).read_only {
+        for tree in reach(roots, before, false).read_only {
             if walked.iter().any(|w| tree.starts_with(w)) {
                 continue;
             }
@@ -106,7 +98,7 @@ pub fn sees(
             }
             walked.push(tree);
         }
-        if (class, untrusted) == before {
+        if label == before {
             return before;
         }
     }
