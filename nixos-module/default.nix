@@ -203,7 +203,7 @@ let
         ) options;
       };
       default = { };
-      example = literalExpression ''{ limits.timeout_ms = 60000; }'';
+      example = literalExpression ''{ serve.write_ms = 60000; }'';
       description = ''
         {command}`${daemon}`'s configuration, written as TOML to
         `/etc/boxmaker/${daemon}.toml` and checked by `${daemon} check` when the system is

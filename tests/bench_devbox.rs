@@ -93,11 +93,11 @@ fn broker_calls(home: &Path, n: u64, callers: u64) -> Duration {
             let socket = socket.clone();
             let dir = dir.clone();
             let next = Arc::clone(&next);
-            let target = bxctl::target::Target::resolve(Some(home));
+            let target = bxctl::dev::DevHome::new(home).expect("the dev box's home");
             // Each caller as broker.sock's client (loopd's user, when the box has users per
             // daemon): only this thread takes its ids.
             thread::spawn(move || {
-                bxctl::peer::as_client(&target, &layout::BROKER, || {
+                bxctl::target::as_client(&target, &layout::BROKER, || {
                     calls(&socket, &dir, c, &next, n)
                 })
                 .unwrap_or_else(|e| panic!("{e}"))

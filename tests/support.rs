@@ -161,8 +161,8 @@ impl DevBox {
     /// `f` on this thread as the client of `spec`'s socket (its daemon's user, when the box
     /// has users per daemon), else as the test itself.
     pub fn as_client<T>(&self, spec: &bxcore::layout::SocketSpec, f: impl FnOnce() -> T) -> T {
-        let target = bxctl::target::Target::resolve(Some(&self.home));
-        bxctl::peer::as_client(&target, spec, f).unwrap_or_else(|e| panic!("{e}"))
+        let target = bxctl::dev::DevHome::new(&self.home).expect("the dev box's home");
+        bxctl::target::as_client(&target, spec, f).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// `bxctl` with `args` and `--home` this box started in the background, its standard input
@@ -204,7 +204,7 @@ impl Default for DevBox {
 
 impl Drop for DevBox {
     fn drop(&mut self) {
-        if bxctl::target::Target::resolve(Some(&self.home)).is_dev_box() {
+        if bxctl::dev::DevHome::new(&self.home).is_ok_and(|h| h.is_made()) {
             let _ = self.down();
         }
         // Whatever `down` could not stop is killed before the home goes.

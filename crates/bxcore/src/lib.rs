@@ -17,6 +17,7 @@ mod ids;
 mod label;
 pub mod layout;
 mod message;
+pub mod queue;
 pub mod runbook;
 pub mod secret;
 pub mod visible;

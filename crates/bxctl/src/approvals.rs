@@ -16,9 +16,9 @@ use bxcore::{
 };
 use serde_json::{Value, json};
 
-use crate::Outcome;
 use crate::context::Context;
-use crate::output::{failed, json_line, time_left};
+use crate::done::{Done, Ended};
+use crate::output::{failed, json_line, refused_value, time_left};
 
 /// The bytes of an argument shown in the list; the rest is its length and digest.
 pub const SHOWN_BYTES: usize = 160;
@@ -213,55 +213,33 @@ fn print(ctx: &Context, pending: &[ApprovalSummary]) {
 }
 
 /// `bxctl approvals`: the list once, or with `--watch` again on every change.
-pub fn list(ctx: &Context, watch: bool) -> Outcome {
+pub fn list(ctx: &Context, watch: bool) -> Ended {
     let mut last: Option<Vec<ApprovalId>> = None;
     loop {
-        let pending = match fetch(ctx) {
-            Ok(p) => p,
-            Err(e) => return failed(ctx, "cannot list the approvals", &e),
-        };
+        let pending = fetch(ctx).map_err(|e| failed(ctx, "cannot list the approvals", &e))?;
         let ids: Vec<ApprovalId> = pending.iter().map(|a| a.approval.clone()).collect();
         if last.as_ref() != Some(&ids) {
             print(ctx, &pending);
             last = Some(ids);
         }
         if !watch {
-            return Outcome::Done;
+            return Ok(Done);
         }
         std::thread::sleep(Duration::from_secs(1));
     }
 }
 
-fn parse_id(ctx: &Context, id: &str) -> Option<ApprovalId> {
-    match ApprovalId::new(id) {
-        Ok(a) => Some(a),
-        Err(e) => {
-            if ctx.json {
-                json_line(&json!({"error": {"code": "usage", "detail": e.to_string()}}));
-            } else {
-                eprintln!("bxctl: {e}");
-            }
-            None
-        }
-    }
-}
-
 /// `bxctl approvals show ID`: one approval with every argument whole.
-pub fn show_one(ctx: &Context, id: &str) -> Outcome {
-    let Some(approval) = parse_id(ctx, id) else {
-        return Outcome::Failed;
-    };
-    match fetch_one(ctx, &approval) {
-        Ok(a) if ctx.json => {
-            json_line(&a);
-            Outcome::Done
-        }
-        Ok(a) => {
-            println!("{}", show(&a, Timestamp::now(), true));
-            Outcome::Done
-        }
-        Err(e) => failed(ctx, &format!("cannot show {approval}"), &e),
+pub fn show_one(ctx: &Context, id: &str) -> Ended {
+    let approval = ApprovalId::new(id).map_err(|e| refused_value(ctx.json, &e))?;
+    let a = fetch_one(ctx, &approval)
+        .map_err(|e| failed(ctx, &format!("cannot show {approval}"), &e))?;
+    if ctx.json {
+        json_line(&a);
+    } else {
+        println!("{}", show(&a, Timestamp::now(), true));
     }
+    Ok(Done)
 }
 
 /// What the owner answers.
@@ -287,10 +265,8 @@ impl Answer {
 }
 
 /// `bxctl approve ID [--lease]` / `bxctl deny ID`.
-pub fn decide(ctx: &Context, id: &str, answer: Answer) -> Outcome {
-    let Some(approval) = parse_id(ctx, id) else {
-        return Outcome::Failed;
-    };
+pub fn decide(ctx: &Context, id: &str, answer: Answer) -> Ended {
+    let approval = ApprovalId::new(id).map_err(|e| refused_value(ctx.json, &e))?;
     let d = answer.decision(&approval);
     let (allow, lease) = (d.allow, d.lease);
     let msg = Message::ApprovalDecision(d);
@@ -299,6 +275,7 @@ pub fn decide(ctx: &Context, id: &str, answer: Answer) -> Outcome {
         Answer::Allow { lease: false } => "approved",
         Answer::Deny => "denied",
     };
+    let what = format!("cannot decide {approval}");
     match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {}) {
         Ok(Message::ApprovalAck(ack)) => {
             if ctx.json {
@@ -306,33 +283,24 @@ pub fn decide(ctx: &Context, id: &str, answer: Answer) -> Outcome {
             } else {
                 println!("{verb} {}", ack.approval);
             }
-            Outcome::Done
+            Ok(Done)
         }
-        Ok(other) => failed(
-            ctx,
-            &format!("cannot decide {approval}"),
-            &ClientError::Unexpected(other.kind()),
-        ),
-        Err(e) => failed(ctx, &format!("cannot decide {approval}"), &e),
+        Ok(other) => Err(failed(ctx, &what, &ClientError::Unexpected(other.kind()))),
+        Err(e) => Err(failed(ctx, &what, &e)),
     }
 }
 
 /// `bxctl approvals --leases`: every live lease.
-pub fn leases(ctx: &Context) -> Outcome {
+pub fn leases(ctx: &Context) -> Ended {
+    let what = "cannot list the leases";
     let got = match client::call(&ctx.admin, ctx.timeout, 1, Message::LeasesList {}, |_| {}) {
         Ok(Message::Leases(l)) => l.leases,
-        Ok(other) => {
-            return failed(
-                ctx,
-                "cannot list the leases",
-                &ClientError::Unexpected(other.kind()),
-            );
-        }
-        Err(e) => return failed(ctx, "cannot list the leases", &e),
+        Ok(other) => return Err(failed(ctx, what, &ClientError::Unexpected(other.kind()))),
+        Err(e) => return Err(failed(ctx, what, &e)),
     };
     if ctx.json {
         json_line(&json!({ "leases": got }));
-        return Outcome::Done;
+        return Ok(Done);
     }
     if got.is_empty() {
         println!("no leases");
@@ -341,7 +309,7 @@ pub fn leases(ctx: &Context) -> Outcome {
     for l in &got {
         println!("{}", lease_text(l, now));
     }
-    Outcome::Done
+    Ok(Done)
 }
 
 /// One lease, for a person.
@@ -362,21 +330,12 @@ pub fn lease_text(l: &Lease, now: Timestamp) -> String {
 }
 
 /// `bxctl approvals revoke LEASE`.
-pub fn revoke(ctx: &Context, id: &str) -> Outcome {
-    let lease = match LeaseId::new(id) {
-        Ok(l) => l,
-        Err(e) => {
-            if ctx.json {
-                json_line(&json!({"error": {"code": "usage", "detail": e.to_string()}}));
-            } else {
-                eprintln!("bxctl: {e}");
-            }
-            return Outcome::Failed;
-        }
-    };
+pub fn revoke(ctx: &Context, id: &str) -> Ended {
+    let lease = LeaseId::new(id).map_err(|e| refused_value(ctx.json, &e))?;
     let msg = Message::LeaseRevoke(LeaseRef {
         lease: lease.clone(),
     });
+    let what = format!("cannot revoke {lease}");
     match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {}) {
         Ok(Message::LeaseRevoked(r)) => {
             if ctx.json {
@@ -384,13 +343,9 @@ pub fn revoke(ctx: &Context, id: &str) -> Outcome {
             } else {
                 println!("revoked {}", r.lease);
             }
-            Outcome::Done
+            Ok(Done)
         }
-        Ok(other) => failed(
-            ctx,
-            &format!("cannot revoke {lease}"),
-            &ClientError::Unexpected(other.kind()),
-        ),
-        Err(e) => failed(ctx, &format!("cannot revoke {lease}"), &e),
+        Ok(other) => Err(failed(ctx, &what, &ClientError::Unexpected(other.kind()))),
+        Err(e) => Err(failed(ctx, &what, &e)),
     }
 }

@@ -9,8 +9,8 @@ use bxcore::visible::{Mode, Shown, escape};
 use bxcore::{AuditHead, Message};
 use serde_json::{Value, json};
 
-use crate::Outcome;
 use crate::context::Context;
+use crate::done::{Done, Ended, Failure};
 use crate::output::{failed, json_line};
 
 /// `SEQ:HASH`, as the journal's `audit chain head` line gives it.
@@ -27,19 +27,19 @@ fn parse_head(text: &str) -> Option<AuditHead> {
 }
 
 /// `bxctl audit verify [--head SEQ:HASH]`.
-pub fn verify(ctx: &Context, head: Option<&str>) -> Outcome {
+pub fn verify(ctx: &Context, head: Option<&str>) -> Ended {
     let msg = match head.map(|h| (h, parse_head(h))) {
         None => Message::AuditVerify {},
         Some((_, Some(h))) => Message::AuditVerifyHead(h),
         Some((h, None)) => {
-            eprintln!(
+            return Err(Failure::failed(format!(
                 "bxctl: --head {} is not SEQ:HASH (a record number, a colon, 64 lowercase hex \
                  digits), as the journal's `audit chain head` line gives it",
                 Shown(h, Mode::Line)
-            );
-            return Outcome::Failed;
+            )));
         }
     };
+    let what = "cannot verify the audit chain";
     match client::call(&ctx.admin, ctx.timeout, 1, msg, |_| {}) {
         Ok(Message::AuditReport(r)) => {
             if ctx.json {
@@ -49,14 +49,11 @@ pub fn verify(ctx: &Context, head: Option<&str>) -> Outcome {
                 println!("head: {}", r.head);
                 println!("{}", Shown(&r.detail, Mode::Line));
             }
-            if r.ok { Outcome::Done } else { Outcome::Failed }
+            // The report says how the chain is broken; nothing more to say.
+            if r.ok { Ok(Done) } else { Err(Failure::said()) }
         }
-        Ok(other) => failed(
-            ctx,
-            "cannot verify the audit chain",
-            &ClientError::Unexpected(other.kind()),
-        ),
-        Err(e) => failed(ctx, "cannot verify the audit chain", &e),
+        Ok(other) => Err(failed(ctx, what, &ClientError::Unexpected(other.kind()))),
+        Err(e) => Err(failed(ctx, what, &e)),
     }
 }
 
@@ -146,7 +143,7 @@ fn print_record(ctx: &Context, l: &str) {
 
 /// Print every whole record appended to `path` after byte `from`, for ever (until Ctrl-C). A
 /// chain file that is replaced or cut shorter is read again from its start.
-fn follow(ctx: &Context, path: &Path, mut from: u64) -> Outcome {
+fn follow(ctx: &Context, path: &Path, mut from: u64) -> Ended {
     use std::os::unix::fs::MetadataExt;
     let mut inode = std::fs::metadata(path).map(|m| m.ino()).ok();
     let mut partial = Vec::new();
@@ -182,32 +179,26 @@ fn follow(ctx: &Context, path: &Path, mut from: u64) -> Outcome {
         }
         use std::io::Write as _;
         if std::io::stdout().flush().is_err() {
-            return Outcome::Done;
+            return Ok(Done);
         }
     }
 }
 
 /// `bxctl audit tail [-n N] [-f]`.
-pub fn tail(ctx: &Context, n: usize, chain: Option<&Path>, follow_on: bool) -> Outcome {
+pub fn tail(ctx: &Context, n: usize, chain: Option<&Path>, follow_on: bool) -> Ended {
     let path = chain
         .map(Path::to_path_buf)
         .unwrap_or_else(|| ctx.home.join("broker/audit/chain.jsonl"));
-    let lines = match last_lines(&path, n) {
-        Ok(l) => l,
-        Err(e) => {
-            if ctx.json {
-                json_line(
-                    &json!({"error": {"code": "failed", "detail": format!("{}: {e}", path.display())}}),
-                );
-            } else {
-                eprintln!(
-                    "bxctl: cannot read the audit chain {}: {e} (on the device it is brokerd's: use sudo)",
-                    path.display()
-                );
-            }
-            return Outcome::Failed;
-        }
-    };
+    let lines = last_lines(&path, n).map_err(|e| {
+        Failure::failed(format!(
+            "bxctl: cannot read the audit chain {}: {e} (on the device it is brokerd's: use sudo)",
+            path.display()
+        ))
+        .json_if(
+            ctx.json,
+            json!({"error": {"code": "failed", "detail": format!("{}: {e}", path.display())}}),
+        )
+    })?;
     for l in &lines {
         print_record(ctx, l);
     }
@@ -216,5 +207,5 @@ pub fn tail(ctx: &Context, n: usize, chain: Option<&Path>, follow_on: bool) -> O
         let end = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         return follow(ctx, &path, end);
     }
-    Outcome::Done
+    Ok(Done)
 }

@@ -3,7 +3,6 @@
 //! message: bxctl prints a one-time code, the owner sends it from their Matrix account in the
 //! named room, and channeld binds that sender.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use bxcore::client::{self, ClientError};
@@ -11,29 +10,12 @@ use bxcore::visible::{Mode, Shown};
 use bxcore::{ChannelPair, ChannelReport, Message};
 use serde_json::json;
 
-use crate::Outcome;
-use crate::output::{Asked, failed_at, json_line};
-
-/// What the channel commands need to know.
-#[derive(Debug, Clone)]
-pub struct ChannelContext {
-    /// channeld's owner socket.
-    pub socket: PathBuf,
-    pub json: bool,
-    pub timeout: Duration,
-}
-
-fn failed(ctx: &ChannelContext, what: &str, e: &ClientError) -> Outcome {
-    let asked = Asked {
-        daemon: "channeld",
-        socket: &ctx.socket,
-        flag: "--channel",
-    };
-    failed_at(ctx.json, &asked, what, e)
-}
+use crate::context::SocketContext;
+use crate::done::{Done, Ended, Failure};
+use crate::output::json_line;
 
 /// `bxctl channel pair --room ROOM`: a one-time code for the owner to send in `room`.
-pub fn pair(ctx: &ChannelContext, room: &str) -> Outcome {
+pub fn pair(ctx: &SocketContext, room: &str) -> Ended {
     let what = "channel_pair";
     let msg = Message::ChannelPair(ChannelPair {
         room: room.to_string(),
@@ -52,10 +34,10 @@ pub fn pair(ctx: &ChannelContext, room: &str) -> Outcome {
                     p.code
                 );
             }
-            Outcome::Done
+            Ok(Done)
         }
-        Ok(other) => failed(ctx, what, &ClientError::Unexpected(other.kind())),
-        Err(e) => failed(ctx, what, &e),
+        Ok(other) => Err(ctx.failed(what, &ClientError::Unexpected(other.kind()))),
+        Err(e) => Err(ctx.failed(what, &e)),
     }
 }
 
@@ -84,20 +66,17 @@ pub fn describe(r: &ChannelReport) -> String {
 }
 
 /// `bxctl channel status`.
-pub fn status(ctx: &ChannelContext) -> Outcome {
-    match report(&ctx.socket, ctx.timeout) {
-        Ok(r) => {
-            if ctx.json {
-                json_line(&serde_json::to_value(&r).unwrap_or_default());
-            } else {
-                println!("{}", describe(&r));
-            }
-            if r.connected {
-                Outcome::Done
-            } else {
-                Outcome::Failed
-            }
-        }
-        Err(e) => failed(ctx, "channel_status", &e),
+pub fn status(ctx: &SocketContext) -> Ended {
+    let r = report(&ctx.socket, ctx.timeout).map_err(|e| ctx.failed("channel_status", &e))?;
+    if ctx.json {
+        json_line(&serde_json::to_value(&r).unwrap_or_default());
+    } else {
+        println!("{}", describe(&r));
+    }
+    // Its line says why it does not sync; nothing more to say.
+    if r.connected {
+        Ok(Done)
+    } else {
+        Err(Failure::said())
     }
 }

@@ -13,6 +13,7 @@ use bxcore::client::{ClientError, Exchange};
 use bxcore::visible::{Mode, Shown};
 use bxcore::{ErrorCode, Message, Outcome, SessionId, Timestamp, Turn, TurnEvent, Usage};
 
+use crate::done::{Done, Ended, Failure};
 use crate::in_flight::{InFlight, cancel_in_flight};
 
 /// The longest a turn may take as seen from the channel: a turn may wait for the owner's
@@ -80,14 +81,6 @@ pub const UNREACHABLE_ANCHOR: &str = "bxctl-unreachable";
 pub const MODEL_TIMEOUT_ANCHOR: &str = "inference-timeout";
 
 impl ChatError {
-    /// The exit code: 130 for a turn the owner cancelled, as a shell reports Ctrl-C; else 1.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            ChatError::Cancelled => 130,
-            _ => 1,
-        }
-    }
-
     /// The runbook entry bxctl points at itself: loopd's answers and an outage's cause carry
     /// their own.
     pub fn anchor(&self) -> Option<&'static str> {
@@ -101,6 +94,18 @@ impl ChatError {
     /// The line the owner reads: the text and, when bxctl points at an entry, its pointer.
     pub fn line(&self) -> String {
         bxcore::runbook::with_pointer(self, self.anchor())
+    }
+}
+
+/// A chat that did not end well: exit 130 for a turn the owner cancelled, as a shell reports
+/// Ctrl-C; else 1, the line pointing at the runbook entry bxctl points at.
+impl From<ChatError> for Failure {
+    fn from(e: ChatError) -> Failure {
+        let text = format!("bxctl: {e}");
+        match e {
+            ChatError::Cancelled => Failure::cancelled(text),
+            _ => Failure::failed(text).pointing(e.anchor()),
+        }
     }
 }
 
@@ -505,7 +510,12 @@ pub struct ChatOptions {
 /// `bxctl chat`: one message (from the argument, or all of standard input when it is not a
 /// terminal), or the interactive prompt on a terminal. On a terminal an approval is answered
 /// where it is asked.
-pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
+pub fn run(loop_socket: &Path, opts: &ChatOptions) -> Ended {
+    talk(loop_socket, opts)?;
+    Ok(Done)
+}
+
+fn talk(loop_socket: &Path, opts: &ChatOptions) -> Result<(), ChatError> {
     let session = match (&opts.session, opts.new) {
         (Some(s), _) => {
             SessionId::new(s.clone()).map_err(|e| ChatError::BadSession(e.to_string()))?

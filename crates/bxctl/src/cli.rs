@@ -1,30 +1,41 @@
 //! The command line: `--home` for every subcommand; `--json`, `--admin` and `--timeout` only on
 //! the subcommands that use them, so every flag a subcommand lists does what it says. Each
-//! subcommand is run by its module.
+//! subcommand is run by its module and ends with one [`Ended`]; [`run`] picks the box
+//! ([`Cli::target`]), dispatches, and exits as the subcommand ended (`done`).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use bxcore::layout::{self, SocketSpec};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 
-use crate::channel::ChannelContext;
+use crate::approvals::Answer;
 use crate::chat::{self, ChatOptions};
-use crate::context::Context;
+use crate::context::{Context, SocketContext};
 #[cfg(feature = "devbox")]
 use crate::demo;
 #[cfg(feature = "devbox")]
-use crate::dev::{self, ModelFlags, Provider, UpOptions};
-use crate::memory::MemoryContext;
-use crate::target::Target;
-use crate::{Outcome, approvals, audit, channel, check, logs, memory, selftest, status};
+use crate::dev::{self, DevCommand};
+use crate::done::{self, Done, Ended, Failure};
+use crate::logs::LogsOptions;
+use crate::selftest::SelftestOptions;
+use crate::target::{Device, Target};
+use crate::{approvals, audit, channel, check, logs, memory, selftest, status};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
 pub struct Cli {
-    /// The box's home [default: $BOXMAKER_HOME, else /var/lib/boxmaker; for `dev`: else
-    /// ~/.local/state/boxmaker-dev].
+    #[cfg_attr(
+        feature = "devbox",
+        doc = "The box's home [default: $BOXMAKER_HOME, else /var/lib/boxmaker; for `dev`: else \
+               ~/.local/state/boxmaker-dev]."
+    )]
+    #[cfg_attr(
+        not(feature = "devbox"),
+        doc = "The box's home [default: $BOXMAKER_HOME, else /var/lib/boxmaker]."
+    )]
     #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
     #[command(subcommand)]
@@ -64,21 +75,7 @@ pub enum Command {
     /// Send a message to a session and show the turn as it happens.
     Chat(ChatArgs),
     /// Show the tool calls waiting for your approval (or, with --leases, the leases you gave).
-    Approvals {
-        /// Keep watching, printing the list again whenever it changes.
-        #[arg(long)]
-        watch: bool,
-        /// The leases ("allow for this session") you gave that still live; `bxctl approvals
-        /// revoke LEASE` ends one.
-        #[arg(long, conflicts_with = "watch")]
-        leases: bool,
-        #[command(flatten)]
-        json: Json,
-        #[command(flatten)]
-        broker: Broker,
-        #[command(subcommand)]
-        command: Option<ApprovalsCommand>,
-    },
+    Approvals(ApprovalsArgs),
     /// Approve a pending call: it runs, exactly as shown.
     Approve {
         /// The approval's id (16 hex digits, from `bxctl approvals`).
@@ -136,7 +133,8 @@ pub enum Command {
     /// The daemons' log lines: the dev box's log files (each line with its time), or the
     /// journal on the device.
     Logs {
-        /// One daemon (loopd, brokerd, inferproxy) [default: all of them].
+        /// One daemon of the box (loopd, brokerd, inferproxy, memoryd, gatewayd, channeld)
+        /// [default: all of them].
         daemon: Option<String>,
         /// How many of the last lines to show.
         #[arg(short = 'n', default_value_t = 50)]
@@ -171,6 +169,23 @@ pub enum Command {
     #[cfg(feature = "devbox")]
     #[command(subcommand)]
     Dev(DevCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct ApprovalsArgs {
+    /// Keep watching, printing the list again whenever it changes.
+    #[arg(long)]
+    pub watch: bool,
+    /// The leases ("allow for this session") you gave that still live; `bxctl approvals
+    /// revoke LEASE` ends one.
+    #[arg(long, conflicts_with = "watch")]
+    pub leases: bool,
+    #[command(flatten)]
+    pub json: Json,
+    #[command(flatten)]
+    pub broker: Broker,
+    #[command(subcommand)]
+    pub command: Option<ApprovalsCommand>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -282,6 +297,18 @@ pub struct ChannelSocket {
     pub timeout: u64,
 }
 
+/// How a memory listing is asked for and shown.
+#[derive(Debug, Args)]
+pub struct Listing {
+    /// How many turns (1 to 1000).
+    #[arg(short = 'n', default_value_t = 20)]
+    pub n: u32,
+    #[command(flatten)]
+    pub json: Json,
+    #[command(flatten)]
+    pub socket: MemorySocket,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum MemoryCommand {
     /// The latest filed turns, newest first.
@@ -289,24 +316,14 @@ pub enum MemoryCommand {
         /// Only this route [default: every route].
         #[arg(long, value_enum)]
         route: Option<RouteArg>,
-        /// How many turns (1 to 1000).
-        #[arg(short = 'n', default_value_t = 20)]
-        n: u32,
         #[command(flatten)]
-        json: Json,
-        #[command(flatten)]
-        socket: MemorySocket,
+        listing: Listing,
     },
     /// The filed turns that best match QUERY, over every route.
     Search {
         query: String,
-        /// How many turns (1 to 1000).
-        #[arg(short = 'n', default_value_t = 20)]
-        n: u32,
         #[command(flatten)]
-        json: Json,
-        #[command(flatten)]
-        socket: MemorySocket,
+        listing: Listing,
     },
     /// Delete every filed turn of one session (with a remote store: hidden now, deleted later).
     Forget {
@@ -341,65 +358,24 @@ pub struct ChatArgs {
     pub broker: Broker,
 }
 
-#[cfg(feature = "devbox")]
-#[derive(Debug, Subcommand)]
-pub enum DevCommand {
-    /// Write default configs into a fresh home (or reuse one made before), start every daemon
-    /// detached, and wait until each answers.
-    Up(UpArgs),
-    /// Stop the dev box's daemons (SIGTERM, then SIGKILL after a deadline).
-    Down,
-    /// Stop the dev box, then start it again as it was made.
-    Restart,
-}
-
-#[cfg(feature = "devbox")]
-#[derive(Debug, Args)]
-pub struct UpArgs {
-    /// The model provider [default: script for a new home; a reused home keeps its own].
-    #[arg(long, value_enum)]
-    pub provider: Option<Provider>,
-    /// For the script provider: the script to use instead of the shipped default.
-    #[arg(long, value_name = "FILE")]
-    pub script: Option<PathBuf>,
-    /// For openai and anthropic: the endpoint (OpenAI-compatible URLs end in /v1).
-    #[arg(long, value_name = "URL")]
-    pub base_url: Option<String>,
-    /// For openai and anthropic: the model of the main slot.
-    #[arg(long, value_name = "NAME")]
-    pub model: Option<String>,
-    /// For openai and anthropic: the file that holds the API key (mode 0600); stored as an
-    /// absolute path. Leave it out for an OpenAI-compatible server that takes no key (a local
-    /// llama.cpp or vLLM).
-    #[arg(long, value_name = "FILE")]
-    pub api_key_file: Option<PathBuf>,
-    /// File main memory and quarantine into the Honcho server at this base (http://host:port;
-    /// memoryd adds /v3) [default: the embedded store for a new home; a reused home keeps its own].
-    #[arg(long, value_name = "URL")]
-    pub honcho_url: Option<String>,
-    /// With --honcho-url: the file that holds Honcho's bearer token (mode 0600); copied into
-    /// memoryd's own directory, readable by memoryd alone.
-    #[arg(long, value_name = "FILE")]
-    pub honcho_key_file: Option<PathBuf>,
-    /// A host web_fetch may fetch from (`example.org`, or `*.example.org` for every name below
-    /// it), on gatewayd's allow-list; give it once per host [default: none, and web_fetch is
-    /// not offered until etc/gatewayd.toml names a host].
-    #[arg(long = "web-host", value_name = "HOST")]
-    pub web_hosts: Vec<String>,
-    /// Add the Matrix channel (channeld): this TOML file holds its [matrix] table (homeserver,
-    /// user, token_file, owners, rooms) and may hold [limits]; the rest is filled in
-    /// (docs/channels.md). Only for a new home.
-    #[arg(long, value_name = "FILE")]
-    pub matrix: Option<PathBuf>,
-}
-
 impl Cli {
+    /// The box a command that is not `dev` talks to: a dev box `dev up` made, when the home
+    /// (named, or the dev box's default off a device) is one, else the device's.
+    pub fn target(&self) -> Box<dyn Target> {
+        let home = self.home.as_deref();
+        #[cfg(feature = "devbox")]
+        if let Some(dev) = dev::find(home) {
+            return Box::new(dev);
+        }
+        Box::new(Device::resolve(home))
+    }
+
     /// The context of a subcommand with these `--json` and broker options.
     pub fn context(&self, json: Json, broker: Option<&Broker>) -> Context {
-        let target = Target::resolve(self.home.as_deref());
+        let target = self.target();
         let admin = broker
             .and_then(|b| b.admin.clone())
-            .unwrap_or_else(|| target.socket(&bxcore::layout::ADMIN));
+            .unwrap_or_else(|| target.socket(&layout::ADMIN));
         Context {
             home: target.home().to_path_buf(),
             admin,
@@ -407,301 +383,192 @@ impl Cli {
             timeout: Duration::from_secs(broker.map_or(10, |b| b.timeout).max(1)),
         }
     }
-}
 
-impl Cli {
+    /// The context of a command that asks `daemon` on its owner's socket `spec`, or on the
+    /// socket `given` by `flag`.
+    fn socket_context(
+        &self,
+        json: Json,
+        given: Option<&PathBuf>,
+        timeout: u64,
+        (spec, daemon, flag): (&SocketSpec, &'static str, &'static str),
+    ) -> SocketContext {
+        SocketContext {
+            daemon,
+            socket: given.cloned().unwrap_or_else(|| self.target().socket(spec)),
+            flag,
+            json: json.json,
+            timeout: Duration::from_secs(timeout.max(1)),
+        }
+    }
+
+    /// The context of a channel subcommand.
+    pub fn channel_context(&self, json: Json, socket: &ChannelSocket) -> SocketContext {
+        let asked = (&layout::CHANNEL, "channeld", "--channel");
+        self.socket_context(json, socket.channel.as_ref(), socket.timeout, asked)
+    }
+
     /// The context of a memory subcommand.
-    pub fn channel_context(&self, json: Json, socket: &ChannelSocket) -> ChannelContext {
-        let target = Target::resolve(self.home.as_deref());
-        ChannelContext {
-            socket: socket
-                .channel
-                .clone()
-                .unwrap_or_else(|| target.socket(&bxcore::layout::CHANNEL)),
-            json: json.json,
-            timeout: Duration::from_secs(socket.timeout.max(1)),
+    pub fn memory_context(&self, json: Json, socket: &MemorySocket) -> SocketContext {
+        let asked = (&layout::MEMORIES, "memoryd", "--memories");
+        self.socket_context(json, socket.memories.as_ref(), socket.timeout, asked)
+    }
+
+    /// Run the subcommand; what it prints goes to `out`.
+    pub fn dispatch(&self, out: &mut dyn Write) -> Ended {
+        match &self.command {
+            Command::Chat(a) => a.run(self),
+            Command::Approvals(a) => a.run(self),
+            Command::Approve {
+                id,
+                lease,
+                json,
+                broker,
+            } => approvals::decide(
+                &self.context(*json, Some(broker)),
+                id,
+                Answer::Allow { lease: *lease },
+            ),
+            Command::Deny { id, json, broker } => {
+                approvals::decide(&self.context(*json, Some(broker)), id, Answer::Deny)
+            }
+            Command::Audit { command } => command.run(self),
+            Command::Memory { command } => command.run(self),
+            Command::Channel { command } => command.run(self),
+            Command::Status { json } => status::run(&*self.target(), json.json, out),
+            Command::Selftest {
+                model_timeout,
+                json,
+            } => {
+                let opts = SelftestOptions {
+                    json: json.json,
+                    model_timeout: Duration::from_secs((*model_timeout).max(1)),
+                };
+                selftest::run(&*self.target(), opts, out)
+            }
+            Command::Logs {
+                daemon,
+                lines,
+                follow,
+            } => {
+                let opts = LogsOptions {
+                    daemon: daemon.clone(),
+                    lines: *lines,
+                    follow: *follow,
+                };
+                logs::run(&*self.target(), &opts, out)
+            }
+            Command::Completions { shell } => {
+                clap_complete::generate(*shell, &mut Cli::command(), "bxctl", out);
+                Ok(Done)
+            }
+            Command::Man => clap_mangen::Man::new(Cli::command())
+                .render(out)
+                .map(|()| Done)
+                .map_err(|e| Failure::failed(format!("bxctl man: {e}"))),
+            Command::Check { manifest, json } => {
+                let path = manifest
+                    .clone()
+                    .unwrap_or_else(|| check::manifest::DEFAULT_PATH.into());
+                check::main(&path, json.json, out)
+            }
+            #[cfg(feature = "devbox")]
+            Command::Demo => demo::run(out),
+            #[cfg(feature = "devbox")]
+            Command::Dev(command) => dev::command::run(command, self.home.as_deref(), out),
         }
     }
+}
 
-    pub fn memory_context(&self, json: Json, socket: &MemorySocket) -> MemoryContext {
-        let target = Target::resolve(self.home.as_deref());
-        MemoryContext {
-            socket: socket
-                .memories
-                .clone()
-                .unwrap_or_else(|| target.socket(&bxcore::layout::MEMORIES)),
-            json: json.json,
-            timeout: Duration::from_secs(socket.timeout.max(1)),
+impl ChatArgs {
+    fn run(&self, cli: &Cli) -> Ended {
+        let ctx = cli.context(self.json, Some(&self.broker));
+        let opts = ChatOptions {
+            session: self.session.clone(),
+            new: self.new,
+            text: self.text.clone(),
+            json: self.json.json,
+            model_timeout: self.model_timeout.map(Duration::from_secs),
+            home: ctx.home.clone(),
+            admin: ctx.admin.clone(),
+            broker_timeout: ctx.timeout,
+        };
+        chat::run(&cli.target().socket(&layout::LOOP), &opts)
+    }
+}
+
+impl ApprovalsArgs {
+    fn run(&self, cli: &Cli) -> Ended {
+        // `--json` given before `show ID` or after it.
+        let json = |own: &Json| cli.context(Json::either(self.json, *own), Some(&self.broker));
+        match &self.command {
+            Some(ApprovalsCommand::Show { id, json: own }) => approvals::show_one(&json(own), id),
+            Some(ApprovalsCommand::Revoke { lease, json: own }) => {
+                approvals::revoke(&json(own), lease)
+            }
+            None if self.leases => approvals::leases(&cli.context(self.json, Some(&self.broker))),
+            None => approvals::list(&cli.context(self.json, Some(&self.broker)), self.watch),
         }
     }
 }
 
-fn exit(outcome: Outcome) -> ExitCode {
-    match outcome {
-        Outcome::Done => ExitCode::SUCCESS,
-        Outcome::Failed => ExitCode::FAILURE,
+impl AuditCommand {
+    fn run(&self, cli: &Cli) -> Ended {
+        match self {
+            AuditCommand::Verify { head, json, broker } => {
+                audit::verify(&cli.context(*json, Some(broker)), head.as_deref())
+            }
+            AuditCommand::Tail {
+                n,
+                chain,
+                follow,
+                json,
+            } => audit::tail(&cli.context(*json, None), *n, chain.as_deref(), *follow),
+        }
     }
 }
 
-/// An error's text may quote what loopd, a daemon or the model said: escaped like everything
-/// else shown to a person (its own line breaks kept).
-fn failed(e: impl std::fmt::Display) -> ExitCode {
-    let text = e.to_string();
-    eprintln!(
-        "{}",
-        bxcore::visible::Shown(&text, bxcore::visible::Mode::Text)
-    );
-    ExitCode::FAILURE
+impl ChannelCommand {
+    fn run(&self, cli: &Cli) -> Ended {
+        match self {
+            ChannelCommand::Pair { room, json, socket } => {
+                channel::pair(&cli.channel_context(*json, socket), room)
+            }
+            ChannelCommand::Status { json, socket } => {
+                channel::status(&cli.channel_context(*json, socket))
+            }
+        }
+    }
 }
 
-fn usage(why: &str) -> ExitCode {
-    eprintln!("bxctl: {why}");
-    ExitCode::from(2)
+impl MemoryCommand {
+    fn run(&self, cli: &Cli) -> Ended {
+        match self {
+            MemoryCommand::Recent { route, listing: l } => memory::recent(
+                &cli.memory_context(l.json, &l.socket),
+                route.map(Into::into),
+                l.n,
+            ),
+            MemoryCommand::Search { query, listing: l } => {
+                memory::search(&cli.memory_context(l.json, &l.socket), query, l.n)
+            }
+            MemoryCommand::Forget {
+                session,
+                json,
+                socket,
+            } => {
+                let id = bxcore::SessionId::new(session.clone())
+                    .map_err(|e| Failure::usage(format!("bxctl: --session: {e}")))?;
+                memory::forget(&cli.memory_context(*json, socket), &id)
+            }
+        }
+    }
 }
 
-/// Run one parsed command.
+/// Run one parsed command, and exit as it ended.
 pub fn run(cli: Cli) -> ExitCode {
-    let target = Target::resolve(cli.home.as_deref());
     if let Some(home) = &cli.home {
         crate::output::set_hint_home(home);
     }
-    let mut out = io::stdout();
-    match &cli.command {
-        Command::Chat(args) => {
-            let ctx = cli.context(args.json, Some(&args.broker));
-            let opts = ChatOptions {
-                session: args.session.clone(),
-                new: args.new,
-                text: args.text.clone(),
-                json: args.json.json,
-                model_timeout: args.model_timeout.map(Duration::from_secs),
-                home: ctx.home.clone(),
-                admin: ctx.admin.clone(),
-                broker_timeout: ctx.timeout,
-            };
-            match chat::run(&target.socket(&bxcore::layout::LOOP), &opts) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("bxctl: {}", e.line());
-                    ExitCode::from(e.exit_code())
-                }
-            }
-        }
-        Command::Approvals {
-            command: Some(ApprovalsCommand::Show { id, json: own }),
-            json,
-            broker,
-            ..
-        } => exit(approvals::show_one(
-            &cli.context(Json::either(*json, *own), Some(broker)),
-            id,
-        )),
-        Command::Approvals {
-            command: Some(ApprovalsCommand::Revoke { lease, json: own }),
-            json,
-            broker,
-            ..
-        } => exit(approvals::revoke(
-            &cli.context(Json::either(*json, *own), Some(broker)),
-            lease,
-        )),
-        Command::Approvals {
-            leases: true,
-            json,
-            broker,
-            command: None,
-            ..
-        } => exit(approvals::leases(&cli.context(*json, Some(broker)))),
-        Command::Approvals {
-            watch,
-            json,
-            broker,
-            command: None,
-            ..
-        } => exit(approvals::list(&cli.context(*json, Some(broker)), *watch)),
-        Command::Approve {
-            id,
-            lease,
-            json,
-            broker,
-        } => exit(approvals::decide(
-            &cli.context(*json, Some(broker)),
-            id,
-            approvals::Answer::Allow { lease: *lease },
-        )),
-        Command::Deny { id, json, broker } => exit(approvals::decide(
-            &cli.context(*json, Some(broker)),
-            id,
-            approvals::Answer::Deny,
-        )),
-        Command::Audit {
-            command: AuditCommand::Verify { head, json, broker },
-        } => exit(audit::verify(
-            &cli.context(*json, Some(broker)),
-            head.as_deref(),
-        )),
-        Command::Audit {
-            command:
-                AuditCommand::Tail {
-                    n,
-                    chain,
-                    follow,
-                    json,
-                },
-        } => exit(audit::tail(
-            &cli.context(*json, None),
-            *n,
-            chain.as_deref(),
-            *follow,
-        )),
-        Command::Channel {
-            command: ChannelCommand::Pair { room, json, socket },
-        } => exit(channel::pair(&cli.channel_context(*json, socket), room)),
-        Command::Channel {
-            command: ChannelCommand::Status { json, socket },
-        } => exit(channel::status(&cli.channel_context(*json, socket))),
-        Command::Memory {
-            command:
-                MemoryCommand::Recent {
-                    route,
-                    n,
-                    json,
-                    socket,
-                },
-        } => exit(memory::recent(
-            &cli.memory_context(*json, socket),
-            route.map(Into::into),
-            *n,
-        )),
-        Command::Memory {
-            command:
-                MemoryCommand::Search {
-                    query,
-                    n,
-                    json,
-                    socket,
-                },
-        } => exit(memory::search(
-            &cli.memory_context(*json, socket),
-            query,
-            *n,
-        )),
-        Command::Memory {
-            command:
-                MemoryCommand::Forget {
-                    session,
-                    json,
-                    socket,
-                },
-        } => match bxcore::SessionId::new(session.clone()) {
-            Ok(id) => exit(memory::forget(&cli.memory_context(*json, socket), &id)),
-            Err(e) => usage(&format!("--session: {e}")),
-        },
-        Command::Completions { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "bxctl", &mut out);
-            ExitCode::SUCCESS
-        }
-        Command::Man => match clap_mangen::Man::new(Cli::command()).render(&mut out) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => failed(format!("bxctl man: {e}")),
-        },
-        Command::Logs {
-            daemon,
-            lines,
-            follow,
-        } => {
-            let opts = logs::Options {
-                daemon: daemon.clone(),
-                lines: *lines,
-                follow: *follow,
-            };
-            match logs::run(&target, &opts, &mut out) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => failed(format!("bxctl logs: {e}")),
-            }
-        }
-        Command::Status { json } => {
-            let s = status::gather(&target);
-            if json.json {
-                let _ = writeln!(out, "{}", serde_json::to_string(&s).unwrap_or_default());
-            } else {
-                let _ = write!(out, "{}", status::render(&s));
-            }
-            match status::verdict(&s) {
-                None => ExitCode::SUCCESS,
-                Some(line) => failed(line),
-            }
-        }
-        Command::Selftest {
-            model_timeout,
-            json,
-        } => {
-            let opts = selftest::Options {
-                json: json.json,
-                model_timeout: Duration::from_secs((*model_timeout).max(1)),
-            };
-            match selftest::run(&target, opts, &mut out) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
-            }
-        }
-        Command::Check { manifest, json } => {
-            let path = manifest
-                .clone()
-                .unwrap_or_else(|| check::manifest::DEFAULT_PATH.into());
-            match check::main(&path, json.json, &mut out) {
-                Ok(true) => ExitCode::SUCCESS,
-                Ok(false) => ExitCode::FAILURE,
-                Err(e) => usage(&e),
-            }
-        }
-        #[cfg(feature = "devbox")]
-        Command::Demo => match demo::run(&mut out) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => failed(e),
-        },
-        #[cfg(feature = "devbox")]
-        Command::Dev(DevCommand::Up(args)) => {
-            // dev::up checks every flag before it writes anything.
-            let opts = UpOptions {
-                home: Target::for_dev(cli.home.as_deref()).home().to_path_buf(),
-                model: ModelFlags {
-                    provider: args.provider,
-                    base_url: args.base_url.clone(),
-                    model: args.model.clone(),
-                    api_key_file: args.api_key_file.clone(),
-                    script: args.script.clone(),
-                },
-                honcho: dev::HonchoFlags {
-                    url: args.honcho_url.clone(),
-                    key_file: args.honcho_key_file.clone(),
-                },
-                web_hosts: args.web_hosts.clone(),
-                matrix: args.matrix.clone(),
-            };
-            match dev::up(&opts, &mut out) {
-                Ok(_) => ExitCode::SUCCESS,
-                // A flag that is wrong, or does not go with the others: exit 2, as clap's own.
-                Err(e @ dev::DevError::Usage(_)) => usage(&e.to_string()),
-                Err(e @ dev::DevError::Honcho(_)) => {
-                    usage(&bxcore::runbook::Anchored::pointed(&e).to_string())
-                }
-                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
-            }
-        }
-        #[cfg(feature = "devbox")]
-        Command::Dev(DevCommand::Restart) => {
-            match dev::restart(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
-            }
-        }
-        #[cfg(feature = "devbox")]
-        Command::Dev(DevCommand::Down) => {
-            match dev::down(Target::for_dev(cli.home.as_deref()).home(), &mut out) {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) => failed(bxcore::runbook::Anchored::pointed(&e)),
-            }
-        }
-    }
+    done::exit(cli.dispatch(&mut io::stdout()))
 }

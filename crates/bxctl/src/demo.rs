@@ -20,7 +20,8 @@ use bxcore::{
 };
 
 use crate::chat::{self, Style, TurnLog};
-use crate::dev::{self, ModelFlags, Provider, UpOptions};
+use crate::dev::{self, DevHome, ModelFlags, Provider, UpOptions};
+use crate::done::{Done, Ended, Failure};
 
 /// The shipped demo script: its paths are relative to the workspace roots, as a real model's are.
 pub const DEMO_SCRIPT: &str = include_str!("../scripts/demo.toml");
@@ -150,8 +151,8 @@ pub fn session_state(home: &Path, session: &SessionId) -> Result<Label, String> 
         session: session.clone(),
     });
     // As state.sock's client (memoryd's user, where the box has users per daemon).
-    let target = crate::target::Target::resolve(Some(home));
-    let answer = crate::peer::as_client(&target, &layout::STATE, || {
+    let target = DevHome::new(home).map_err(|e| format!("state.sock: {e}"))?;
+    let answer = crate::target::as_client(&target, &layout::STATE, || {
         client::call(&layout::STATE.path(home), ASK, 1, msg, |_| {})
     })
     .map_err(|e| format!("state.sock: {e}"))?;
@@ -570,8 +571,20 @@ fn check(
 /// before it leaves, and the host is listed so that `web_fetch` is offered at all.
 pub const WEB_HOST: &str = "example.org";
 
+impl From<DemoError> for Failure {
+    fn from(e: DemoError) -> Failure {
+        Failure::failed(e.to_string())
+    }
+}
+
+/// `bxctl demo`: the whole demo, on `out`.
+pub fn run(out: &mut dyn Write) -> Ended {
+    demo(out)?;
+    Ok(Done)
+}
+
 /// The whole demo: up on a temporary home, the conversation, down.
-pub fn run(out: &mut dyn Write) -> Result<(), DemoError> {
+pub fn demo(out: &mut dyn Write) -> Result<(), DemoError> {
     let setup = |what: &str| {
         let what = what.to_string();
         move |e: io::Error| DemoError::Setup(format!("{what}: {e}"))

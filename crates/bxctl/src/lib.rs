@@ -1,7 +1,14 @@
 //! bxctl: the owner's command. It talks to the box only through its sockets, with the same
 //! protocol as everything else (`bxcore`), so it can do nothing the owner's socket permissions do
-//! not allow. Each subcommand is one module; `cli` parses the command line and maps outcomes to
-//! exit codes: 0 done, 1 refused or failed, 2 usage.
+//! not allow. Each subcommand is one module and ends with one result (`done`); `cli` parses the
+//! command line, picks the box (`target`) and maps how a subcommand ended to its exit code: 0
+//! done, 1 refused or failed, 2 usage, 130 a chat turn the owner cancelled.
+//!
+//! The floors, each using only those below it: `cli`, then the dev box and the demo (`dev`,
+//! `demo`, behind the `devbox` feature: the device build has neither), then the commands
+//! (`chat`, `approvals`, `audit`, `memory`, `channel`, `status`, `selftest`, `check`, `logs`),
+//! then what they share (`target`, `health`, `model`, `output`, `done`, ...). No command knows
+//! whether its box is a device or a dev box: it asks the [`target::Target`].
 
 pub mod approvals;
 pub mod audit;
@@ -12,14 +19,16 @@ pub mod cli;
 pub mod context;
 #[cfg(feature = "devbox")]
 pub mod demo;
+#[cfg(feature = "devbox")]
 pub mod dev;
+pub mod done;
+pub mod health;
 pub mod in_flight;
 pub mod logs;
 pub mod memory;
 pub mod model;
 pub mod ondemand;
 pub mod output;
-pub mod peer;
 pub mod procfs;
 pub mod prompt;
 pub mod selftest;
@@ -27,10 +36,4 @@ pub mod status;
 pub mod target;
 pub mod thread_ids;
 
-/// How a subcommand ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Done,
-    /// Refused or failed; the reason was printed.
-    Failed,
-}
+pub use done::{Done, Ended, Failure};

@@ -1,23 +1,25 @@
-//! `bxctl logs [-f] [-n N] [DAEMON]`: the daemons' log lines. In a dev box they are the files
-//! `<home>/logs/<daemon>.log` (each line stamped with its time by the daemon); on the device
-//! they are in the journal, so this runs `journalctl -u boxmaker-<daemon>.service` and the
-//! journal's own times are shown.
+//! `bxctl logs [-f] [-n N] [DAEMON]`: the daemons' log lines, where the box keeps them
+//! ([`Target::logs`]): files of lines each stamped with its time by the daemon (the dev box's
+//! `<home>/logs/<daemon>.log`), or the journal of each daemon's unit on the device, whose own
+//! times `journalctl` shows.
 
 use std::fs;
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::dev::{self, DevHome};
-use crate::target::Target;
+use bxcore::layout::DAEMONS;
+
+use crate::done::{Done, Ended, Failure};
+use crate::target::{Log, Target};
 
 /// How often `logs -f` looks for new lines in a dev box's files.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 
 /// What `bxctl logs` was asked.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct LogsOptions {
     /// One daemon, or every one of the box.
     pub daemon: Option<String>,
     /// How many of the last lines to show first.
@@ -29,7 +31,7 @@ pub struct Options {
 #[derive(Debug, thiserror::Error)]
 pub enum LogsError {
     /// Not a daemon of the box.
-    #[error("{} is not a daemon of the box (one of: {})", .0, dev::ALL_DAEMONS.join(", "))]
+    #[error("{} is not a daemon of the box (one of: {})", .0, names().join(", "))]
     UnknownDaemon(String),
     #[error("{what}: {error}")]
     Io {
@@ -42,39 +44,59 @@ pub enum LogsError {
     Journal(std::process::ExitStatus),
 }
 
-fn daemons(opts: &Options) -> Result<Vec<&'static str>, LogsError> {
+impl From<LogsError> for Failure {
+    fn from(e: LogsError) -> Failure {
+        Failure::failed(format!("bxctl logs: {e}"))
+    }
+}
+
+/// Every daemon of the layout.
+fn names() -> Vec<&'static str> {
+    DAEMONS.iter().map(|d| d.name).collect()
+}
+
+fn daemons(opts: &LogsOptions) -> Result<Vec<&'static str>, LogsError> {
     match &opts.daemon {
-        None => Ok(dev::ALL_DAEMONS.to_vec()),
-        Some(d) => dev::ALL_DAEMONS
-            .iter()
-            .find(|x| **x == d.as_str())
-            .map(|x| vec![*x])
+        None => Ok(names()),
+        Some(d) => names()
+            .into_iter()
+            .find(|x| *x == d.as_str())
+            .map(|x| vec![x])
             .ok_or_else(|| LogsError::UnknownDaemon(d.clone())),
     }
 }
 
-/// Show the logs of the box at `target`.
-pub fn run(target: &Target, opts: &Options, out: &mut dyn Write) -> Result<(), LogsError> {
-    let names = daemons(opts)?;
-    if !target.is_dev_box() {
-        return journal(&names, opts);
+/// `bxctl logs`: the logs of the box at `target` on `out`: its files, or its units' journal.
+pub fn run(target: &dyn Target, opts: &LogsOptions, out: &mut dyn Write) -> Ended {
+    let mut files: Vec<(&str, PathBuf)> = Vec::new();
+    let mut units: Vec<String> = Vec::new();
+    for name in daemons(opts)? {
+        match target.logs(name) {
+            Log::File(path) => files.push((name, path)),
+            Log::Journal(unit) => units.push(unit),
+        }
     }
-    let home = DevHome::new(target.home()).map_err(|error| LogsError::Io {
-        what: target.home().display().to_string(),
-        error,
-    })?;
+    if units.is_empty() {
+        follow_files(files, opts, out);
+    } else {
+        journal(&units, opts)?;
+    }
+    Ok(Done)
+}
+
+/// The last lines of each file, then (with `-f`) every line added to any of them.
+fn follow_files(names: Vec<(&str, PathBuf)>, opts: &LogsOptions, out: &mut dyn Write) {
     let prefix = names.len() > 1;
     let mut files: Vec<(&str, PathBuf, u64)> = Vec::new();
-    for name in names {
-        let path = home.log(name);
-        for line in dev::procs::tail(&path, opts.lines) {
+    for (name, path) in names {
+        for line in tail(&path, opts.lines) {
             show(out, prefix, name, &line);
         }
         let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         files.push((name, path, len));
     }
     if !opts.follow {
-        return Ok(());
+        return;
     }
     let _ = out.flush();
     loop {
@@ -108,9 +130,18 @@ pub fn run(target: &Target, opts: &Options, out: &mut dyn Write) -> Result<(), L
             }
         }
         if out.flush().is_err() {
-            return Ok(());
+            return;
         }
     }
+}
+
+/// The last `n` lines of a log file.
+pub fn tail(path: &Path, n: usize) -> Vec<String> {
+    let Ok(f) = fs::File::open(path) else {
+        return Vec::new();
+    };
+    let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+    lines[lines.len().saturating_sub(n)..].to_vec()
 }
 
 fn show(out: &mut dyn Write, prefix: bool, name: &str, line: &str) {
@@ -122,13 +153,13 @@ fn show(out: &mut dyn Write, prefix: bool, name: &str, line: &str) {
     };
 }
 
-/// On the device: the journal of the box's units, with the journal's own times.
-fn journal(names: &[&str], opts: &Options) -> Result<(), LogsError> {
+/// The journal of the box's units, with the journal's own times.
+fn journal(units: &[String], opts: &LogsOptions) -> Result<(), LogsError> {
     let mut cmd = Command::new("journalctl");
     cmd.args(["--no-pager", "-o", "short-iso-precise", "-n"])
         .arg(opts.lines.to_string());
-    for name in names {
-        cmd.arg("-u").arg(format!("boxmaker-{name}.service"));
+    for unit in units {
+        cmd.arg("-u").arg(unit);
     }
     if opts.follow {
         cmd.arg("-f");

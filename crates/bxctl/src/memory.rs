@@ -1,7 +1,6 @@
 //! `bxctl memory recent|search|forget`: the owner's view of what memoryd filed, on memoryd's
 //! owner socket (`memories.sock`). Every text shown was the model's or a tool's once: escaped.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use bxcore::client::{self, ClientError};
@@ -9,43 +8,23 @@ use bxcore::visible::{Mode, Shown};
 use bxcore::{Memory, MemoryForget, MemoryRecent, MemoryRoute, MemorySearch, Message, SessionId};
 use serde_json::json;
 
-use crate::Outcome;
-use crate::output::{Asked, failed_at, json_line};
+use crate::context::SocketContext;
+use crate::done::{Done, Ended, Failure};
+use crate::output::json_line;
 
-/// What the memory commands need to know.
-#[derive(Debug, Clone)]
-pub struct MemoryContext {
-    /// memoryd's owner socket.
-    pub socket: PathBuf,
-    pub json: bool,
-    pub timeout: Duration,
+/// Ask memoryd `msg`; a failure says it was `what`.
+fn ask(ctx: &SocketContext, what: &str, msg: Message) -> Result<Message, Failure> {
+    client::call(&ctx.socket, ctx.timeout, 1, msg, |_| {}).map_err(|e| ctx.failed(what, &e))
 }
 
-fn failed(ctx: &MemoryContext, what: &str, e: &ClientError) -> Outcome {
-    let asked = Asked {
-        daemon: "memoryd",
-        socket: &ctx.socket,
-        flag: "--memories",
-    };
-    failed_at(ctx.json, &asked, what, e)
-}
-
-fn ask(ctx: &MemoryContext, what: &str, msg: Message) -> Result<Message, Outcome> {
-    match client::call(&ctx.socket, ctx.timeout, 1, msg, |_| {}) {
-        Ok(m) => Ok(m),
-        Err(e) => Err(failed(ctx, what, &e)),
-    }
-}
-
-fn show(ctx: &MemoryContext, what: &str, got: Result<Message, Outcome>) -> Outcome {
-    let memories = match got {
-        Ok(Message::Memories(m)) => m.memories,
-        Ok(other) => return failed(ctx, what, &ClientError::Unexpected(other.kind())),
-        Err(o) => return o,
+fn show(ctx: &SocketContext, what: &str, msg: Message) -> Ended {
+    let memories = match ask(ctx, what, msg)? {
+        Message::Memories(m) => m.memories,
+        other => return Err(ctx.failed(what, &ClientError::Unexpected(other.kind()))),
     };
     if ctx.json {
         json_line(&json!({ "memories": memories }));
-        return Outcome::Done;
+        return Ok(Done);
     }
     if memories.is_empty() {
         println!("(nothing)");
@@ -53,7 +32,7 @@ fn show(ctx: &MemoryContext, what: &str, got: Result<Message, Outcome>) -> Outco
     for m in &memories {
         print_one(m);
     }
-    Outcome::Done
+    Ok(Done)
 }
 
 fn print_one(m: &Memory) {
@@ -76,9 +55,8 @@ fn recent_message(route: Option<MemoryRoute>, n: u32) -> Message {
 }
 
 /// `bxctl memory recent [--route R] [-n N]`.
-pub fn recent(ctx: &MemoryContext, route: Option<MemoryRoute>, n: u32) -> Outcome {
-    let what = "cannot list the filed turns";
-    show(ctx, what, ask(ctx, what, recent_message(route, n)))
+pub fn recent(ctx: &SocketContext, route: Option<MemoryRoute>, n: u32) -> Ended {
+    show(ctx, "cannot list the filed turns", recent_message(route, n))
 }
 
 /// The newest `n` turns filed to `route`, as `bxctl memory recent --route R --json` lists them
@@ -96,34 +74,22 @@ pub fn list_recent(
 }
 
 /// `bxctl memory search QUERY [-n N]`.
-pub fn search(ctx: &MemoryContext, query: &str, n: u32) -> Outcome {
-    let what = "cannot search memory";
-    show(
-        ctx,
-        what,
-        ask(
-            ctx,
-            what,
-            Message::MemorySearch(MemorySearch {
-                query: query.to_string(),
-                limit: n,
-            }),
-        ),
-    )
+pub fn search(ctx: &SocketContext, query: &str, n: u32) -> Ended {
+    let msg = Message::MemorySearch(MemorySearch {
+        query: query.to_string(),
+        limit: n,
+    });
+    show(ctx, "cannot search memory", msg)
 }
 
 /// `bxctl memory forget --session ID`.
-pub fn forget(ctx: &MemoryContext, session: &SessionId) -> Outcome {
+pub fn forget(ctx: &SocketContext, session: &SessionId) -> Ended {
     let what = "cannot forget the session";
-    let got = ask(
-        ctx,
-        what,
-        Message::MemoryForget(MemoryForget {
-            session: session.clone(),
-        }),
-    );
-    match got {
-        Ok(Message::MemoryForgotten(f)) => {
+    let msg = Message::MemoryForget(MemoryForget {
+        session: session.clone(),
+    });
+    match ask(ctx, what, msg)? {
+        Message::MemoryForgotten(f) => {
             if ctx.json {
                 json_line(&f);
             } else if f.queued {
@@ -134,9 +100,8 @@ pub fn forget(ctx: &MemoryContext, session: &SessionId) -> Outcome {
             } else {
                 println!("session {}: {} turn(s) deleted", f.session, f.turns);
             }
-            Outcome::Done
+            Ok(Done)
         }
-        Ok(other) => failed(ctx, what, &ClientError::Unexpected(other.kind())),
-        Err(o) => o,
+        other => Err(ctx.failed(what, &ClientError::Unexpected(other.kind()))),
     }
 }

@@ -59,7 +59,7 @@ fn string(t: &Table, keys: &[&str]) -> Option<String> {
 }
 
 /// The slot loopd creates sessions with (`[slots] main`, default `main`).
-pub fn main_slot(target: &Target) -> String {
+pub fn main_slot(target: &dyn Target) -> String {
     read(&target.config("loopd"))
         .ok()
         .and_then(|t| string(&t, &["slots", "main"]))
@@ -67,7 +67,7 @@ pub fn main_slot(target: &Target) -> String {
 }
 
 /// The model of the box at `target`, from inferproxy's config.
-pub fn configured(target: &Target) -> Result<ModelLine, String> {
+pub fn configured(target: &dyn Target) -> Result<ModelLine, String> {
     let path = target.config("inferproxy");
     let t = read(&path).map_err(|e| format!("the model is unknown: {e}"))?;
     let provider = string(&t, &["provider", "kind"]).ok_or_else(|| {
@@ -96,14 +96,18 @@ const SAID: usize = 60;
 
 /// What the model answered to the minimal request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
+pub struct ModelAnswer {
     /// The first line of its text (or how many tool calls it asked for instead).
     pub said: String,
 }
 
 /// Send one minimal request (one user message, no tools) to inferproxy for `slot`, and wait
 /// until `deadline` for its reply.
-pub fn ask(target: &Target, slot: &str, deadline: Duration) -> Result<Answer, ClientError> {
+pub fn ask(
+    target: &dyn Target,
+    slot: &str,
+    deadline: Duration,
+) -> Result<ModelAnswer, ClientError> {
     let socket = target.socket(&layout::INFER);
     let request = Message::InferRequest(InferRequest {
         slot: slot.to_string(),
@@ -132,7 +136,7 @@ pub fn ask(target: &Target, slot: &str, deadline: Duration) -> Result<Answer, Cl
                     }
                     other => format!("(a {} message)", kind(&other)),
                 };
-                return Ok(Answer { said });
+                return Ok(ModelAnswer { said });
             }
             other => return Err(ClientError::Unexpected(other.kind())),
         }

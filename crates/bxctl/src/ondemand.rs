@@ -7,11 +7,43 @@
 
 use std::io::{self, Read};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use serde::Deserialize;
 
 /// The most a report may be: a device check of every unit is a few kB.
 const LIMIT: usize = 1 << 20;
+
+/// The owner's on-demand sockets, by what they start (the device manifest's `ondemand`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnDemand {
+    /// `boxmaker-check@.service`: `bxctl check --json` as root.
+    pub check: PathBuf,
+    /// `boxmaker-selftest@.service`: `loopd selftest` as loopd's user.
+    pub selftest: PathBuf,
+}
+
+/// The owner's on-demand sockets the device manifest at `manifest` names (the device check
+/// reads the rest of it: `crate::check::manifest`).
+pub fn of_device(manifest: &Path) -> Result<OnDemand, String> {
+    #[derive(Deserialize)]
+    struct Named {
+        #[serde(default)]
+        ondemand: Option<OnDemand>,
+    }
+    let text = std::fs::read_to_string(manifest)
+        .map_err(|e| format!("cannot read {}: {e}", manifest.display()))?;
+    let named: Named = serde_json::from_str(&text)
+        .map_err(|e| format!("{} does not parse: {e}", manifest.display()))?;
+    named.ondemand.ok_or_else(|| {
+        format!(
+            "{} names no on-demand units for the owner",
+            manifest.display()
+        )
+    })
+}
 
 /// Connect to `socket` and read what the unit writes until it closes the connection, within
 /// `deadline`; `Err` says why there is no report.
@@ -84,6 +116,27 @@ mod tests {
         let got = report(&path, Duration::from_secs(120)).unwrap();
         bxtest::join(unit, "the unit's writer");
         assert_eq!(got, "line one\ncheck: ok\n");
+    }
+
+    #[test]
+    fn the_manifest_names_the_owners_sockets_or_says_it_names_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("device.json");
+        std::fs::write(
+            &path,
+            r#"{"home": "/var/lib/boxmaker", "ondemand": {"check": "/run/a/check.sock", "selftest": "/run/b/selftest.sock"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            of_device(&path).unwrap(),
+            OnDemand {
+                check: "/run/a/check.sock".into(),
+                selftest: "/run/b/selftest.sock".into(),
+            }
+        );
+        std::fs::write(&path, r#"{"home": "/var/lib/boxmaker"}"#).unwrap();
+        let e = of_device(&path).unwrap_err();
+        assert!(e.ends_with("names no on-demand units for the owner"), "{e}");
     }
 
     #[test]

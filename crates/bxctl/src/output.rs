@@ -1,5 +1,5 @@
-//! Printing: human text by default, JSON with `--json`; failures on stderr for people and as
-//! `{"error": {...}}` on stdout for scripts.
+//! Printing: human text by default, JSON with `--json`; a failed request as the [`Failure`]
+//! that says it on stderr for people and as `{"error": {...}}` on stdout for scripts.
 
 use std::path::Path;
 
@@ -8,8 +8,8 @@ use bxcore::visible::{Mode, Shown};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::Outcome;
 use crate::context::Context;
+use crate::done::Failure;
 
 /// Print `value` as one line of JSON.
 pub fn json_line(value: &impl Serialize) {
@@ -29,8 +29,8 @@ pub struct Asked<'a> {
     pub flag: &'a str,
 }
 
-/// Report a failed request to brokerd.
-pub fn failed(ctx: &Context, what: &str, e: &ClientError) -> Outcome {
+/// A failed request to brokerd.
+pub fn failed(ctx: &Context, what: &str, e: &ClientError) -> Failure {
     let asked = Asked {
         daemon: "brokerd",
         socket: &ctx.admin,
@@ -39,33 +39,42 @@ pub fn failed(ctx: &Context, what: &str, e: &ClientError) -> Outcome {
     failed_at(ctx.json, &asked, what, e)
 }
 
-/// Report the failed request `what` to `asked`: `{"error": {code, detail, what}}` on stdout
-/// with `--json`, else a line on stderr, and when the socket did not answer, a second line asking
+/// The failed request `what` to `asked`: `{"error": {code, detail, what}}` on stdout with
+/// `--json`, else a line on stderr, and when the socket did not answer, a second line asking
 /// whether the daemon runs and the socket is the owner's.
-pub fn failed_at(json: bool, asked: &Asked<'_>, what: &str, e: &ClientError) -> Outcome {
+pub fn failed_at(json: bool, asked: &Asked<'_>, what: &str, e: &ClientError) -> Failure {
     let (code, detail) = match e {
         ClientError::Remote(w) => (w.code.as_str().to_string(), w.detail.clone()),
         ClientError::Connect { .. } => ("unavailable".to_string(), e.to_string()),
         other => ("failed".to_string(), other.to_string()),
     };
-    if json {
-        json_line(&json!({"error": {"code": code, "detail": detail, "what": what}}));
-    } else {
-        eprintln!(
-            "bxctl: {}: {}",
-            Shown(what, Mode::Line),
-            Shown(&detail, Mode::Line)
-        );
-        if matches!(e, ClientError::Connect { .. }) {
-            eprintln!(
-                "bxctl: is {} running, and is {} yours? (--home or {} name another)",
-                asked.daemon,
-                asked.socket.display(),
-                asked.flag
-            );
-        }
+    let mut text = format!(
+        "bxctl: {}: {}",
+        Shown(what, Mode::Line),
+        Shown(&detail, Mode::Line)
+    );
+    if matches!(e, ClientError::Connect { .. }) {
+        text.push_str(&format!(
+            "\nbxctl: is {} running, and is {} yours? (--home or {} name another)",
+            asked.daemon,
+            asked.socket.display(),
+            asked.flag
+        ));
     }
-    Outcome::Failed
+    Failure::failed(text).json_if(
+        json,
+        json!({"error": {"code": code, "detail": detail, "what": what}}),
+    )
+}
+
+/// A command line value the command refuses (an id that is not one): `{"error": {"code":
+/// "usage", "detail"}}` on stdout with `--json`, else `bxctl: <why>` on stderr; exit 1, as a
+/// request brokerd refused.
+pub fn refused_value(json: bool, why: &dyn std::fmt::Display) -> Failure {
+    Failure::failed(format!("bxctl: {why}")).json_if(
+        json,
+        json!({"error": {"code": "usage", "detail": why.to_string()}}),
+    )
 }
 
 /// `9m 58s`, `1h 02m`, `expired`.

@@ -134,6 +134,12 @@ pub fn line(anchor: &str, text: &str) {
     tracing::warn!(RUNBOOK = anchor, "{}", text);
 }
 
+/// Log `{daemon}: {what}; ` and the pointer of `anchor`: [`runbook!`](crate::runbook) as a
+/// function, for a library that is handed a logger (`bxcore::queue::Log`).
+pub fn with_pointer(anchor: &str, what: &str) {
+    crate::runbook!(anchor, "{what}");
+}
+
 /// Log `{daemon}: {error}` and the error's runbook pointer, with `RUNBOOK=<anchor>` in the
 /// journal: the one place a logged error gets its pointer.
 pub fn fail(error: &dyn Anchored) {

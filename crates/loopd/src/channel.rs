@@ -19,7 +19,7 @@ use bxcore::{
 use crate::baseline::Baseline;
 use crate::config::Config;
 use crate::infer::Client;
-use crate::outbox::{OUTBOX_UNWRITABLE_ANCHOR, Outbox};
+use crate::outbox::Outbox;
 use crate::recall::Recall;
 use crate::session::{self, Session, SessionError, TORN_TAIL_ANCHOR};
 use crate::tools::{Registry, ToolPort};
@@ -309,12 +309,9 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
             messages: finished.messages,
         };
         if let Err(e) = outbox.put(&record) {
-            bxharden::runbook!(
-                OUTBOX_UNWRITABLE_ANCHOR,
-                "cannot write turn {} of {} to the memory outbox {}: {e}",
-                record.turn,
-                record.session,
-                outbox.dir().display()
+            bxharden::log::fail_in(
+                &format_args!("turn {} of {}", record.turn, record.session),
+                &e,
             );
         }
     }

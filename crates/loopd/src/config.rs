@@ -132,7 +132,13 @@ pub struct Memory {
     pub recall_tokens: u32,
     /// The deadline for one `memory_recall`: past it the turn goes on without recall.
     pub recall_ms: u64,
+    /// The most finished turns waiting in the outbox for memoryd; past it a turn is not
+    /// remembered (logged, `loopd-outbox-full`) and the turn itself still succeeds.
+    pub max_outbox: usize,
 }
+
+/// The largest `[memory] max_outbox`.
+pub const MAX_OUTBOX: usize = 1_000_000;
 
 impl Default for Memory {
     fn default() -> Memory {
@@ -141,6 +147,7 @@ impl Default for Memory {
             timeout_ms: 30_000,
             recall_tokens: 1_024,
             recall_ms: 2_000,
+            max_outbox: 10_000,
         }
     }
 }
@@ -228,6 +235,12 @@ impl Config {
                     "{key} = {ms} is over 24 hours ({MAX_TIMEOUT_MS} ms)"
                 ));
             }
+        }
+        let max = self.memory.max_outbox;
+        if max == 0 || max > MAX_OUTBOX {
+            return Err(format!(
+                "[memory] max_outbox = {max} is not between 1 and {MAX_OUTBOX}"
+            ));
         }
         for (key, socket) in [
             ("[broker] socket", &self.broker.socket),

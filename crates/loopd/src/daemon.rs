@@ -36,7 +36,7 @@ pub fn open_outbox(cfg: &Config) -> Result<Option<Arc<Outbox>>, StartError> {
     if cfg.memory.socket.is_none() {
         return Ok(None);
     }
-    let outbox = Outbox::open(&cfg.outbox_dir()).map_err(|e| {
+    let outbox = Outbox::open(&cfg.outbox_dir(), cfg.memory.max_outbox).map_err(|e| {
         StartError::own(
             STATE_DIR_ANCHOR,
             format!(

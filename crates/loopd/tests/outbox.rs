@@ -23,12 +23,12 @@ fn record(session: &str, turn: u64) -> TurnRecord {
 #[test]
 fn records_are_numbered_in_order_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Outbox::open(&dir.path().join("outbox")).unwrap();
+    let o = Outbox::open(&dir.path().join("outbox"), 100).unwrap();
     o.put(&record("a", 1)).unwrap();
     o.put(&record("b", 1)).unwrap();
     o.put(&record("a", 2)).unwrap();
     drop(o);
-    let o = Outbox::open(&dir.path().join("outbox")).unwrap();
+    let o = Outbox::open(&dir.path().join("outbox"), 100).unwrap();
     o.put(&record("b", 2)).unwrap();
     let got: Vec<(String, u64)> = o
         .pending()
@@ -48,26 +48,46 @@ fn records_are_numbered_in_order_and_survive_a_reopen() {
 }
 
 #[test]
-fn a_stale_temp_file_is_removed_and_a_damaged_record_is_set_aside() {
+fn a_record_of_the_older_layout_is_carried_over_in_order_and_a_damaged_one_set_aside() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("outbox");
     std::fs::create_dir_all(&path).unwrap();
     std::fs::write(path.join(".00000000000000000001.tmp"), "{half").unwrap();
     std::fs::write(path.join("00000000000000000002.json"), "{not a record").unwrap();
-    let o = Outbox::open(&path).unwrap();
+    for (n, r) in [(4, record("b", 1)), (3, record("a", 1))] {
+        let body = serde_json::to_vec(&r).unwrap();
+        std::fs::write(path.join(format!("{n:020}.json")), body).unwrap();
+    }
+    let o = Outbox::open(&path, 100).unwrap();
     assert!(!path.join(".00000000000000000001.tmp").exists());
-    o.put(&record("a", 1)).unwrap();
-    let pending = o.pending().unwrap();
-    assert_eq!(pending.len(), 1);
-    assert_eq!(pending[0].record, record("a", 1));
     assert!(path.join("00000000000000000002.damaged").exists());
-    assert!(pending[0].path.ends_with("00000000000000000003.json"));
+    o.put(&record("a", 2)).unwrap();
+    let got: Vec<TurnRecord> = o.pending().unwrap().into_iter().map(|e| e.record).collect();
+    assert_eq!(got, vec![record("a", 1), record("b", 1), record("a", 2)]);
+    // Nothing of the older layout is left.
+    let left: Vec<String> = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() == "00000000000000000003.json".len())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn a_full_outbox_refuses_the_turn_with_loopd_s_own_anchor() {
+    use bxcore::runbook::Anchored;
+    let dir = tempfile::tempdir().unwrap();
+    let o = Outbox::open(&dir.path().join("outbox"), 1).unwrap();
+    o.put(&record("a", 1)).unwrap();
+    let e = o.put(&record("a", 2)).unwrap_err();
+    assert_eq!(e.anchor(), "loopd-outbox-full");
+    assert_eq!(o.pending().unwrap().len(), 1);
 }
 
 #[test]
 fn a_record_is_deleted_only_when_memoryd_files_it() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Outbox::open(&dir.path().join("outbox")).unwrap();
+    let o = Outbox::open(&dir.path().join("outbox"), 100).unwrap();
     o.put(&record("a", 1)).unwrap();
     let absent = dir.path().join("memory.sock");
     let e = Outbox::send(&absent, support::WAIT, &record("a", 1)).unwrap_err();

@@ -295,7 +295,7 @@ pub fn handle_owner(mut stream: UnixStream, id: u64, request: MemoriesRequest, f
             Err(e) => fail(s, id, &e),
         },
         MemoriesRequest::MemoryStatus => {
-            let outbox = filer.outbox.depth().unwrap_or(0) as u64;
+            let outbox = filer.outbox.depth() as u64;
             let waiting = filer
                 .waiting
                 .lock()

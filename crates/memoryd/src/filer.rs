@@ -20,9 +20,11 @@ use bxcore::client::{self, ClientError};
 use bxcore::runbook::Anchored;
 use bxcore::{Label, Message, SessionId, SessionQuery};
 
-use crate::outbox::{Entry, Outbox};
+use crate::outbox::Outbox;
 use crate::routes::Routes;
 use crate::store::{Filing, StoreError, Stores};
+use bxcore::TurnRecord;
+use bxcore::queue::Entry;
 
 /// The runbook entry of a state question brokerd did not answer.
 pub const STATE_ANCHOR: &str = "broker-state-unavailable";
@@ -74,6 +76,8 @@ pub enum FileError {
     Store(#[from] StoreError),
     #[error("cannot read or update the outbox {}: {error}", dir.display())]
     Outbox { dir: PathBuf, error: std::io::Error },
+    #[error(transparent)]
+    Queue(#[from] bxcore::queue::QueueError),
 }
 
 impl Anchored for FileError {
@@ -82,6 +86,7 @@ impl Anchored for FileError {
             FileError::State(e) => e.anchor(),
             FileError::Store(e) => e.anchor(),
             FileError::Outbox { .. } => crate::outbox::UNWRITABLE_ANCHOR,
+            FileError::Queue(e) => e.anchor(),
         }
     }
 }
@@ -92,7 +97,7 @@ impl FileError {
         match self {
             FileError::State(_) => STATE_ANCHOR,
             FileError::Store(_) => crate::store::STORE_ANCHOR,
-            FileError::Outbox { .. } => crate::outbox::UNWRITABLE_ANCHOR,
+            FileError::Outbox { .. } | FileError::Queue(_) => crate::outbox::UNWRITABLE_ANCHOR,
         }
     }
 }
@@ -114,12 +119,12 @@ pub struct Filer {
 
 impl Filer {
     /// File one record: ask, route, file, remove.
-    pub fn file_one(&self, entry: &Entry) -> Result<(), FileError> {
-        let record = &entry.held.record;
+    pub fn file_one(&self, entry: &Entry<TurnRecord>) -> Result<(), FileError> {
+        let record = &entry.record;
         let state = ask_state(&self.state_socket, self.state_timeout, &record.session)?;
         let route = self.routes.route(state);
         let _g = self.filing.lock().unwrap_or_else(|p| p.into_inner());
-        if !entry.path.exists() {
+        if !self.outbox.holds(entry) {
             // Forgotten by the owner while brokerd was asked.
             return Ok(());
         }
@@ -127,7 +132,7 @@ impl Filer {
             record,
             route,
             state,
-            received: entry.held.received,
+            received: entry.received,
         })?;
         self.outbox.done(entry).map_err(|error| FileError::Outbox {
             dir: self.outbox.dir().to_path_buf(),
@@ -137,10 +142,7 @@ impl Filer {
 
     /// One round: every waiting record in order, until the first failure.
     pub fn round(&self) -> Result<usize, FileError> {
-        let entries = self.outbox.pending().map_err(|error| FileError::Outbox {
-            dir: self.outbox.dir().to_path_buf(),
-            error,
-        })?;
+        let entries = self.outbox.pending()?;
         for e in &entries {
             self.file_one(e)?;
         }

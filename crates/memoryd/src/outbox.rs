@@ -1,21 +1,18 @@
 //! memoryd's outbox, `<home>/memory/outbox/`: every turn loopd hands over is durable here before
 //! it is answered `turn_filed`, and stays until a store has filed it.
 //!
-//! One file per turn, `<session>.<turn>.json`, written durably (`bxcore::durable`: temp file,
-//! fsync, rename, fsync the directory), so a crash leaves a whole record or none, and a turn handed over twice
-//! (loopd resends after a crash between `turn_filed` and its own delete) is one file, not two.
-//! A stale temp file is an unacknowledged write: removed at start. A record that does not parse
-//! is set aside as `*.damaged` and logged, never filed by a guess and never lost.
+//! It is the one durable queue (`bxcore::queue`): one file per turn, keyed by its session and
+//! turn, so a turn handed over twice (loopd resends after a crash between `turn_filed` and its
+//! own delete) is one record, not two; bounded by `[limits] max_outbox`; a record that does not
+//! parse set aside as `*.damaged` and logged, never filed by a guess and never lost.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::path::Path;
 
-use bxcore::runbook::Anchored;
-use bxcore::{ErrorCode, SessionId, Timestamp, TurnRecord};
-use serde::{Deserialize, Serialize};
+use bxcore::queue::{Anchors, Entry, Queue, QueueError};
+use bxcore::{SessionId, Timestamp, TurnRecord};
+use serde::Deserialize;
 
 /// The runbook entry of a record that could not be written.
 pub const UNWRITABLE_ANCHOR: &str = "memoryd-outbox-unwritable";
@@ -24,223 +21,122 @@ pub const DAMAGED_ANCHOR: &str = "memoryd-outbox-damaged";
 /// The runbook entry of an outbox at its bound.
 pub const FULL_ANCHOR: &str = "memoryd-outbox-full";
 
-/// One record on disk: the turn and when memoryd took it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Held {
-    pub received: Timestamp,
-    pub record: TurnRecord,
-}
-
-/// A record waiting, with its file.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Entry {
-    pub path: PathBuf,
-    pub held: Held,
-}
-
-/// Why a record was not taken.
-#[derive(Debug, thiserror::Error)]
-pub enum PutError {
-    #[error("cannot write turn {turn} of {session} to the outbox {}: {error}", dir.display())]
-    Write {
-        dir: PathBuf,
-        session: SessionId,
-        turn: u64,
-        error: io::Error,
-    },
-    #[error("the outbox {} holds {held} turns not yet filed, its limit ([limits] max_outbox)", dir.display())]
-    Full { dir: PathBuf, held: usize },
-}
-
-impl Anchored for PutError {
-    fn anchor(&self) -> &str {
-        match self {
-            PutError::Write { .. } => UNWRITABLE_ANCHOR,
-            PutError::Full { .. } => FULL_ANCHOR,
-        }
-    }
-    fn code(&self) -> ErrorCode {
-        match self {
-            PutError::Write { .. } => ErrorCode::Internal,
-            PutError::Full { .. } => ErrorCode::Unavailable,
-        }
-    }
-}
-
-/// The outbox directory.
+/// The outbox.
 #[derive(Debug)]
 pub struct Outbox {
-    dir: PathBuf,
-    max: usize,
-    /// Held while a record is written or removed, so a count and a write do not race.
-    lock: Mutex<()>,
-    /// Wakes the filer when a record is added.
-    added: Condvar,
-    fresh: Mutex<bool>,
+    queue: Queue<TurnRecord>,
 }
 
-/// `<session>.<turn>.json`; a session id never holds a dot, so the name splits one way.
-fn file_name(session: &SessionId, turn: u64) -> String {
-    format!("{}.{turn:020}.json", session.as_str())
+/// A record's key: its session and turn (a session id never holds a dot, so it splits one way).
+fn key(session: &SessionId, turn: u64) -> String {
+    format!("{session}.{turn:020}")
 }
 
-fn is_record(name: &str) -> bool {
-    !name.starts_with('.') && name.ends_with(".json")
+/// A record of the older layout: `<session>.<turn>.json`, the turn and when memoryd took it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Older {
+    received: Timestamp,
+    record: TurnRecord,
 }
 
 impl Outbox {
-    /// Open the outbox in `dir` (which exists), holding at most `max` records. Stale temp files
-    /// from a crash are removed: their record was never acknowledged.
+    /// Open the outbox in `dir`, holding at most `max` records. Stale temp files from a crash
+    /// are removed: their record was never acknowledged. Records of the older layout are carried
+    /// over with the time they were taken.
     pub fn open(dir: &Path, max: usize) -> io::Result<Outbox> {
-        for entry in fs::read_dir(dir)? {
-            let name = entry?.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with('.') && name.ends_with(".tmp") {
-                fs::remove_file(dir.join(name.as_ref()))?;
+        let anchors = Anchors {
+            unwritable: UNWRITABLE_ANCHOR,
+            damaged: DAMAGED_ANCHOR,
+            full: FULL_ANCHOR,
+        };
+        let queue = Queue::open(dir, max, anchors, bxharden::log::with_pointer)?;
+        let outbox = Outbox { queue };
+        outbox.carry_over()?;
+        Ok(outbox)
+    }
+
+    fn carry_over(&self) -> io::Result<()> {
+        let dir = self.queue.dir().to_path_buf();
+        let mut older = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            let Some((session, turn)) = name
+                .strip_suffix(".json")
+                .and_then(|stem| stem.split_once('.'))
+            else {
+                continue;
+            };
+            // The current layout's names begin with a 20-digit number; the older one's with a
+            // session id and end with a 20-digit turn.
+            let current = session.len() == 20 && session.bytes().all(|b| b.is_ascii_digit());
+            if current || turn.len() != 20 || !turn.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let path = dir.join(&name);
+            match serde_json::from_slice::<Older>(&fs::read(&path)?) {
+                Ok(o) => older.push((o.received, path, o.record)),
+                Err(e) => {
+                    let aside = path.with_extension("damaged");
+                    fs::rename(&path, &aside)?;
+                    bxharden::runbook!(
+                        DAMAGED_ANCHOR,
+                        "{}: the outbox record does not parse ({e}); it was moved to {}",
+                        path.display(),
+                        aside.display()
+                    );
+                }
             }
         }
-        Ok(Outbox {
-            dir: dir.to_path_buf(),
-            max,
-            lock: Mutex::new(()),
-            added: Condvar::new(),
-            fresh: Mutex::new(false),
-        })
+        older.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        for (received, path, record) in older {
+            self.queue
+                .put_at(&key(&record.session, record.turn), &record, received)
+                .map_err(io::Error::other)?;
+            fs::remove_file(&path)?;
+        }
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.queue.dir()
     }
 
     /// How many records wait.
-    pub fn depth(&self) -> io::Result<usize> {
-        let mut n = 0;
-        for entry in fs::read_dir(&self.dir)? {
-            if is_record(&entry?.file_name().to_string_lossy()) {
-                n += 1;
-            }
-        }
-        Ok(n)
+    pub fn depth(&self) -> usize {
+        self.queue.depth()
+    }
+
+    /// Whether `entry` still waits (it was not forgotten meanwhile).
+    pub fn holds(&self, entry: &Entry<TurnRecord>) -> bool {
+        self.queue.holds(&entry.key)
     }
 
     /// Make `record` durable (once: a record already waiting is left as it is).
-    pub fn put(&self, record: &TurnRecord) -> Result<(), PutError> {
-        let werr = |error: io::Error| PutError::Write {
-            dir: self.dir.clone(),
-            session: record.session.clone(),
-            turn: record.turn,
-            error,
-        };
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let name = file_name(&record.session, record.turn);
-        let path = self.dir.join(&name);
-        if !path.exists() {
-            let held = self.depth().map_err(werr)?;
-            if held >= self.max {
-                return Err(PutError::Full {
-                    dir: self.dir.clone(),
-                    held,
-                });
-            }
-            let body = serde_json::to_vec(&Held {
-                received: Timestamp::now(),
-                record: record.clone(),
-            })
-            .map_err(|e| werr(io::Error::other(e)))?;
-            bxcore::durable::replace(&path, &body).map_err(|e| werr(e.into()))?;
-        }
-        drop(_g);
-        *self.fresh.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.added.notify_all();
-        Ok(())
+    pub fn put(&self, record: &TurnRecord) -> Result<(), QueueError> {
+        self.queue
+            .put(&key(&record.session, record.turn), record)
+            .map(drop)
     }
 
-    /// The waiting records, oldest first. A file that does not parse is renamed `*.damaged`
-    /// (kept for the owner, never filed) and logged.
-    pub fn pending(&self) -> io::Result<Vec<Entry>> {
-        let mut out = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let name = name.to_string_lossy();
-            if !is_record(&name) {
-                continue;
-            }
-            let path = self.dir.join(name.as_ref());
-            let parsed = fs::read(&path).and_then(|b| {
-                serde_json::from_slice::<Held>(&b)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-            });
-            match parsed {
-                Ok(held) if file_name(&held.record.session, held.record.turn) == name => {
-                    out.push(Entry { path, held })
-                }
-                Ok(_) => self.set_aside(&path, "its turn is not the one its name says")?,
-                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                    self.set_aside(&path, &format!("it does not parse ({e})"))?
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-        out.sort_by(|a, b| {
-            a.held
-                .received
-                .cmp(&b.held.received)
-                .then_with(|| a.path.cmp(&b.path))
-        });
-        Ok(out)
-    }
-
-    fn set_aside(&self, path: &Path, why: &str) -> io::Result<()> {
-        let aside = path.with_extension("damaged");
-        fs::rename(path, &aside)?;
-        bxharden::runbook!(
-            DAMAGED_ANCHOR,
-            "{}: the outbox record cannot be filed: {why}; it was moved to {}",
-            path.display(),
-            aside.display()
-        );
-        Ok(())
+    /// The waiting records, oldest first (a damaged one set aside and logged).
+    pub fn pending(&self) -> Result<Vec<Entry<TurnRecord>>, QueueError> {
+        self.queue.pending()
     }
 
     /// Remove a record a store has filed.
-    pub fn done(&self, entry: &Entry) -> io::Result<()> {
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        match fs::remove_file(&entry.path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        File::open(&self.dir)?.sync_all()
+    pub fn done(&self, entry: &Entry<TurnRecord>) -> io::Result<()> {
+        self.queue.done(entry)
     }
 
     /// Remove every waiting record of `session` (the owner forgot it); how many.
     pub fn forget(&self, session: &SessionId) -> io::Result<u64> {
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        let prefix = format!("{}.", session.as_str());
-        let mut n = 0;
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let name = name.to_string_lossy();
-            if is_record(&name) && name.starts_with(&prefix) {
-                fs::remove_file(self.dir.join(name.as_ref()))?;
-                n += 1;
-            }
-        }
-        if n > 0 {
-            File::open(&self.dir)?.sync_all()?;
-        }
-        Ok(n)
+        let prefix = format!("{session}.");
+        self.queue.remove_where(|k| k.starts_with(&prefix))
     }
 
     /// Wait until a record is added or `timeout` passes.
-    pub fn wait(&self, timeout: Duration) {
-        let fresh = self.fresh.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut fresh, _) = self
-            .added
-            .wait_timeout_while(fresh, timeout, |f| !*f)
-            .unwrap_or_else(|p| p.into_inner());
-        *fresh = false;
+    pub fn wait(&self, timeout: std::time::Duration) {
+        self.queue.wait(timeout)
     }
 }

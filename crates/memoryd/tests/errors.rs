@@ -101,7 +101,11 @@ fn an_outbox_write_that_fails_answers_internal_and_the_turn_is_not_acknowledged(
     let h = Home::new();
     let _m = memoryd(&h, "");
     // The temp file's name taken by a directory: the write cannot happen, even as root.
-    fs::create_dir(h.outbox().join(".s1.00000000000000000001.json.tmp")).unwrap();
+    fs::create_dir(
+        h.outbox()
+            .join(".00000000000000000001.s1.00000000000000000001.json.tmp"),
+    )
+    .unwrap();
     let (code, detail) = code_of(call(
         &h.memory_sock(),
         Message::TurnRecord(record("s1", 1, "hi", "ok")),

@@ -7,7 +7,6 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use super::Verdict;
 use super::manifest::{Directory, Ids, Manifest, Socket, group_name, resolve, user_name};
 
 /// The most entries the walk of the home visits: the box's state is small, and a walk that
@@ -21,74 +20,71 @@ fn owner_text(uid: u32, gid: u32) -> String {
     format!("{}:{}", user_name(uid), group_name(gid))
 }
 
-/// `dir` has its mode and owner, and is a directory (not a link to one).
-pub fn directory(dir: &Directory) -> Verdict {
-    let want = match dir.mode_bits() {
-        Ok(m) => m,
-        Err(e) => return Verdict::Fail(e),
-    };
-    let ids = match resolve(&dir.user, &dir.group) {
-        Ok(ids) => ids,
-        Err(e) => return Verdict::Fail(e),
-    };
-    let meta = match fs::symlink_metadata(&dir.path) {
-        Ok(m) => m,
-        Err(e) => return Verdict::Fail(format!("cannot stat it: {e}")),
-    };
-    if !meta.file_type().is_dir() {
-        return Verdict::Fail("not a directory".into());
+/// What a path of the box must be: a directory or a socket (never a link to one), with this
+/// mode, owned by this user and group (`whose`: how the owner is named, `its client ` for a
+/// socket).
+struct Wanted<'a> {
+    path: &'a Path,
+    kind: &'static str,
+    is_kind: fn(&fs::FileType) -> bool,
+    mode: u32,
+    user: &'a str,
+    group: &'a str,
+    whose: &'static str,
+}
+
+/// The path is as `w` wants it; else every way it is not.
+fn is_as(w: Wanted<'_>) -> Result<String, String> {
+    let ids = resolve(w.user, w.group)?;
+    let meta = fs::symlink_metadata(w.path).map_err(|e| format!("cannot stat it: {e}"))?;
+    if !(w.is_kind)(&meta.file_type()) {
+        return Err(format!("not a {}", w.kind));
     }
     let mode = meta.mode() & 0o7777;
     let mut wrong = Vec::new();
-    if mode != want {
-        wrong.push(format!("mode {mode:04o}, not {want:04o}"));
+    if mode != w.mode {
+        wrong.push(format!("mode {mode:04o}, not {:04o}", w.mode));
     }
     if (meta.uid(), meta.gid()) != (ids.uid, ids.gid) {
         wrong.push(format!(
-            "owned by {}, not {}:{}",
+            "owned by {}, not {}{}:{}",
             owner_text(meta.uid(), meta.gid()),
-            dir.user,
-            dir.group
+            w.whose,
+            w.user,
+            w.group
         ));
     }
     if wrong.is_empty() {
-        Verdict::Ok(format!("{want:04o} {}:{}", dir.user, dir.group))
+        Ok(format!("{:04o} {}:{}", w.mode, w.user, w.group))
     } else {
-        Verdict::Fail(wrong.join(", "))
+        Err(wrong.join(", "))
     }
 }
 
+/// `dir` has its mode and owner, and is a directory (not a link to one).
+pub fn directory(dir: &Directory) -> Result<String, String> {
+    is_as(Wanted {
+        path: &dir.path,
+        kind: "directory",
+        is_kind: fs::FileType::is_dir,
+        mode: dir.mode_bits()?,
+        user: &dir.user,
+        group: &dir.group,
+        whose: "",
+    })
+}
+
 /// `sock` is a socket, 0600, owned by its client.
-pub fn socket(sock: &Socket) -> Verdict {
-    let ids = match resolve(&sock.user, &sock.group) {
-        Ok(ids) => ids,
-        Err(e) => return Verdict::Fail(e),
-    };
-    let meta = match fs::symlink_metadata(&sock.path) {
-        Ok(m) => m,
-        Err(e) => return Verdict::Fail(format!("cannot stat it: {e}")),
-    };
-    if !meta.file_type().is_socket() {
-        return Verdict::Fail("not a socket".into());
-    }
-    let mode = meta.mode() & 0o7777;
-    let mut wrong = Vec::new();
-    if mode != 0o600 {
-        wrong.push(format!("mode {mode:04o}, not 0600"));
-    }
-    if (meta.uid(), meta.gid()) != (ids.uid, ids.gid) {
-        wrong.push(format!(
-            "owned by {}, not its client {}:{}",
-            owner_text(meta.uid(), meta.gid()),
-            sock.user,
-            sock.group
-        ));
-    }
-    if wrong.is_empty() {
-        Verdict::Ok(format!("0600 {}:{}", sock.user, sock.group))
-    } else {
-        Verdict::Fail(wrong.join(", "))
-    }
+pub fn socket(sock: &Socket) -> Result<String, String> {
+    is_as(Wanted {
+        path: &sock.path,
+        kind: "socket",
+        is_kind: FileTypeExt::is_socket,
+        mode: 0o600,
+        user: &sock.user,
+        group: &sock.group,
+        whose: "its client ",
+    })
 }
 
 /// Nothing of the box is writable by a user other than its owner. The box is every layout
@@ -97,14 +93,14 @@ pub fn socket(sock: &Socket) -> Verdict {
 /// owner of the nearest layout directory above it (a socket, to that socket directory's
 /// client). The directories above each of them belong to root (or the top directory's owner)
 /// and are writable by their owner alone.
-pub fn nobody_else_writes(m: &Manifest) -> Verdict {
+pub fn nobody_else_writes(m: &Manifest) -> Result<String, String> {
     let mut owners: BTreeMap<PathBuf, Ids> = BTreeMap::new();
     for d in &m.directories {
         match resolve(&d.user, &d.group) {
             Ok(ids) => {
                 owners.insert(d.path.clone(), ids);
             }
-            Err(e) => return Verdict::Fail(format!("{}: {e}", d.path.display())),
+            Err(e) => return Err(format!("{}: {e}", d.path.display())),
         }
     }
     let mut tops: Vec<PathBuf> = owners
@@ -169,7 +165,7 @@ pub fn nobody_else_writes(m: &Manifest) -> Verdict {
         .collect::<Vec<_>>()
         .join(" and ");
     if problems.is_empty() {
-        Verdict::Ok(format!(
+        Ok(format!(
             "{seen} paths under {where_}, none writable by another user"
         ))
     } else {
@@ -182,7 +178,7 @@ pub fn nobody_else_writes(m: &Manifest) -> Verdict {
         if n > SHOWN {
             text.push_str(&format!("; and {} more", n - SHOWN));
         }
-        Verdict::Fail(text)
+        Err(text)
     }
 }
 
@@ -268,7 +264,7 @@ mod tests {
     fn a_directory_with_its_mode_and_owner_is_ok() {
         let (_tmp, m) = home();
         for d in &m.directories {
-            assert!(matches!(directory(d), Verdict::Ok(_)), "{d:?}");
+            assert!(directory(d).is_ok(), "{d:?}");
         }
     }
 
@@ -277,7 +273,7 @@ mod tests {
         let (_tmp, m) = home();
         let d = &m.directories[1];
         fs::set_permissions(&d.path, fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(directory(d), Verdict::Fail("mode 0755, not 0700".into()));
+        assert_eq!(directory(d), Err("mode 0755, not 0700".into()));
     }
 
     #[test]
@@ -285,7 +281,7 @@ mod tests {
         let (_tmp, m) = home();
         let mut d = m.directories[1].clone();
         d.path = d.path.join("nope");
-        assert!(matches!(directory(&d), Verdict::Fail(w) if w.starts_with("cannot stat it")));
+        assert!(matches!(directory(&d), Err(w) if w.starts_with("cannot stat it")));
     }
 
     #[test]
@@ -294,7 +290,7 @@ mod tests {
         let link = m.home.join("link");
         std::os::unix::fs::symlink(&m.directories[1].path, &link).unwrap();
         let d = dir(&link, "0700");
-        assert_eq!(directory(&d), Verdict::Fail("not a directory".into()));
+        assert_eq!(directory(&d), Err("not a directory".into()));
     }
 
     #[test]
@@ -312,9 +308,9 @@ mod tests {
             group,
         };
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(matches!(socket(&s), Verdict::Ok(_)));
+        assert!(socket(&s).is_ok());
         fs::set_permissions(&path, fs::Permissions::from_mode(0o660)).unwrap();
-        assert_eq!(socket(&s), Verdict::Fail("mode 0660, not 0600".into()));
+        assert_eq!(socket(&s), Err("mode 0660, not 0600".into()));
     }
 
     #[test]
@@ -331,7 +327,7 @@ mod tests {
             user,
             group,
         };
-        assert_eq!(socket(&s), Verdict::Fail("not a socket".into()));
+        assert_eq!(socket(&s), Err("not a socket".into()));
     }
 
     #[test]
@@ -342,13 +338,13 @@ mod tests {
         fs::write(&f, b"{}\n").unwrap();
         fs::set_permissions(&f, fs::Permissions::from_mode(0o600)).unwrap();
         assert!(
-            matches!(nobody_else_writes(&m), Verdict::Ok(_)),
+            nobody_else_writes(&m).is_ok(),
             "{:?}",
             nobody_else_writes(&m)
         );
         fs::set_permissions(&f, fs::Permissions::from_mode(0o620)).unwrap();
         match nobody_else_writes(&m) {
-            Verdict::Fail(w) => assert!(w.contains("a.jsonl is 0620"), "{w}"),
+            Err(w) => assert!(w.contains("a.jsonl is 0620"), "{w}"),
             other => panic!("{other:?}"),
         }
     }
@@ -358,9 +354,6 @@ mod tests {
         let (_tmp, m) = home();
         let mut d = m.directories[1].clone();
         d.mode = "rwx".into();
-        assert_eq!(
-            directory(&d),
-            Verdict::Fail("`rwx` is not an octal mode".into())
-        );
+        assert_eq!(directory(&d), Err("`rwx` is not an octal mode".into()));
     }
 }

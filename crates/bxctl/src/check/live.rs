@@ -10,14 +10,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use std::os::unix::net::UnixStream;
 
-use bxcore::client::{self, ClientError};
+use bxcore::client;
 use bxcore::deadline::Deadline;
 use bxcore::{Envelope, ErrorCode, Message, Outcome, SessionId, TurnEvent, read_frame};
 use bxharden::proc_status;
 
-use super::Verdict;
 use super::manifest::{Ids, Manifest, Service, Socket, resolve};
 use crate::chat::{self, Style};
+use crate::health::{self, Check, Pinged, Pinging};
+use crate::target::{main_pid, run};
 use crate::thread_ids::as_ids;
 
 /// How long one answer on a socket may take.
@@ -29,61 +30,27 @@ const JOURNAL: Duration = Duration::from_secs(15);
 /// The uid no socket of the box belongs to.
 const NOBODY: u32 = 65534;
 
-fn run(cmd: &mut Command) -> Result<(bool, String), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
-    let mut text = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        if !err.is_empty() {
-            if !text.is_empty() {
-                text.push_str("; ");
-            }
-            text.push_str(&err);
-        }
-    }
-    Ok((out.status.success(), text))
-}
-
 /// systemd says the unit is active.
-pub fn active(unit: &str) -> Verdict {
+pub fn active(unit: &str) -> Result<String, String> {
     match run(Command::new("systemctl").args(["is-active", unit])) {
-        Ok((_, state)) if state == "active" => Verdict::Ok("active".into()),
-        Ok((_, state)) => Verdict::Fail(format!("{state}, not active")),
-        Err(e) => Verdict::Fail(e),
-    }
-}
-
-/// The main process systemd started for `unit`.
-pub fn main_pid(unit: &str) -> Result<u32, String> {
-    let (_, text) =
-        run(Command::new("systemctl").args(["show", "-p", "MainPID", "--value", unit]))?;
-    match text.parse::<u32>() {
-        Ok(0) => Err("systemd knows no main process of it".into()),
-        Ok(pid) => Ok(pid),
-        Err(_) => Err(format!("systemctl show MainPID said `{text}`")),
+        Ok((_, state)) if state == "active" => Ok("active".into()),
+        Ok((_, state)) => Err(format!("{state}, not active")),
+        Err(e) => Err(e),
     }
 }
 
 /// Every thread of the daemon's main process: `Seccomp: 2`, `NoNewPrivs: 1`, every capability
 /// set empty, and the daemon's own uid and gid, never root.
-pub fn sandbox(s: &Service) -> Verdict {
-    let ids = match resolve(&s.user, &s.group) {
-        Ok(ids) => ids,
-        Err(e) => return Verdict::Fail(e),
-    };
+pub fn sandbox(s: &Service) -> Result<String, String> {
+    let ids = resolve(&s.user, &s.group)?;
     if ids.uid == 0 {
-        return Verdict::Fail(format!("its user {} is root", s.user));
+        return Err(format!("its user {} is root", s.user));
     }
-    let pid = match main_pid(&s.unit) {
-        Ok(pid) => pid,
-        Err(e) => return Verdict::Fail(e),
-    };
+    let pid = main_pid(&s.unit)?;
     let threads = match proc_status::threads(pid) {
         Ok(t) if !t.is_empty() => t,
-        Ok(_) => return Verdict::Fail(format!("pid {pid} has no threads")),
-        Err(e) => return Verdict::Fail(format!("cannot read /proc/{pid}/task: {e}")),
+        Ok(_) => return Err(format!("pid {pid} has no threads")),
+        Err(e) => return Err(format!("cannot read /proc/{pid}/task: {e}")),
     };
     let problems: Vec<String> = threads
         .iter()
@@ -94,30 +61,28 @@ pub fn sandbox(s: &Service) -> Verdict {
         })
         .collect();
     if problems.is_empty() {
-        Verdict::Ok(format!(
+        Ok(format!(
             "pid {pid}, {} threads, each uid {} ({}): Seccomp 2, NoNewPrivs 1, no capabilities",
             threads.len(),
             ids.uid,
             s.user
         ))
     } else {
-        Verdict::Fail(problems.join("; "))
+        Err(problems.join("; "))
     }
 }
 
-/// `ping` as the socket's client: the server answers as itself.
-pub fn ping(sock: &Socket) -> Verdict {
-    let ids = match resolve(&sock.user, &sock.group) {
-        Ok(ids) => ids,
-        Err(e) => return Verdict::Fail(e),
+/// `ping` as the socket's client: the server answers as itself, in this protocol.
+pub fn ping(sock: &Socket) -> Check {
+    let file = sock.file();
+    let asked = Pinging {
+        file: &file,
+        server: &sock.server,
+        client: Some(&sock.user),
     };
-    match as_ids(ids, || client::ping(&sock.path, ANSWER)) {
-        Ok(Ok(p)) if p.daemon == sock.server => {
-            Verdict::Ok(format!("{} {} answers {}", p.daemon, p.version, sock.user))
-        }
-        Ok(Ok(p)) => Verdict::Fail(format!("answered as {}, not {}", p.daemon, sock.server)),
-        Ok(Err(e)) => Verdict::Fail(format!("as {}: {e}", sock.user)),
-        Err(e) => Verdict::Fail(e),
+    match resolve(&sock.user, &sock.group) {
+        Ok(ids) => health::ping_check(asked, &health::ping(&sock.path, Some(ids), ANSWER)),
+        Err(e) => Check::failed(format!("ping {file}"), e),
     }
 }
 
@@ -131,21 +96,25 @@ pub fn now_secs() -> u64 {
 /// A peer that is not allowed is refused: another user by the file modes, and root (who passes
 /// them) by the server's peer check, whose line is then found in the journal under
 /// `RUNBOOK=socket-peer-refused SYSLOG_IDENTIFIER=<server>`.
-pub fn refuses(sock: &Socket, since: u64) -> Verdict {
+pub fn refuses(sock: &Socket, since: u64) -> Result<String, String> {
     let nobody = Ids {
         uid: NOBODY,
         gid: NOBODY,
     };
-    match as_ids(nobody, || client::ping(&sock.path, ANSWER)) {
-        Ok(Err(ClientError::Connect { error, .. }))
-            if error.kind() == io::ErrorKind::PermissionDenied => {}
-        Ok(Ok(_)) => return Verdict::Fail(format!("uid {NOBODY} got an answer")),
-        Ok(Err(e)) => {
-            return Verdict::Fail(format!(
-                "uid {NOBODY} was not refused by the file modes: {e}"
+    match health::ping(&sock.path, Some(nobody), ANSWER) {
+        Pinged::NotYours(_) => {}
+        Pinged::Answered(_) => return Err(format!("uid {NOBODY} got an answer")),
+        Pinged::Absent => {
+            return Err(format!(
+                "uid {NOBODY} was not refused by the file modes: {} is absent",
+                sock.path.display()
             ));
         }
-        Err(e) => return Verdict::Fail(e),
+        Pinged::Refused(why) => {
+            return Err(format!(
+                "uid {NOBODY} was not refused by the file modes: {why}"
+            ));
+        }
     }
     // A refused peer is answered at once and the connection closed, before any request is
     // read: so read first, and send nothing (a request written after the close would only
@@ -162,14 +131,14 @@ pub fn refuses(sock: &Socket, since: u64) -> Verdict {
             ..
         }) if w.code == ErrorCode::Forbidden => {}
         Ok(env) => {
-            return Verdict::Fail(format!(
+            return Err(format!(
                 "root was answered {} by {}, not refused as `forbidden`",
                 env.msg.kind(),
                 sock.server
             ));
         }
         Err(e) => {
-            return Verdict::Fail(format!(
+            return Err(format!(
                 "root was not refused as `forbidden` by {}: {e}",
                 sock.server
             ));
@@ -187,7 +156,7 @@ pub fn refuses(sock: &Socket, since: u64) -> Verdict {
         ]));
         match found {
             Ok((_, text)) if text.lines().any(|l| l.contains(&want)) => {
-                return Verdict::Ok(format!(
+                return Ok(format!(
                     "uid {NOBODY} by the file mode, root by {}'s peer check, in the journal",
                     sock.server
                 ));
@@ -196,7 +165,7 @@ pub fn refuses(sock: &Socket, since: u64) -> Verdict {
                 std::thread::sleep(Duration::from_millis(200));
             }
             Ok(_) => {
-                return Verdict::Fail(format!(
+                return Err(format!(
                     "{} refused root, but within {}s `journalctl RUNBOOK=socket-peer-refused \
                      SYSLOG_IDENTIFIER={}` had no line `{want}`",
                     sock.server,
@@ -204,28 +173,25 @@ pub fn refuses(sock: &Socket, since: u64) -> Verdict {
                     sock.server
                 ));
             }
-            Err(e) => return Verdict::Fail(e),
+            Err(e) => return Err(e),
         }
     }
 }
 
 /// `tools_list` on broker.sock as its client: brokerd offers at least one tool.
-pub fn tools_list(sock: &Socket) -> Verdict {
-    let ids = match resolve(&sock.user, &sock.group) {
-        Ok(ids) => ids,
-        Err(e) => return Verdict::Fail(e),
-    };
+pub fn tools_list(sock: &Socket) -> Result<String, String> {
+    let ids = resolve(&sock.user, &sock.group)?;
     match as_ids(ids, || {
         client::call(&sock.path, ANSWER, 1, Message::ToolsList {}, |_| {})
     }) {
         Ok(Ok(Message::Tools(t))) if !t.tools.is_empty() => {
             let names: Vec<&str> = t.tools.iter().map(|d| d.name.as_str()).collect();
-            Verdict::Ok(format!("{} tools: {}", names.len(), names.join(", ")))
+            Ok(format!("{} tools: {}", names.len(), names.join(", ")))
         }
-        Ok(Ok(Message::Tools(_))) => Verdict::Fail("brokerd offers no tool".into()),
-        Ok(Ok(other)) => Verdict::Fail(format!("answered {}", other.kind())),
-        Ok(Err(e)) => Verdict::Fail(e.to_string()),
-        Err(e) => Verdict::Fail(e),
+        Ok(Ok(Message::Tools(_))) => Err("brokerd offers no tool".into()),
+        Ok(Ok(other)) => Err(format!("answered {}", other.kind())),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e),
     }
 }
 
@@ -245,18 +211,15 @@ pub fn provider_kind(config: &Path) -> Result<String, String> {
 
 /// One turn as the owner on loop.sock, in a session of its own, asking the time: the
 /// scripted model calls `time_now` through brokerd, and the turn ends with text.
-pub fn scripted_turn(m: &Manifest, sock: &Socket) -> Verdict {
-    let ids = match resolve(&m.owner.user, &m.owner.group) {
-        Ok(ids) => ids,
-        Err(e) => return Verdict::Fail(e),
-    };
+pub fn scripted_turn(m: &Manifest, sock: &Socket) -> Result<String, String> {
+    let ids = resolve(&m.owner.user, &m.owner.group)?;
     // Two checks in one second (the twin runs one, then one with --json) must not meet.
     let millis = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     let session = match SessionId::new(format!("device-check-{millis}-{}", std::process::id())) {
         Ok(s) => s,
-        Err(e) => return Verdict::Fail(e.to_string()),
+        Err(e) => return Err(e.to_string()),
     };
     let style = Style {
         json: false,
@@ -276,11 +239,11 @@ pub fn scripted_turn(m: &Manifest, sock: &Socket) -> Verdict {
     });
     let log = match log {
         Ok(Ok(log)) => log,
-        Ok(Err(e)) => return Verdict::Fail(e.to_string()),
-        Err(e) => return Verdict::Fail(e),
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(e) => return Err(e),
     };
     if started.elapsed() > TURN {
-        return Verdict::Fail(format!("the turn took {:?}", started.elapsed()));
+        return Err(format!("the turn took {:?}", started.elapsed()));
     }
     let tool_ok = log.events.iter().any(|e| {
         matches!(
@@ -296,43 +259,29 @@ pub fn scripted_turn(m: &Manifest, sock: &Socket) -> Verdict {
         .iter()
         .any(|e| matches!(e, TurnEvent::AssistantText { text } if !text.is_empty()));
     match (tool_ok, text) {
-        (true, true) => Verdict::Ok(format!(
+        (true, true) => Ok(format!(
             "session {}: a tool call answered through brokerd, and a reply",
             session.as_str()
         )),
-        (false, _) => Verdict::Fail(format!(
+        (false, _) => Err(format!(
             "session {}: no tool call was answered: {:?}",
             session.as_str(),
             log.events
         )),
-        (true, false) => Verdict::Fail(format!("session {}: no reply text", session.as_str())),
+        (true, false) => Err(format!("session {}: no reply text", session.as_str())),
     }
 }
 
 /// brokerd verifies the whole audit chain, asked as the owner on admin.sock.
-pub fn audit_chain(m: &Manifest, sock: &Socket) -> Verdict {
-    let ids = match resolve(&m.owner.user, &m.owner.group) {
-        Ok(ids) => ids,
-        Err(e) => return Verdict::Fail(e),
-    };
-    match as_ids(ids, || {
-        client::call(&sock.path, ANSWER, 1, Message::AuditVerify {}, |_| {})
-    }) {
-        Ok(Ok(Message::AuditReport(r))) if r.ok => {
-            Verdict::Ok(format!("{} records, head {}", r.records, r.head))
-        }
-        Ok(Ok(Message::AuditReport(r))) => {
-            Verdict::Fail(format!("broken after {} records: {}", r.records, r.detail))
-        }
-        Ok(Ok(other)) => Verdict::Fail(format!("answered {}", other.kind())),
-        Ok(Err(e)) => Verdict::Fail(e.to_string()),
-        Err(e) => Verdict::Fail(e),
-    }
+pub fn audit_chain(m: &Manifest, sock: &Socket) -> Check {
+    let verified = resolve(&m.owner.user, &m.owner.group)
+        .and_then(|ids| health::verify_audit(&sock.path, Some(ids), ANSWER));
+    health::audit_check(&verified)
 }
 
 /// `systemd-analyze security --threshold=<t>` of the installed unit: its exposure is at most
 /// the module's target.
-pub fn security(unit: &str, threshold: u32) -> Verdict {
+pub fn security(unit: &str, threshold: u32) -> Result<String, String> {
     let out = match Command::new("systemd-analyze")
         .args([
             "security",
@@ -343,7 +292,7 @@ pub fn security(unit: &str, threshold: u32) -> Verdict {
         .output()
     {
         Ok(o) => o,
-        Err(e) => return Verdict::Fail(format!("cannot run systemd-analyze: {e}")),
+        Err(e) => return Err(format!("cannot run systemd-analyze: {e}")),
     };
     let text = String::from_utf8_lossy(&out.stdout);
     let overall = text
@@ -354,9 +303,9 @@ pub fn security(unit: &str, threshold: u32) -> Verdict {
         .map(str::to_string);
     let target = format!("{}.{}", threshold / 10, threshold % 10);
     match (out.status.success(), overall) {
-        (true, Some(level)) => Verdict::Ok(format!("exposure {level}, at most {target}")),
-        (false, Some(level)) => Verdict::Fail(format!("exposure {level}, over {target}")),
-        (_, None) => Verdict::Fail(format!(
+        (true, Some(level)) => Ok(format!("exposure {level}, at most {target}")),
+        (false, Some(level)) => Err(format!("exposure {level}, over {target}")),
+        (_, None) => Err(format!(
             "systemd-analyze security gave no exposure level: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         )),

@@ -8,7 +8,7 @@ use nix::unistd::{Gid, Group, Uid, User};
 use serde::Deserialize;
 
 /// Where the module installs the manifest.
-pub const DEFAULT_PATH: &str = "/etc/boxmaker/device.json";
+pub const DEFAULT_PATH: &str = crate::target::DEVICE_MANIFEST;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,15 +27,7 @@ pub struct Manifest {
     pub ondemand: Option<OnDemand>,
 }
 
-/// The owner's on-demand sockets, by what they start.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OnDemand {
-    /// `boxmaker-check@.service`: `bxctl check --json` as root.
-    pub check: PathBuf,
-    /// `boxmaker-selftest@.service`: `loopd selftest` as loopd's user.
-    pub selftest: PathBuf,
-}
+pub use crate::ondemand::OnDemand;
 
 /// A user and group, by name.
 #[derive(Debug, Clone, Deserialize)]

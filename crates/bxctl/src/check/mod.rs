@@ -13,59 +13,49 @@ pub mod manifest;
 use std::io::Write;
 
 use bxcore::runbook::pointer;
-use serde::Serialize;
 use serde_json::json;
 
+use crate::done::{Done, Ended, Failure};
+use crate::health::{Check, Form, State};
 use manifest::Manifest;
 
-/// One check's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    Ok(String),
-    Fail(String),
-    Skip(String),
-}
+/// How the device check says its checks: `FAIL directory /var/lib/boxmaker/loop: mode 0755, not
+/// 0700`, and `"result": "ok" | "fail" | "skip"` in `--json` (the device twin and the NixOS VM
+/// test read both).
+pub const FORM: Form = Form {
+    words: ["ok  ", "FAIL", "skip"],
+    json_key: "result",
+    json_words: ["ok", "fail", "skip"],
+    name_width: None,
+};
 
-/// One line of the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Line {
-    pub check: String,
-    pub verdict: Verdict,
-}
+/// The runbook entry of a device check that failed.
+pub const FAILED_ANCHOR: &str = "device-check-failed";
 
-/// Every line, in the order run.
+/// Every check, in the order run.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
-    pub lines: Vec<Line>,
-}
-
-#[derive(Serialize)]
-struct JsonLine<'a> {
-    check: &'a str,
-    result: &'static str,
-    detail: &'a str,
+    pub checks: Vec<Check>,
 }
 
 impl Report {
-    fn add(&mut self, check: impl Into<String>, verdict: Verdict) {
-        self.lines.push(Line {
-            check: check.into(),
-            verdict,
-        });
+    fn add(&mut self, c: Check) {
+        self.checks.push(c);
+    }
+
+    fn count(&self, state: State) -> usize {
+        self.checks.iter().filter(|c| c.state == state).count()
     }
 
     pub fn failures(&self) -> usize {
-        self.count(|v| matches!(v, Verdict::Fail(_)))
+        self.count(State::Failed)
     }
 
     pub fn skipped(&self) -> usize {
-        self.count(|v| matches!(v, Verdict::Skip(_)))
+        self.count(State::Skipped)
     }
 
-    fn count(&self, f: impl Fn(&Verdict) -> bool) -> usize {
-        self.lines.iter().filter(|l| f(&l.verdict)).count()
-    }
-
+    /// No check failed (a skipped one is counted apart, never as passed).
     pub fn passed(&self) -> bool {
         self.failures() == 0
     }
@@ -73,15 +63,11 @@ impl Report {
     /// One line per check, then the verdict.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        for l in &self.lines {
-            let (word, detail) = match &l.verdict {
-                Verdict::Ok(d) => ("ok  ", d),
-                Verdict::Fail(d) => ("FAIL", d),
-                Verdict::Skip(d) => ("skip", d),
-            };
-            out.push_str(&format!("{word} {}: {detail}\n", l.check));
+        for c in &self.checks {
+            out.push_str(&FORM.line(c));
+            out.push('\n');
         }
-        let n = self.lines.len();
+        let n = self.checks.len();
         if self.passed() {
             out.push_str(&format!(
                 "check: ok ({} passed, {} skipped)\n",
@@ -92,7 +78,7 @@ impl Report {
             out.push_str(&format!(
                 "check: FAILED ({} of {n} checks); {}\n",
                 self.failures(),
-                pointer("device-check-failed")
+                pointer(FAILED_ANCHOR)
             ));
         }
         out
@@ -100,23 +86,7 @@ impl Report {
 
     /// `{"ok": bool, "checks": [{"check", "result": "ok"|"fail"|"skip", "detail"}]}`.
     pub fn to_json(&self) -> serde_json::Value {
-        let checks: Vec<JsonLine> = self
-            .lines
-            .iter()
-            .map(|l| {
-                let (result, detail) = match &l.verdict {
-                    Verdict::Ok(d) => ("ok", d),
-                    Verdict::Fail(d) => ("fail", d),
-                    Verdict::Skip(d) => ("skip", d),
-                };
-                JsonLine {
-                    check: &l.check,
-                    result,
-                    detail,
-                }
-            })
-            .collect();
-        json!({"ok": self.passed(), "checks": checks})
+        json!({"ok": self.passed(), "checks": FORM.json_all(&self.checks)})
     }
 }
 
@@ -125,65 +95,77 @@ impl Report {
 pub fn run(m: &Manifest) -> Report {
     let mut r = Report::default();
     let since = live::now_secs().saturating_sub(1);
+    let named = |name: String, found: Result<String, String>| Check::from_result(name, found);
 
     for s in &m.services {
-        r.add(format!("unit {}", s.unit), live::active(&s.unit));
+        r.add(named(format!("unit {}", s.unit), live::active(&s.unit)));
     }
     for s in &m.sockets {
-        r.add(format!("unit {}", s.unit), live::active(&s.unit));
+        r.add(named(format!("unit {}", s.unit), live::active(&s.unit)));
     }
     for s in &m.services {
-        r.add(format!("sandbox {}", s.daemon), live::sandbox(s));
+        r.add(named(format!("sandbox {}", s.daemon), live::sandbox(s)));
     }
     for d in &m.directories {
-        r.add(
+        r.add(named(
             format!("directory {}", d.path.display()),
             files::directory(d),
-        );
+        ));
     }
     for s in &m.sockets {
-        r.add(format!("socket {}", s.path.display()), files::socket(s));
+        r.add(named(
+            format!("socket {}", s.path.display()),
+            files::socket(s),
+        ));
     }
-    r.add("writable by others", files::nobody_else_writes(m));
+    r.add(named(
+        "writable by others".into(),
+        files::nobody_else_writes(m),
+    ));
     for s in &m.sockets {
-        r.add(format!("ping {}", s.file()), live::ping(s));
+        r.add(live::ping(s));
     }
     for s in &m.sockets {
-        r.add(
+        r.add(named(
             format!("peer refused on {}", s.file()),
             live::refuses(s, since),
-        );
+        ));
     }
-    match m.socket("broker") {
-        Some(s) => r.add("tools_list", live::tools_list(s)),
-        None => r.add(
-            "tools_list",
-            Verdict::Fail("the box has no broker socket".into()),
-        ),
-    }
+    r.add(named(
+        "tools_list".into(),
+        match m.socket("broker") {
+            Some(s) => live::tools_list(s),
+            None => Err("the box has no broker socket".into()),
+        },
+    ));
     let turn = match (m.service("inferproxy"), m.socket("loop")) {
         (Some(inferproxy), Some(sock)) => match live::provider_kind(&inferproxy.config) {
-            Ok(kind) if kind == "script" => live::scripted_turn(m, sock),
-            Ok(kind) => Verdict::Skip(format!(
-                "the provider is `{kind}`, not `script`: the check makes no real model request"
-            )),
-            Err(e) => Verdict::Fail(e),
+            Ok(kind) if kind == "script" => {
+                named("scripted turn".into(), live::scripted_turn(m, sock))
+            }
+            Ok(kind) => Check::skipped(
+                "scripted turn",
+                format!(
+                    "the provider is `{kind}`, not `script`: the check makes no real model request"
+                ),
+            ),
+            Err(e) => Check::failed("scripted turn", e),
         },
-        _ => Verdict::Fail("the box has no inferproxy service or no loop socket".into()),
-    };
-    r.add("scripted turn", turn);
-    match m.socket("admin") {
-        Some(s) => r.add("audit chain", live::audit_chain(m, s)),
-        None => r.add(
-            "audit chain",
-            Verdict::Fail("the box has no admin socket".into()),
+        _ => Check::failed(
+            "scripted turn",
+            "the box has no inferproxy service or no loop socket",
         ),
-    }
+    };
+    r.add(turn);
+    r.add(match m.socket("admin") {
+        Some(s) => live::audit_chain(m, s),
+        None => Check::failed("audit chain", "the box has no admin socket"),
+    });
     for s in &m.services {
-        r.add(
+        r.add(named(
             format!("security {}", s.unit),
             live::security(&s.unit, m.security_threshold),
-        );
+        ));
     }
     r
 }
@@ -191,54 +173,70 @@ pub fn run(m: &Manifest) -> Report {
 /// How long the device check's unit has for its report when the owner asks for it.
 pub const UNIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// `bxctl check`: load the manifest, run the checks, print, and say whether all passed. As
-/// anyone but root, the checks run in the owner's on-demand unit (`boxmaker-check@.service`,
-/// as root: `crate::ondemand`) and its report is printed here the same way.
-pub fn main(manifest: &std::path::Path, json: bool, out: &mut dyn Write) -> Result<bool, String> {
-    if !nix::unistd::geteuid().is_root() {
-        return through_unit(manifest, json, out);
+/// Why the device check could not run: a usage error (exit 2), or its unit sent no report
+/// (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(
+        "bxctl check reads every daemon's /proc and talks to each socket as its client, and \
+         this device has no check unit for its owner: run it as root (sudo bxctl check)"
+    )]
+    NotRoot,
+    #[error(transparent)]
+    Manifest(#[from] manifest::ManifestError),
+    /// The owner's check unit could not be reached or sent no report.
+    #[error("{0}")]
+    Unit(String),
+}
+
+impl From<CheckError> for Failure {
+    fn from(e: CheckError) -> Failure {
+        match e {
+            CheckError::Unit(why) => Failure::failed(format!("bxctl: {why}")),
+            e => Failure::usage(format!("bxctl: {e}")),
+        }
     }
-    let m = Manifest::load(manifest).map_err(|e| e.to_string())?;
-    let report = run(&m);
+}
+
+/// `bxctl check`: load the manifest, run the checks, print them and the verdict; a failure
+/// has said everything on `out` already. As anyone but root, the checks run in the owner's
+/// on-demand unit (`boxmaker-check@.service`, as root: `crate::ondemand`) and its report is
+/// printed here the same way.
+pub fn main(manifest: &std::path::Path, json: bool, out: &mut dyn Write) -> Ended {
+    let m = Manifest::load(manifest).map_err(CheckError::from)?;
+    let report = if nix::unistd::geteuid().is_root() {
+        run(&m)
+    } else {
+        through_unit(&m)?
+    };
     if json {
         let _ = writeln!(out, "{}", report.to_json());
     } else {
         let _ = write!(out, "{}", report.render());
     }
-    Ok(report.passed())
+    if report.passed() {
+        Ok(Done)
+    } else {
+        Err(Failure::said())
+    }
 }
 
-/// The device check as its unit runs it: connect to the owner's check socket, read the JSON
-/// report (`bxctl check --json`, as root) and print it as this invocation asked.
-fn through_unit(
-    manifest: &std::path::Path,
-    json: bool,
-    out: &mut dyn Write,
-) -> Result<bool, String> {
-    let m = Manifest::load(manifest).map_err(|e| e.to_string())?;
+/// The device check as its unit runs it: connect to the owner's check socket and read the JSON
+/// report (`bxctl check --json`, as root).
+fn through_unit(m: &Manifest) -> Result<Report, CheckError> {
     let Some(socket) = m.ondemand.as_ref().map(|o| o.check.clone()) else {
-        return Err(
-            "bxctl check reads every daemon's /proc and talks to each socket as its client, and \
-             this device has no check unit for its owner: run it as root (sudo bxctl check)"
-                .into(),
-        );
+        return Err(CheckError::NotRoot);
     };
-    let text = crate::ondemand::report(&socket, UNIT_DEADLINE)?;
-    let report = serde_json::from_str::<serde_json::Value>(text.trim())
+    let text = crate::ondemand::report(&socket, UNIT_DEADLINE).map_err(CheckError::Unit)?;
+    serde_json::from_str::<serde_json::Value>(text.trim())
         .map_err(|e| e.to_string())
         .and_then(|v| Report::from_json(&v))
         .map_err(|why| {
-            format!(
+            CheckError::Unit(format!(
                 "the device check's unit sent no report ({why}): journalctl -u 'boxmaker-check@*' \
                  says why"
-            )
-        })?;
-    if json {
-        let _ = writeln!(out, "{}", report.to_json());
-    } else {
-        let _ = write!(out, "{}", report.render());
-    }
-    Ok(report.passed())
+            ))
+        })
 }
 
 impl Report {
@@ -255,13 +253,13 @@ impl Report {
                     .ok_or_else(|| format!("a check without \"{k}\": {c}"))
             };
             let detail = field("detail")?;
-            let verdict = match field("result")?.as_str() {
-                "ok" => Verdict::Ok(detail),
-                "fail" => Verdict::Fail(detail),
-                "skip" => Verdict::Skip(detail),
+            let state = match field(FORM.json_key)?.as_str() {
+                w if w == FORM.json_words[0] => State::Ok,
+                w if w == FORM.json_words[1] => State::Failed,
+                w if w == FORM.json_words[2] => State::Skipped,
                 other => return Err(format!("a check whose result is `{other}`")),
             };
-            r.add(field("check")?, verdict);
+            r.add(Check::new(field("check")?, state, detail));
         }
         Ok(r)
     }
@@ -274,7 +272,7 @@ mod tests {
     #[test]
     fn a_report_read_back_from_its_json_renders_the_same() {
         let mut r = report();
-        r.add("directory /x", Verdict::Fail("mode 0755, not 0700".into()));
+        r.add(Check::failed("directory /x", "mode 0755, not 0700"));
         let back = Report::from_json(&r.to_json()).unwrap();
         assert_eq!(back.render(), r.render());
         assert_eq!(back.to_json(), r.to_json());
@@ -283,11 +281,8 @@ mod tests {
 
     fn report() -> Report {
         let mut r = Report::default();
-        r.add("unit a.service", Verdict::Ok("active".into()));
-        r.add(
-            "scripted turn",
-            Verdict::Skip("the provider is `openai`".into()),
-        );
+        r.add(Check::ok("unit a.service", "active"));
+        r.add(Check::skipped("scripted turn", "the provider is `openai`"));
         r
     }
 
@@ -306,7 +301,7 @@ mod tests {
     #[test]
     fn one_failure_fails_the_report_and_points_at_the_runbook() {
         let mut r = report();
-        r.add("directory /x", Verdict::Fail("mode 0755, not 0700".into()));
+        r.add(Check::failed("directory /x", "mode 0755, not 0700"));
         assert!(!r.passed());
         let text = r.render();
         assert!(
@@ -316,7 +311,7 @@ mod tests {
         assert!(
             text.ends_with(&format!(
                 "check: FAILED (1 of 3 checks); {}\n",
-                pointer("device-check-failed")
+                pointer(FAILED_ANCHOR)
             )),
             "{text}"
         );

@@ -104,6 +104,11 @@ impl DevHome {
         self.root.join("workspace").join(root)
     }
 
+    /// Whether `dev up` made this home (it has its marker).
+    pub fn is_made(&self) -> bool {
+        self.marker().is_file()
+    }
+
     /// The marker, when `dev up` made this home; `Ok(None)` when there is none.
     pub fn read_marker(&self) -> Result<Option<Marker>, String> {
         match fs::read_to_string(self.marker()) {

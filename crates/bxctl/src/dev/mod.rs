@@ -5,11 +5,13 @@
 //! hands it over as systemd does (`LISTEN_FDS`), and waits for each daemon's `READY=1`
 //! (`NOTIFY_SOCKET`). Run as a normal user, every daemon keeps that user's uid.
 
+pub mod command;
 pub mod configs;
 pub mod daemons;
 pub mod home;
 pub mod honcho;
 pub mod procs;
+pub mod target;
 pub mod user;
 
 use std::collections::BTreeMap;
@@ -21,19 +23,21 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use bxcore::client;
 use bxcore::layout::{self, SOCKETS, SocketSpec};
 use bxcore::runbook::Anchored;
 use bxharden::Owner;
 use nix::unistd::{geteuid, getuid};
 
-use crate::thread_ids::{Ids, as_ids};
+use crate::health::{self, Pinged};
+use crate::thread_ids::Ids;
 
+pub use command::DevCommand;
 pub use configs::{ModelChoice, ModelFlags};
 pub use daemons::{ALL_DAEMONS, DAEMONS, ROWS};
 pub use home::{DevHome, MADE_BY, Marker, Provider};
 pub use honcho::{HonchoChoice, HonchoFlags};
 pub use procs::Stopped;
+pub use target::find;
 pub use user::DevUser;
 
 /// How long `up` waits for every socket to answer `ping`.
@@ -810,20 +814,15 @@ fn wait_for_ping(
     until: Instant,
 ) -> Result<(), DevError> {
     let socket = spec.path(home.root());
-    let ping = || client::ping(&socket, Duration::from_secs(2));
     loop {
         if let Some(status) = procs::exited(l.pid) {
             return Err(died(home, l, status));
         }
-        let answer = match users.client_ids(spec) {
-            Some(ids) => as_ids(ids, ping).map_err(|e| e.to_string()),
-            None => Ok(ping()),
-        };
-        let why = match answer {
-            Ok(Ok(p)) if p.daemon == l.daemon => return Ok(()),
-            Ok(Ok(p)) => format!("{} answered instead", p.daemon),
-            Ok(Err(e)) => e.to_string(),
-            Err(e) => e,
+        let why = match health::ping(&socket, users.client_ids(spec), Duration::from_secs(2)) {
+            Pinged::Answered(p) if p.daemon == l.daemon => return Ok(()),
+            Pinged::Answered(p) => format!("{} answered instead", p.daemon),
+            Pinged::Absent => format!("{} is absent", socket.display()),
+            Pinged::NotYours(why) | Pinged::Refused(why) => why,
         };
         if Instant::now() >= until {
             return Err(DevError::NoAnswer {

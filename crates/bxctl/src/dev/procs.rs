@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::fs;
-use std::io::{self, BufRead, BufReader};
+use std::io;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::thread;
@@ -310,14 +310,5 @@ pub fn tail_since(path: &Path, since: u64, n: usize) -> Vec<String> {
         .lines()
         .map(str::to_string)
         .collect();
-    lines[lines.len().saturating_sub(n)..].to_vec()
-}
-
-/// The last `n` lines of a log file.
-pub fn tail(path: &Path, n: usize) -> Vec<String> {
-    let Ok(f) = fs::File::open(path) else {
-        return Vec::new();
-    };
-    let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
     lines[lines.len().saturating_sub(n)..].to_vec()
 }
