@@ -192,6 +192,10 @@ render() {
     chmod 0755 "$dir/bin/$d"
     : >"$dir/etc/$d.toml"
   done
+  # The full variant's system prompt and the coreutils `install` loopd's unit copies it with.
+  printf '#!/bin/sh\nexit 0\n' >"$dir/bin/install"
+  chmod 0755 "$dir/bin/install"
+  : >"$dir/etc/system.md"
   : >"$dir/etc/runbook.md"
   nix-instantiate --eval --strict --json "$here/offline.nix" \
     --argstr bindir "$dir/bin" --argstr confdir "$dir/etc" --argstr variant "$variant" \
@@ -570,11 +574,11 @@ step_module() {
 # that belong inside it, or a settings.<daemon> that is not a free-form TOML submodule.
 options_in_settings() {
   local shape="$1"
-  jq -e '.beside == ["channels","enable","gateway","home","inference","memory","owner","ownerReadsJournal","package","validateConfigs"] and .inference == ["apiKeyFile"]
+  jq -e '.beside == ["channels","enable","gateway","home","inference","memory","owner","ownerReadsJournal","package","systemPrompt","validateConfigs"] and .inference == ["apiKeyFile"]
       and .gateway == ["credentialFiles"] and .memory == ["honcho"] and .channels == ["matrix"]
       and ([.settings[] | select(.type == "submodule" and .freeform == "toml")] | length) == 6' \
     <<<"$shape" >/dev/null || {
-    echo "typed options beside settings.<daemon> (only channels.matrix, enable, gateway.credentialFiles, home, inference.apiKeyFile, memory.honcho, owner, ownerReadsJournal, package and validateConfigs belong there), or a settings.<daemon> that is not a free-form TOML submodule: $shape"
+    echo "typed options beside settings.<daemon> (only channels.matrix, enable, gateway.credentialFiles, home, inference.apiKeyFile, memory.honcho, owner, ownerReadsJournal, package, systemPrompt and validateConfigs belong there), or a settings.<daemon> that is not a free-form TOML submodule: $shape"
     return 1
   }
 }
@@ -706,6 +710,19 @@ key_problems() {
     sed 's/^/a key placed by hand in \/run\/keys: /' || true
 }
 
+# prompt_problems JSON: services.boxmaker.systemPrompt as the module renders it ({pre, user,
+# text}: loopd's ExecStartPre=, its User=, and the text's file in the store, boxmaker-system.md)
+# installs that file as <home>/loop/system.md, loopd's user's and 0600, before loopd starts.
+prompt_problems() {
+  jq -r '. as $o |
+    if .pre == null then "loopd'"'"'s unit installs no system prompt (no ExecStartPre=)"
+    elif (.pre | test("^/nix/store/[^ ]+/bin/install -m 0600 -T /nix/store/[^ ]+ /var/lib/boxmaker/loop/system\\.md$") | not)
+      then "loopd'"'"'s ExecStartPre= is not an install of the prompt as /var/lib/boxmaker/loop/system.md, 0600: \(.pre)"
+    elif ($o.pre | contains($o.text // "no text") | not) then "loopd'"'"'s ExecStartPre= installs another file than the prompt'"'"'s: \(.pre)"
+    elif .user != "bx-loop" then "the system prompt is installed as \(.user), not bx-loop"
+    else empty end' <<<"$1"
+}
+
 # option_problems TREE FILE...: every `services.boxmaker.<path>` the files name is an option of
 # the module (TREE: offline-module.nix's optionTree, whose leaves are options; past a leaf,
 # its value's own keys: settings.<daemon> is free-form TOML, credentialFiles a set of names).
@@ -809,6 +826,33 @@ $out/bin/bxctl man > bxctl.1''
   out="$($om --arg boxmaker '{ validateConfigs = false; }' 2>/dev/null | jq -c '[.validated[]] | unique')"
   [[ "$out" == "[false]" ]] || fail "validateConfigs = false still checks the configurations: $out"
   grep -q ' check --config ' "$here/validate-config.sh" || fail "validate-config.sh does not run <daemon> check --config"
+
+  # The owner's system prompt: its text written into the store and installed for loopd, the
+  # default's empty one too; a changed text a changed unit (so the switch restarts loopd);
+  # `null` leaves system.md alone; over loopd's 256 KiB refused.
+  local prompt_of='.systemd.services."boxmaker-loopd".serviceConfig | {pre: .ExecStartPre, user: .User, text: ([(.ExecStartPre // "") | capture("(?<t>/nix/store/[^ ]*-boxmaker-system\\.md)")] | .[0].t // null)}'
+  local brief default_prompt
+  brief="$($om --arg boxmaker '{ systemPrompt = "Be brief."; }' 2>/dev/null | jq -c "$prompt_of")" || brief='{"pre":null}'
+  report "services.boxmaker.systemPrompt is installed as loopd's system.md, bx-loop's, 0600" "$(prompt_problems "$brief")"
+  default_prompt="$($om 2>/dev/null | jq -c "$prompt_of")" || default_prompt='{"pre":null}'
+  report "the default, empty systemPrompt is installed the same way" "$(prompt_problems "$default_prompt")"
+  if [[ "$(jq -r .pre <<<"$brief")" != "$(jq -r .pre <<<"$default_prompt")" ]]; then
+    echo "nix-check: a changed systemPrompt changes loopd's unit: ok"
+  else
+    fail "systemPrompt = \"Be brief.\" and the default give the same ExecStartPre=: $brief"
+  fi
+  expect_problem no-system-prompt prompt_problems '{"pre":null,"user":"bx-loop","text":"/nix/store/x"}'
+  expect_problem system-prompt-world-readable prompt_problems \
+    '{"pre":"/nix/store/c/bin/install -m 0644 -T /nix/store/x /var/lib/boxmaker/loop/system.md","user":"bx-loop","text":"/nix/store/x"}'
+  out="$($om --arg boxmaker '{ systemPrompt = null; }' 2>/dev/null | jq -c '.systemd.services."boxmaker-loopd".serviceConfig.ExecStartPre // null')"
+  [[ "$out" == null ]] || fail "with systemPrompt = null loopd's unit still installs one: $out"
+  out="$($om --arg boxmaker '{ systemPrompt = let d = s: s + s; in d (d (d (d (d (d (d (d (d (d (d (d (d (d (d (d (d (d "x"))))))))))))))))) + "y"; }' 2>/dev/null |
+    jq -r '.failedAssertions[]')"
+  if grep -q "systemPrompt is 262145 bytes: loopd refuses" <<<"$out"; then
+    echo "nix-check: a systemPrompt over 256 KiB is refused: ok"
+  else
+    fail "a systemPrompt of 262145 bytes was not refused: $out"
+  fi
 
   # gatewayd and its name servers.
   out="$($om --arg boxmaker '{ settings.gatewayd.hosts = [ { name = "example.org"; } ]; }' 2>/dev/null | jq -r '.warnings[]')"

@@ -8,8 +8,9 @@
 # settings.<daemon>: free-form TOML with typed, documented options for the keys this module
 # sets or reads. Beside it stay only what is no configuration key: enable, the package, the
 # owner (a login the units and directories use), the home (the directories', and every
-# daemon's `[paths] home`), the channels (channels.matrix, which fills settings.channeld) and
-# the secrets (the API key, gatewayd's host credentials, Honcho's key, the Matrix token: paths
+# daemon's `[paths] home`), the owner's system prompt (a file in loopd's directory, not a
+# key of loopd.toml), the channels (channels.matrix, which fills settings.channeld) and the
+# secrets (the API key, gatewayd's host credentials, Honcho's key, the Matrix token: paths
 # handed over by systemd).
 {
   config,
@@ -117,12 +118,20 @@ let
       inherit honcho;
       inherit (cfg.gateway) credentialFiles;
       matrixTokenFile = matrix.tokenFile;
-      inherit without;
+      inherit without systemPrompt;
+      install = "${pkgs.coreutils}/bin/install";
     }
   );
 
   # brokerd's workspace roots (checks.nix refuses one brokerd cannot reach).
   roots = cfg.settings.brokerd.workspace.roots or [ ];
+
+  # services.boxmaker.systemPrompt, written into the store for loopd's unit to install as
+  # <home>/loop/system.md (null: the module leaves that file alone).
+  systemPrompt =
+    if cfg.systemPrompt == null then null else pkgs.writeText "boxmaker-system.md" cfg.systemPrompt;
+  # loopd refuses every new session while system.md is over 256 KiB (crates/loopd/src/baseline.rs).
+  promptMax = 256 * 1024;
 
   slotType = types.submodule {
     freeformType = format.type;
@@ -431,6 +440,27 @@ in
       '';
     };
 
+    systemPrompt = mkOption {
+      type = types.nullOr types.lines;
+      default = "";
+      example = literalExpression "builtins.readFile ./system.md";
+      description = ''
+        The owner's own words in the system message every new session starts with, under
+        `# From the owner`. They follow the box's own part, which loopd writes itself from what
+        brokerd lists (what the box is, every workspace root by name, path and class, how a
+        path names a file, the tools offered, the broker's rules), and come before core memory
+        (docs/loopd.md, "The system message"). The default, empty, leaves the box's own part
+        alone, so the model always knows where the workspace is.
+
+        Written into the Nix store and installed by loopd's unit before loopd starts as
+        `<home>/loop/system.md`, loopd's user's and 0600. A change restarts loopd at the switch
+        that makes it; the sessions begun after it have the new text, a session keeps the
+        system message it began with. At most 256 KiB, which loopd refuses beyond. The store is
+        world-readable: put nothing here a local user may not read. `null`: the module does not
+        touch `<home>/loop/system.md` (docs/install.md, "The owner's system prompt").
+      '';
+    };
+
     validateConfigs = mkOption {
       type = types.bool;
       default = pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform;
@@ -604,6 +634,10 @@ in
             !matrix.enable
             || (matrix.homeserver != "" && matrix.user != "" && matrix.rooms != [ ] && matrix.tokenFile != null);
           message = "services.boxmaker.channels.matrix needs homeserver, user, rooms and tokenFile.";
+        }
+        {
+          assertion = cfg.systemPrompt == null || builtins.stringLength cfg.systemPrompt <= promptMax;
+          message = "services.boxmaker.systemPrompt is ${toString (builtins.stringLength cfg.systemPrompt)} bytes: loopd refuses every new session while system.md is over ${toString promptMax} bytes.";
         }
         {
           assertion = cfg.settings.inferproxy.slots ? main;

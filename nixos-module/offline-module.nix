@@ -77,6 +77,7 @@ let
         && builtins.substring 0 1 v == "/"
         && builtins.substring 0 (builtins.stringLength builtins.storeDir + 1) v != "${builtins.storeDir}/"
       );
+      lines = leaf "strings concatenated with \"\\n\"" builtins.isString;
       enum = vs: leaf "one of ${toJSON vs}" (v: elem v vs);
       nullOr = t: leaf "null or ${t.name}" (v: v == null || t.check v);
       # A list is one value here (the module defines each list option once), not merged.
@@ -192,6 +193,10 @@ let
     };
   };
   pkgs.cacert = "/nix/store/cacert";
+  pkgs.coreutils = "/nix/store/coreutils";
+  # pkgs.writeText: a store path that changes with the text, as the real one's does.
+  pkgs.writeText =
+    name: text: "/nix/store/${builtins.substring 0 32 (builtins.hashString "sha256" text)}-${name}";
   # pkgs.runCommand: what would be built, kept for the check to read.
   pkgs.runCommand = name: env: script: {
     outPath = "/nix/store/runcommand-${name}";

@@ -9,13 +9,14 @@
 #     --argstr variant default|full
 #
 # `default` is the module with only `enable` and `owner` set (no Matrix channel, so no
-# channeld, as the module renders it); `full` adds an OpenAI-compatible provider at an address
-# with its API key, a broker workspace root, writable and under /home, and the Matrix channel
-# on an https homeserver with its token (channels.matrix).
+# channeld, as the module renders it; the owner's system prompt the default's empty text,
+# `${confdir}/system.md`, installed by `${bindir}/install`); `full` adds an OpenAI-compatible
+# provider at an address with its API key, a broker workspace root, writable and under /home,
+# and the Matrix channel on an https homeserver with its token (channels.matrix).
 #
 # `matrix` (the twin's: { homeserver, user, owners, rooms }, as channels.matrix holds them)
 # gives either variant the Matrix channel: channeld's configuration, its token as the
-# credential, its IP reach.
+# credential, its IP reach; `systemPrompt` and `install` (the twin's) the owner's system prompt.
 {
   bindir,
   confdir,
@@ -23,6 +24,8 @@
   # The script provider's default script, which the package installs.
   defaultScript ? "${bindir}/../share/boxmaker/inferproxy-default-script.toml",
   matrix ? null,
+  systemPrompt ? null,
+  install ? null,
 }:
 let
   units = import ./units.nix;
@@ -89,6 +92,8 @@ let
     # As default.nix: channeld only with the Matrix channel, its token a key placed by hand.
     without = if channel == null then [ "channeld" ] else [ ];
     matrixTokenFile = if channel == null then null else "${units.keysDir}/matrix-token";
+    systemPrompt = if systemPrompt != null then systemPrompt else "${confdir}/system.md";
+    install = if install != null then install else "${bindir}/install";
   };
 in
 units.unitFiles (units.nixos rendered)

@@ -9,7 +9,8 @@
 # unit within the module's target. Then what only this test covers: the check fails when a
 # directory is loosened; the owner's first boot as NixOS gives it, without polkit (this test
 # does not enable it) and without sudo: `bxctl check` and `bxctl selftest` as the owner through
-# their on-demand units, the owner reading the runbook's lines in the journal; a unit's
+# their on-demand units, the owner reading the runbook's lines in the journal, the owner's
+# system prompt installed by loopd's unit as loopd's 0600 system.md; a unit's
 # IPAddressDeny= and SocketBindDeny= refusing its own processes (egress-probe.py in the unit's
 # cgroup); a configuration loopd refuses at start fails `switch-to-configuration` and names the
 # unit and the good one comes back (units.nix: Type=notify, notSocketActivated); bxharden's
@@ -33,6 +34,7 @@ let
   running = units.runningDaemons [ "channeld" ];
   services = map units.serviceUnit running;
   stateDir = units.stateDir "/var/lib/boxmaker" "loopd";
+  systemPrompt = "The owner of this machine likes short answers.";
 in
 {
   name = "boxmaker";
@@ -47,7 +49,7 @@ in
 
     services.boxmaker = {
       enable = true;
-      inherit owner;
+      inherit owner systemPrompt;
     };
 
     # The same machine with a key loopd does not know: its start must fail, and the switch. The
@@ -98,6 +100,9 @@ in
         assert "loopd finds inferproxy" in out, out
         machine.succeed("runuser -u ${owner} -- journalctl --no-pager RUNBOOK=socket-peer-refused --grep refused")
         assert machine.succeed("stat -c '%a %U %G' ${units.keysDir}").strip() == "700 root root"
+        prompt = "${units.systemPromptPath "/var/lib/boxmaker"}"
+        assert machine.succeed(f"stat -c '%a %U' {prompt}").strip() == "600 bx-loop", prompt
+        assert machine.succeed(f"cat {prompt}").strip() == "${systemPrompt}", prompt
 
     with subtest("egress: a unit's IPAddressDeny= and SocketBindDeny= refuse its own processes"):
         for d in ["gatewayd", "inferproxy"]:

@@ -13,10 +13,14 @@
 # `matrix` (a JSON string, empty for none): { homeserver, user, owners, rooms } of a Matrix
 # channel on a homeserver the twin reaches (the host's Synapse, through the twin's loopback),
 # whose token twin.sh puts where a key placed by hand goes (/var/lib/boxmaker-keys/matrix-token);
-# without it the twin has no channeld.
+# without it the twin has no channeld. `systemPrompt` and `install` (twin.sh gives both; empty:
+# offline.nix's placeholders): the owner's system prompt as a file in the twin's store and the
+# coreutils `install` loopd's unit copies it with.
 {
   package,
   matrix ? "",
+  systemPrompt ? "",
+  install ? "",
 }:
 let
   channel = if matrix == "" then null else builtins.fromJSON matrix;
@@ -35,6 +39,8 @@ let
     bindir = "${package}/bin";
     inherit confdir defaultScript;
     matrix = channel;
+    systemPrompt = if systemPrompt == "" then null else systemPrompt;
+    install = if install == "" then null else install;
   };
 
   lines = builtins.concatStringsSep "";

@@ -26,9 +26,10 @@
 #   8. the device check passes again, and its output is kept in target/twin/check.txt;
 # and, after step 1: the owner's first boot (the device check and the selftest as the owner,
 # through their on-demand units; the runbook's lines in the journal as the owner; a visitor
-# refused the check's socket), and egress: gatewayd's and inferproxy's units refuse their own
-# processes what their IPAddressDeny= forbids (nixos-module/egress-probe.py in each unit's
-# cgroup; SocketBindDeny= where the twin's systemd can enforce it).
+# refused the check's socket; the owner's system prompt installed as loopd's, 0600), and
+# egress: gatewayd's and inferproxy's units refuse their own processes what their
+# IPAddressDeny= forbids (nixos-module/egress-probe.py in each unit's cgroup; SocketBindDeny=
+# where the twin's systemd can enforce it).
 #
 # The Debian root (debootstrap minbase bookworm, Debian's own packages) is made once under
 # target/twin/base and copied for each run. It needs root, systemd-nspawn, nsenter, debootstrap
@@ -167,8 +168,15 @@ if [[ -n "${SYNAPSE_URL:-}" && -n "${SYNAPSE_REGISTER:-}" && -n "${SYNAPSE_SHARE
     '{homeserver: $hs, user: $u, owners: [$o], rooms: [$r]}')"
 fi
 
+# The owner's system prompt (services.boxmaker.systemPrompt), a file in the store as the module
+# writes it, and the coreutils `install` loopd's unit copies it with.
+prompt_store=/nix/store/twin00000000000000000000000000000-system-prompt
+coreutils=/nix/store/twin00000000000000000000000000000-coreutils
+prompt_text="The owner of this twin speaks English and likes short answers."
+
 render="$twin/render.json"
 nix-instantiate --eval --strict --json "$here/twin.nix" --argstr package "$pkg" --argstr matrix "$matrix_json" \
+  --argstr systemPrompt "$prompt_store/system.md" --argstr install "$coreutils/bin/install" \
   >"$render" 2>"$twin/render.err" || fail "nix-instantiate twin.nix: $(cat "$twin/render.err")"
 
 # The package as its install phase made it, its programs' loader and libraries beside it in the
@@ -190,6 +198,14 @@ for f in share/doc/boxmaker/runbook.md share/boxmaker/inferproxy-default-script.
   [[ -s "$root$pkg/$f" ]] || fail "the package installs no $f"
 done
 ln -sf "$pkg/bin/bxctl" "$root/usr/local/bin/bxctl"
+mkdir -p "$root$prompt_store" "$root$coreutils/bin"
+printf '%s\n' "$prompt_text" >"$root$prompt_store/system.md"
+chmod 0444 "$root$prompt_store/system.md"
+cp "$root/usr/bin/install" "$root$coreutils/bin/install"
+while read -r lib; do
+  [[ -n "$lib" && -e "$lib" ]] && cp -L "$lib" "$root$libs/lib/$(basename "$lib")"
+done < <(ldd "$root/usr/bin/install" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p')
+patchelf --set-interpreter "$libs/lib/$(basename "$interp")" --set-rpath "$libs/lib" "$root$coreutils/bin/install"
 
 # Units, tmpfiles.d, sysusers.d, configurations and the device check's manifest.
 mkdir -p "$root/etc/boxmaker" "$root/etc/tmpfiles.d" "$root/etc/sysusers.d"
@@ -408,7 +424,12 @@ grep -qE "loopd's own sockets +ok: boxmaker-selftest@\.service, as loopd's user"
 grep -qE '^  loopd finds inferproxy +ok' <<<"$out" || fail "the owner's selftest did not ask loopd's health on loop.sock:"$'\n'"$out"
 runbook_lines="$(as_owner journalctl --no-pager -o cat RUNBOOK=socket-peer-refused | wc -l)"
 ((runbook_lines > 0)) || fail "the owner reads no RUNBOOK=socket-peer-refused line in the journal"
-say "the owner's first boot: bxctl check ($n_owner lines ok, run as root by boxmaker-check@.service), bxctl selftest (loopd's through boxmaker-selftest@.service), $runbook_lines runbook lines in the journal; a visitor is refused the check's socket"
+# The owner's system prompt, as loopd's unit installed it before loopd started.
+prompt_path="$(jq -r '.manifest.home' "$render")/loop/system.md"
+got="$(in_twin stat -c '%U %G %a' "$prompt_path" 2>&1)" || fail "no system prompt at $prompt_path: $got"
+[[ "$got" == "bx-loop bx-loop 600" ]] || fail "$prompt_path is $got, not bx-loop's and 0600"
+[[ "$(in_twin cat "$prompt_path")" == "$prompt_text" ]] || fail "$prompt_path does not hold the owner's system prompt"
+say "the owner's first boot: bxctl check ($n_owner lines ok, run as root by boxmaker-check@.service), bxctl selftest (loopd's through boxmaker-selftest@.service), $runbook_lines runbook lines in the journal; a visitor is refused the check's socket; the system prompt at $prompt_path, bx-loop's, 0600"
 
 # --- egress: each network daemon's unit refuses what its IPAddressDeny= forbids -------------
 # egress-probe.py, in the twin's network namespace (loopback only), listens on 127.0.0.1,

@@ -188,6 +188,9 @@ let
   socketDir = name: "${runDir}/${sockets.${name}.dir}";
   socketPath = name: "${socketDir name}/${name}.sock";
   stateDir = home: daemon: "${home}/${daemons.${daemon}.state_dir}";
+  # The owner's own part of the system message, which loopd reads at each new session
+  # (crates/loopd/src/baseline.rs).
+  systemPromptPath = home: "${stateDir home "loopd"}/system.md";
   ondemandSocketUnit = name: "boxmaker-${name}.socket";
   ondemandService = name: "boxmaker-${name}@.service";
   ondemandDir = name: "${runDir}/${ondemand.${name}.dir}";
@@ -460,6 +463,9 @@ let
   #     options (inferproxy: the provider's address, ipAddressesOfProvider below; gatewayd:
   #     the local ranges denied, ipAddressesOfGateway)
   #   without: the daemons the device does not run (their units and sockets left out)
+  #   systemPrompt, install: the owner's system prompt file in the store (null: the module
+  #     leaves systemPromptPath alone) and the `install` program that copies it there in
+  #     loopd's unit (ExecStartPre=)
   render =
     {
       home,
@@ -473,8 +479,20 @@ let
       readOnlyHome ? { },
       ipAddresses ? { },
       without ? [ ],
+      systemPrompt ? null,
+      install ? null,
     }:
     let
+      # The owner's system prompt (services.boxmaker.systemPrompt), copied into loopd's own
+      # directory as loopd's user before loopd starts: bx-loop's, 0600, replaced at each start
+      # (so at each switch that changes it, which restarts loopd).
+      systemPromptKeys =
+        daemon:
+        if daemon == "loopd" && systemPrompt != null then
+          { ExecStartPre = "${install} -m 0600 -T ${systemPrompt} ${systemPromptPath home}"; }
+        else
+          { };
+
       sandbox =
         daemon:
         sandboxKeys {
@@ -502,7 +520,7 @@ let
             StartLimitIntervalSec = 300;
             StartLimitBurst = 5;
           };
-          Service = sandbox daemon // {
+          Service = sandbox daemon // systemPromptKeys daemon // {
             # READY=1 comes once every socket is served: a start (at boot, at switch) waits
             # for it, so a daemon that refuses its configuration fails the start job.
             Type = "notify";
@@ -662,6 +680,9 @@ let
   #   credentialFiles services.boxmaker.gateway.credentialFiles (name -> file)
   #   matrixTokenFile services.boxmaker.channels.matrix.tokenFile (null: none)
   #   without         the daemons the device does not run (channeld without the Matrix channel)
+  #   systemPrompt    services.boxmaker.systemPrompt's text as a file in the store (null: the
+  #                   module leaves system.md alone), and install the coreutils `install` that
+  #                   copies it for loopd
   # and home, runbook, ownerUser, ownerGroup, exe, configFile as `render` takes them.
   renderDevice =
     {
@@ -677,6 +698,8 @@ let
       credentialFiles ? { },
       matrixTokenFile ? null,
       without ? [ ],
+      systemPrompt ? null,
+      install ? null,
     }:
     let
       roots = ((settings.brokerd or { }).workspace or { }).roots or [ ];
@@ -694,6 +717,8 @@ let
         exe
         configFile
         without
+        systemPrompt
+        install
         ;
       credentials = {
         inferproxy = if apiKeyFile == null then [ ] else [ "api_key:${apiKeyFile}" ];
@@ -874,6 +899,7 @@ in
     socketDir
     socketPath
     stateDir
+    systemPromptPath
     clientOf
     directories
     securityThreshold
