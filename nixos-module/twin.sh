@@ -205,7 +205,9 @@ cp "$root/usr/bin/install" "$root$coreutils/bin/install"
 while read -r lib; do
   [[ -n "$lib" && -e "$lib" ]] && cp -L "$lib" "$root$libs/lib/$(basename "$lib")"
 done < <(ldd "$root/usr/bin/install" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p')
-patchelf --set-interpreter "$libs/lib/$(basename "$interp")" --set-rpath "$libs/lib" "$root$coreutils/bin/install"
+# DT_RPATH, not RUNPATH: its libraries' own (libselinux's libpcre2) are looked up there too, not
+# in the Debian root's /lib, which the unit's NoExecPaths=/ keeps from being mapped.
+patchelf --set-interpreter "$libs/lib/$(basename "$interp")" --force-rpath --set-rpath "$libs/lib" "$root$coreutils/bin/install"
 
 # Units, tmpfiles.d, sysusers.d, configurations and the device check's manifest.
 mkdir -p "$root/etc/boxmaker" "$root/etc/tmpfiles.d" "$root/etc/sysusers.d"
