@@ -3,14 +3,14 @@
 
 CARGO ?= cargo
 
-.PHONY: gate gate-fresh gate-load fmt clippy peers test runbook nix-check package-check twin skips demo bench honcho synapse
+.PHONY: fuzz gate gate-fresh gate-load fmt clippy peers test runbook nix-check package-check twin skips demo bench honcho synapse
 
 # Every skip of the run is logged here (bxtest::skip, check-offline.sh, package-check.sh,
 # twin.sh) and summed up before the gate's last line; one that .ci/allowed-skips does not list
 # fails the gate.
 export BXTEST_SKIP_LOG := $(CURDIR)/target/gate-skips.log
 
-gate: fmt clippy test runbook nix-check package-check twin skips
+gate: fmt clippy test fuzz runbook nix-check package-check twin skips
 	@echo "gate: ok"
 
 fmt:
@@ -35,6 +35,12 @@ test: clippy peers
 	set -a && . ./$(PEERS_ENV) && set +a && \
 		$(CARGO) build --workspace --bins && \
 		timeout --kill-after=60 $(TEST_LIMIT) $(CARGO) test --workspace
+
+# The fuzz targets (fuzz/: the frame decoder and every daemon's configuration parser), each run
+# for FUZZ_SECONDS from its seeds; a finding fails the gate and leaves its input in target/fuzz.
+FUZZ_SECONDS ?= 20
+fuzz: test
+	FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run
 
 # What skipped in this run, and whether .ci/allowed-skips lists it (the gate's last step).
 skips:

@@ -121,6 +121,12 @@ fn cancel_during_an_approval(signal: Signal) {
         chain.contains("\"event\":\"withdrawn\""),
         "the chain records the withdrawal: {chain}"
     );
+    // loopd ends the turn once brokerd has answered the withdrawn call: the session is free
+    // when its log says so.
+    let log = b.home().join("loop/sessions/a1.jsonl");
+    wait("the cancelled turn to end", || {
+        fs::read_to_string(&log).is_ok_and(|l| l.contains("\"cancelled\""))
+    });
     let out = b.bxctl(&["chat", "--session", "a1", "never mind"]);
     assert!(out.status.success(), "{}", said(&out));
     assert!(

@@ -321,6 +321,7 @@ impl bxharden::daemon::DaemonConfig for Config {
             run.check()?;
         }
         self.roots().map_err(|e| e.to_string())?;
+        self.roots_clear_of_the_box()?;
         self.registry().map_err(|e| e.to_string())?;
         let prefix = &self.decide.session_prefix;
         if prefix.is_empty() || prefix.len() > 32 || bxcore::SessionId::new(prefix).is_err() {
@@ -335,6 +336,47 @@ impl bxharden::daemon::DaemonConfig for Config {
 }
 
 impl Config {
+    /// No workspace root holds the box itself: not `/`, not the home or a directory above it,
+    /// not a daemon's own directory or the socket directories, nor anything inside them. A tool
+    /// that could read or write there would make brokerd's chain and fingerprints, a daemon's
+    /// keys or its sockets workspace files. A root that exists is judged by where it leads
+    /// (its links followed), as the kernel will open it.
+    fn roots_clear_of_the_box(&self) -> Result<(), String> {
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let home = real(&self.paths.home);
+        let mut own: Vec<PathBuf> = layout::DAEMONS
+            .iter()
+            .map(|d| d.state_path(&home))
+            .collect();
+        own.push(real(&layout::run_dir(&self.paths.home)));
+        let sockets = [
+            self.broker_socket(),
+            self.admin_socket(),
+            self.state_socket(),
+            self.decide_socket(),
+        ];
+        own.extend(sockets.iter().filter_map(|s| s.parent()).map(real));
+        for r in &self.workspace.roots {
+            let root = real(&r.path);
+            let why = if home.starts_with(&root) {
+                Some(format!("holds the box's home {}", home.display()))
+            } else {
+                own.iter()
+                    .find(|d| root.starts_with(d))
+                    .map(|d| format!("lies in {}, the box's own state", d.display()))
+            };
+            if let Some(why) = why {
+                return Err(format!(
+                    "[[workspace.roots]] {}: {why}: the audit chain, the fingerprints and the \
+                     daemons' keys and sockets would be workspace files; name a directory of \
+                     the owner's files",
+                    r.path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The workspace roots, checked.
     pub fn roots(&self) -> Result<Roots, toolkit::RootsError> {
         Roots::new(self.workspace.roots.clone())

@@ -93,7 +93,7 @@ fn the_journal_gets_the_head_at_start_and_at_stop() {
     read_ok(&h, 1);
     let (seq, hash) = last_head(&h);
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(b.child.id() as i32),
+        nix::unistd::Pid::from_raw(b.pid() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();

@@ -131,6 +131,51 @@ fn what_is_refused() {
 }
 
 #[test]
+fn a_workspace_root_that_holds_the_box_is_refused() {
+    let root = |path: &str| {
+        format!(
+            "[paths]\nhome = \"/h\"\n[sockets]\nadmin = \"/s/admin/a.sock\"\n\
+             [[workspace.roots]]\npath = {path:?}\nclass = \"private\"\nwritable = true\n"
+        )
+    };
+    for (path, why) in [
+        ("/", "holds the box's home /h"),
+        ("/h", "holds the box's home /h"),
+        ("/h/broker", "lies in /h/broker, the box's own state"),
+        ("/h/broker/audit", "lies in /h/broker, the box's own state"),
+        ("/h/memory/local", "lies in /h/memory, the box's own state"),
+        ("/h/run", "lies in /h/run, the box's own state"),
+        ("/s/admin", "lies in /s/admin, the box's own state"),
+    ] {
+        let e = parse(&root(path)).unwrap_err();
+        assert!(e.contains(why), "{path}: {e}");
+        assert!(
+            e.contains("name a directory of the owner's files"),
+            "{path}: {e}"
+        );
+    }
+    // The owner's own directories, inside the home or not, are roots.
+    for path in ["/h/workspace/notes", "/home/me/notes", "/h/brokerage"] {
+        parse(&root(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+}
+
+#[test]
+fn a_workspace_root_that_links_into_the_box_is_refused() {
+    let h = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(h.path().join("broker/audit")).unwrap();
+    let link = h.path().join("notes");
+    std::os::unix::fs::symlink(h.path().join("broker"), &link).unwrap();
+    let text = format!(
+        "[paths]\nhome = {:?}\n[[workspace.roots]]\npath = {:?}\nclass = \"private\"\n",
+        h.path().display().to_string(),
+        link.display().to_string()
+    );
+    let e = parse(&text).unwrap_err();
+    assert!(e.contains("/broker, the box's own state"), "{e}");
+}
+
+#[test]
 fn check_prints_what_it_would_serve_and_exits_0() {
     let h = Home::new("");
     let (code, out, err) = run(&["check", "--config", &h.config.display().to_string()]);

@@ -122,7 +122,7 @@ fn it_serves_under_its_real_sandbox_with_seccomp_and_no_new_privs_on_every_threa
         Message::ToolResponse(ToolResponse::Failed { .. })
     ));
 
-    let pid = b.child.id();
+    let pid = b.pid();
     let mut threads = 0;
     for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         // A connection's thread that ends while the list is read is gone: not one to check.

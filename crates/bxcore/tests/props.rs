@@ -160,7 +160,35 @@ proptest! {
     #[test]
     fn any_bytes_give_an_error_or_an_envelope(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         let mut r = Counting { inner: &bytes, read: 0 };
-        let _ = read_frame(&mut r);
+        let res = read_frame(&mut r);
+        let read = r.read;
+        match res {
+            // An envelope: exactly its frame was read, and it is the one its bytes encode.
+            Ok(env) => {
+                let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+                prop_assert_eq!(read, 4 + len);
+                let mut again = Vec::new();
+                write_frame(&mut again, &env).unwrap();
+                prop_assert_eq!(read_frame(&mut again.as_slice()).unwrap(), env);
+            }
+            Err(FrameError::Closed) => prop_assert!(bytes.is_empty()),
+            Err(FrameError::Io(_)) => {
+                // A frame cut short: everything there was read, and it was less than promised.
+                prop_assert_eq!(read, bytes.len());
+                let short = bytes.len() < 4
+                    || bytes.len() - 4 < u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+                prop_assert!(short, "{:?}", bytes);
+            }
+            Err(FrameError::TooLarge(n)) => {
+                prop_assert!(n > MAX_FRAME);
+                prop_assert_eq!(read, 4);
+            }
+            // Refused whole frames: nothing past the frame was read.
+            Err(FrameError::BadFrame(_) | FrameError::Json(_) | FrameError::BadVersion(_)) => {
+                let len = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+                prop_assert_eq!(read, 4 + len);
+            }
+        }
     }
 
     #[test]
@@ -180,7 +208,20 @@ proptest! {
         let body = v.to_string();
         let mut bytes = (body.len() as u32).to_be_bytes().to_vec();
         bytes.extend_from_slice(body.as_bytes());
-        let _ = read_frame(&mut bytes.as_slice());
+        match read_frame(&mut bytes.as_slice()) {
+            // Only what parses as an envelope is one, and it is that envelope.
+            Ok(env) => {
+                let parsed: Envelope = serde_json::from_str(&body).unwrap();
+                prop_assert_eq!(env, parsed);
+            }
+            // A whole frame of JSON is never a transport failure: it is refused as a message
+            // (not an envelope, or another version), answered with a code.
+            Err(e @ (FrameError::Json(_) | FrameError::BadVersion(_))) => {
+                prop_assert!(e.code() != ErrorCode::BadFrame);
+            }
+            Err(e @ FrameError::BadFrame(_)) => prop_assert!(body.is_empty(), "{e}"),
+            Err(e) => prop_assert!(false, "a whole JSON frame read as {e}"),
+        }
     }
 }
 

@@ -88,28 +88,6 @@ pub fn init(daemon: Daemon) -> Sink {
     })
 }
 
-/// A plain log line without the RFC 3339 time it starts with (`2026-11-30T22:50:29.123Z `); a
-/// line without one, as it is. For readers of log files that match on the text.
-pub fn without_time(line: &str) -> &str {
-    match line.split_once(' ') {
-        Some((stamp, rest))
-            if stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T' =>
-        {
-            rest
-        }
-        _ => line,
-    }
-}
-
-/// Every line of a plain log [`without_time`], for readers that match on the text.
-pub fn without_times(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for line in text.split_inclusive('\n') {
-        out.push_str(without_time(line));
-    }
-    out
-}
-
 /// systemd's rule: stderr is the journal when `JOURNAL_STREAM` is `<device>:<inode>` of fd 2.
 pub fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
     let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else {
@@ -239,8 +217,8 @@ mod tests {
     #[test]
     fn a_plain_line_is_read_back_without_its_time() {
         let stamped = format!("{} loopd: serving", bxcore::Timestamp(0).utc_text());
-        assert_eq!(super::without_time(&stamped), "loopd: serving");
-        assert_eq!(super::without_time("loopd: serving"), "loopd: serving");
+        assert_eq!(bxtest::without_time(&stamped), "loopd: serving");
+        assert_eq!(bxtest::without_time("loopd: serving"), "loopd: serving");
     }
 
     use super::*;

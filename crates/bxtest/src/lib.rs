@@ -10,6 +10,7 @@
 //! - [`recv`], [`join`], [`Barrier`]: waits on other threads that end at a deadline.
 //! - [`Server`] and [`accept`]: fake servers that stop with their test and connections whose
 //!   reads and writes give up at a deadline.
+//! - [`Daemon`]: a real daemon under test, waited for, its log read, killed when dropped.
 //! - [`Watchdog`]: a last line of defence for a whole test binary.
 //! - [`model::PacedModel`]: a model server that streams at a person's pace, or stays silent.
 //!
@@ -26,10 +27,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 
+mod daemon;
 pub mod model;
 mod serve;
 mod threads;
 
+pub use daemon::{Daemon, without_time, without_times};
 pub use serve::{HttpRequest, Listener, Server, Stream, accept, accept_within, read_http_request};
 pub use threads::{Barrier, gate, join, join_within, recv, recv_within};
 

@@ -188,6 +188,36 @@ impl Block {
     }
 }
 
+impl Block {
+    /// The refused range the whole block lies in: its first and its last address both in it.
+    /// `None` for a block that reaches beyond one (`0.0.0.0/0`, `10.0.0.0/7`, a public block):
+    /// `addresses` lets a host reach the owner's own network, never the web at large.
+    pub fn refused_range(&self) -> Option<Range> {
+        let (first, last) = match self.net {
+            IpAddr::V4(n) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
+                let n = u32::from(n) & mask;
+                (
+                    IpAddr::V4(Ipv4Addr::from(n)),
+                    IpAddr::V4(Ipv4Addr::from(n | !mask)),
+                )
+            }
+            IpAddr::V6(n) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.bits))
+                    .unwrap_or(0);
+                let n = u128::from(n) & mask;
+                (
+                    IpAddr::V6(Ipv6Addr::from(n)),
+                    IpAddr::V6(Ipv6Addr::from(n | !mask)),
+                )
+            }
+        };
+        let range = forbidden(first)?;
+        (self.bits > 0 && forbidden(last) == Some(range)).then_some(range)
+    }
+}
+
 impl FromStr for Block {
     type Err = String;
     fn from_str(s: &str) -> Result<Block, String> {

@@ -263,7 +263,26 @@ impl Config {
                     ));
                 }
             }
+            if let Some(b) = h.addresses.iter().find(|b| b.refused_range().is_none()) {
+                return Err(format!(
+                    "{at}: addresses {b} reaches beyond one refused range: `addresses` lets \
+                     this host reach a server on the owner's own network (192.168.1.0/24, \
+                     10.0.0.5); name that network, not the web at large"
+                ));
+            }
             let secret = h.secret_file.is_some() || h.credential.is_some();
+            if secret && matches!(h.name, Pattern::Below(_)) {
+                return Err(format!(
+                    "{at}: a credential goes to one named host, never to every name below a \
+                     suffix (any of them could be another's server); name the host itself"
+                ));
+            }
+            if secret && h.http {
+                return Err(format!(
+                    "{at}: a credential is never sent over plain http (anyone on the path \
+                     reads it); remove http = true, or the credential"
+                ));
+            }
             if h.secret_file.is_some() && h.credential.is_some() {
                 return Err(format!(
                     "{at}: secret_file and credential: give one of them"

@@ -137,3 +137,35 @@ fn a_secret_file_others_may_read_is_refused_and_never_printed() {
         "has mode 0644: its group or others may read or change it",
     );
 }
+
+#[test]
+fn addresses_that_reach_the_whole_web_are_refused() {
+    for block in ["0.0.0.0/0", "::/0", "10.0.0.0/7", "8.8.8.0/24"] {
+        let body = format!("[[hosts]]\nname = \"nas.home.arpa\"\naddresses = [{block:?}]\n");
+        refused(
+            &body,
+            &format!("addresses {block} reaches beyond one refused range"),
+        );
+    }
+    let (ok, said) = check(
+        "[[hosts]]\nname = \"nas.home.arpa\"\naddresses = [\"192.168.1.0/24\", \"fd00::/8\", \"10.0.0.5\"]\n",
+        &[],
+    );
+    assert!(ok, "{said}");
+}
+
+#[test]
+fn a_credential_on_a_wildcard_entry_is_refused() {
+    refused(
+        "[[hosts]]\nname = \"*.example.org\"\nheader = \"authorization\"\nsecret_file = \"{home}/token\"\n",
+        "a credential goes to one named host, never to every name below a suffix",
+    );
+}
+
+#[test]
+fn a_credential_on_a_plain_http_entry_is_refused() {
+    refused(
+        "[[hosts]]\nname = \"api.example.org\"\nhttp = true\nheader = \"authorization\"\nsecret_file = \"{home}/token\"\n",
+        "a credential is never sent over plain http",
+    );
+}

@@ -93,6 +93,20 @@ impl BaseUrl {
         &self.host
     }
 
+    /// Whether a request travels in the clear beyond this machine: `http` to a host that is not
+    /// loopback. A bearer token is never sent so (`Client::new` refuses).
+    pub fn plain_beyond_loopback(&self) -> bool {
+        if self.tls {
+            return false;
+        }
+        let host = self.host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        !loopback
+    }
+
     /// The TCP port every request goes to.
     pub fn port(&self) -> u16 {
         self.port

@@ -515,7 +515,10 @@ fn refused(config: &str, files: &[(&str, &str)]) -> String {
 fn a_missing_key_file_refuses_to_start() {
     let p = Provider::start(vec![]);
     let e = refused(&openai_config(&p, ""), &[]);
-    assert!(e.starts_with("exited exit status: 1"), "{e}");
+    assert!(
+        e.starts_with("inferproxy exited with exit status: 1"),
+        "{e}"
+    );
     assert!(
         e.contains("inferproxy: cannot read the API key file "),
         "{e}"
@@ -549,7 +552,10 @@ fn a_key_file_others_may_read_refuses_to_start_with_its_pointer() {
         Ok(_) => panic!("it started with a key file of mode 0644"),
         Err(e) => e,
     };
-    assert!(e.starts_with("exited exit status: 1"), "{e}");
+    assert!(
+        e.starts_with("inferproxy exited with exit status: 1"),
+        "{e}"
+    );
     assert!(e.contains("/key has mode 0644"), "{e}");
     assert!(
         e.trim_end()

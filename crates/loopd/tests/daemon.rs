@@ -167,7 +167,7 @@ fn the_running_daemon_has_seccomp_and_no_new_privs_on_every_thread() {
     let log = d.log_text();
     let notice = log
         .lines()
-        .find(|l| bxharden::log::without_time(l).starts_with("loopd: sandbox: "))
+        .find(|l| bxtest::without_time(l).starts_with("loopd: sandbox: "))
         .unwrap_or_else(|| panic!("{log}"));
     assert!(notice.contains("seccomp loopd ("), "{notice}");
     assert!(notice.contains("otherwise kill)"), "{notice}");
@@ -245,7 +245,7 @@ fn a_damaged_session_is_refused_and_logged_with_its_anchor() {
     assert_eq!(support::error_code(&frames), bxcore::ErrorCode::Internal);
     support::wait_until("the damaged line in the log", || {
         d.log_text().lines().any(|l| {
-            bxharden::log::without_time(l).starts_with("loopd: session s: ")
+            bxtest::without_time(l).starts_with("loopd: session s: ")
                 && l.ends_with("; see docs/runbook.md#session-log-damaged")
         })
     });

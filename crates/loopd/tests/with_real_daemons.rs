@@ -10,20 +10,13 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Child;
 use std::time::Duration;
 
 use bxcore::{CallId, Message, Outcome, TurnEvent};
 use support::daemon::{Layout, Loopd, config, run};
-use support::{last_msg, turn, wait_until};
+use support::{last_msg, turn};
 
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        bxtest::reap(&mut self.0);
-    }
-}
+type Guard = bxtest::Daemon;
 
 /// `bin serve --config <home>/<name>.toml` with `cfg` as that file, its stderr in
 /// `<home>/<name>.log`: running once `socket` answers `ping`, stopped when the guard is dropped.
@@ -31,13 +24,12 @@ fn serve(bin: &Path, home: &Path, name: &str, cfg: &str, socket: &Path) -> Guard
     let config = home.join(format!("{name}.toml"));
     std::fs::write(&config, cfg).unwrap();
     let log = home.join(format!("{name}.log"));
-    let child = bxtest::daemon_command(bin, "serve", &config, &log)
-        .spawn()
-        .unwrap();
-    let guard = Guard(child);
-    wait_until(&format!("{name} to answer ping"), || {
-        bxcore::client::ping(socket, Duration::from_secs(5)).is_ok()
-    });
+    let mut guard = Guard::spawn(bin, "serve", &config, &log);
+    guard
+        .wait_ready("ping", || {
+            bxcore::client::ping(socket, Duration::from_secs(5)).is_ok()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
     guard
 }
 

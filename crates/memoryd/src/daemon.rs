@@ -54,6 +54,14 @@ fn open_honcho(h: &crate::config::Honcho) -> Result<HonchoStore, StartError> {
         Some(path) => Some(::honcho::Token::read(&path).map_err(|e| StartError::anchored(&e))?),
         None => None,
     };
+    if token.is_some() && base.plain_beyond_loopback() {
+        return Err(config(format!(
+            "[honcho] url = {:?} is plain http to a host beyond this machine, and a bearer \
+             token is set: anyone on the path would read it. Give an https:// URL (or a \
+             Honcho on loopback)",
+            h.url
+        )));
+    }
     let options = ::honcho::Options {
         timeout: Duration::from_millis(h.timeout_ms),
         ..::honcho::Options::default()

@@ -156,3 +156,60 @@ fn memoryd_check_prints_the_routes_or_exits_1_with_the_pointer() {
         "{err}"
     );
 }
+
+#[test]
+fn a_bearer_token_over_plain_http_beyond_loopback_is_refused() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let key = dir.path().join("honcho.key");
+    bxtest::write_private(&key, "tok-7c1e9a3b5d\n");
+    let check = |url: &str, with_key: bool| {
+        let cfg = dir.path().join("memoryd.toml");
+        let key_line = if with_key {
+            format!("key_file = {:?}\n", key.display().to_string())
+        } else {
+            String::new()
+        };
+        std::fs::write(
+            &cfg,
+            format!("[paths]\nhome = \"/tmp/box\"\n[honcho]\nurl = {url:?}\n{key_line}"),
+        )
+        .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_memoryd"))
+            .args(["check", "--config"])
+            .arg(&cfg)
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .output_bounded()
+            .unwrap()
+    };
+    for url in [
+        "http://192.0.2.10:8765",
+        "http://honcho.example.org",
+        "http://[2001:db8::1]:80",
+    ] {
+        let out = check(url, true);
+        assert_eq!(out.status.code(), Some(1), "{url}: {}", bxtest::said(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is plain http to a host beyond this machine"),
+            "{err}"
+        );
+        assert!(
+            err.trim_end()
+                .ends_with("see docs/runbook.md#honcho-config"),
+            "{err}"
+        );
+        assert!(!err.contains("tok-7c1e"), "{err}");
+        // No token, nothing to read on the path: taken.
+        let out = check(url, false);
+        assert!(out.status.success(), "{url}: {}", bxtest::said(&out));
+    }
+    for url in [
+        "http://127.0.0.1:8765",
+        "http://localhost:8765",
+        "http://[::1]:8765",
+        "https://honcho.example.org",
+    ] {
+        let out = check(url, true);
+        assert!(out.status.success(), "{url}: {}", bxtest::said(&out));
+    }
+}

@@ -6,8 +6,8 @@ use std::fs;
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use bxcore::deadline::Deadline;
 use bxcore::{
@@ -100,7 +100,7 @@ impl Home {
 
 /// A running brokerd; killed and reaped when dropped, before its home goes.
 pub struct Brokerd {
-    pub child: Child,
+    pub daemon: bxtest::Daemon,
     pub log: PathBuf,
 }
 
@@ -131,10 +131,8 @@ impl Brokerd {
     pub fn spawn(home: &Home) -> Brokerd {
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let log = home.log(n);
-        let child = bxtest::daemon_command(Path::new(brokerd_bin()), "serve", &home.config, &log)
-            .spawn()
-            .unwrap();
-        Brokerd { child, log }
+        let daemon = bxtest::Daemon::spawn(Path::new(brokerd_bin()), "serve", &home.config, &log);
+        Brokerd { daemon, log }
     }
 
     /// Start it and wait until all three sockets answer `ping` and the admin socket answers a
@@ -146,23 +144,12 @@ impl Brokerd {
     }
 
     pub fn wait_serving(&mut self, home: &Home) {
-        let until = Instant::now() + WAIT;
         for s in [home.state_sock(), home.broker_sock(), home.admin_sock()] {
-            loop {
-                if let Ok(Some(status)) = self.child.try_wait() {
-                    panic!("brokerd exited with {status}: {}", self.stderr());
-                }
-                if ping(&s).is_some() {
-                    break;
-                }
-                assert!(
-                    Instant::now() < until,
-                    "brokerd never listened on {}: {}",
-                    s.display(),
-                    self.stderr()
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            self.daemon
+                .wait_ready(&format!("listening on {}", s.display()), || {
+                    ping(&s).is_some()
+                })
+                .unwrap_or_else(|e| panic!("{e}"));
         }
         let r = request(&home.admin_sock(), 1, Message::ApprovalsList {});
         assert!(
@@ -182,47 +169,27 @@ impl Brokerd {
 
     /// What it logged, each line without the time it starts with.
     pub fn stderr(&self) -> String {
-        bxharden::log::without_times(&fs::read_to_string(&self.log).unwrap_or_default())
+        self.daemon.log_text()
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.daemon.pid()
     }
 
     /// Wait until the process exits on its own: its status code.
     pub fn wait_exit(&mut self) -> i32 {
-        let until = Instant::now() + WAIT;
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s.code().unwrap_or(-1);
-            }
-            assert!(
-                Instant::now() < until,
-                "brokerd did not exit: {}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.daemon.wait_exit().code().unwrap_or(-1)
     }
 
     /// Wait until the log holds `text`.
     pub fn wait_log(&self, text: &str) -> String {
-        let until = Instant::now() + WAIT;
-        loop {
-            let s = self.stderr();
-            if s.contains(text) {
-                return s;
-            }
-            assert!(Instant::now() < until, "the log never said {text:?}: {s}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.daemon.wait_log(text)
     }
 
     /// kill -9 and reap.
     pub fn kill(&mut self) {
-        bxtest::reap(&mut self.child);
-    }
-}
-
-impl Drop for Brokerd {
-    fn drop(&mut self) {
-        self.kill();
+        self.daemon.kill();
     }
 }
 

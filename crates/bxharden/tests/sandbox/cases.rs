@@ -1089,7 +1089,7 @@ fn exchange(peers: &str, uid: u32, kind: &str) -> Result<(String, String), Strin
     // The refusal line is written before the answer is sent: it is on stderr by now.
     let err = String::from_utf8_lossy(&sv.kill_and_collect().stderr).into_owned();
     // Each line starts with its time (checked in tests/flags.rs); the text is what is compared.
-    Ok((answer, bxharden::log::without_times(&err)))
+    Ok((answer, bxtest::without_times(&err)))
 }
 
 fn peer_refused() -> Outcome {

@@ -321,7 +321,7 @@ pub struct Gatewayd {
     pub home: tempfile::TempDir,
     pub socket: PathBuf,
     pub log: PathBuf,
-    child: Option<bxtest::Bounded>,
+    daemon: bxtest::Daemon,
 }
 
 impl Gatewayd {
@@ -337,40 +337,25 @@ impl Gatewayd {
         std::fs::write(&cfg, text).unwrap();
         let log = home.path().join("gatewayd.log");
         let bin = std::path::Path::new(env!("CARGO_BIN_EXE_gatewayd"));
-        let child = bxtest::Bounded::spawn(
-            &mut bxtest::daemon_command(bin, "serve", &cfg, &log),
-            "gatewayd",
-        )?;
+        let mut daemon = bxtest::Daemon::spawn(bin, "serve", &cfg, &log);
         let socket = home.path().join("run/broker-gateway/gateway.sock");
-        let mut g = Gatewayd {
+        daemon.wait_ready("ping", || {
+            bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
+        })?;
+        Ok(Gatewayd {
             home,
             socket,
             log,
-            child: Some(child),
-        };
-        let until = Instant::now() + bxtest::DEADLINE;
-        loop {
-            if bxcore::client::ping(&g.socket, Duration::from_secs(5)).is_ok() {
-                return Ok(g);
-            }
-            if exited(g.pid()) {
-                let c = g.child.take().unwrap();
-                let _ = c.kill_and_collect();
-                return Err(g.log_text());
-            }
-            if Instant::now() > until {
-                return Err(format!("gatewayd never answered ping: {}", g.log_text()));
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+            daemon,
+        })
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, bxtest::Bounded::id)
+        self.daemon.pid()
     }
 
     pub fn log_text(&self) -> String {
-        bxharden::log::without_times(&std::fs::read_to_string(&self.log).unwrap_or_default())
+        self.daemon.log_text()
     }
 
     /// Ask for `url` (GET), with `headers` and `body`.
@@ -409,34 +394,7 @@ impl Gatewayd {
 
     /// Wait until the log holds `needle`.
     pub fn wait_log(&self, needle: &str) -> String {
-        let mut text = String::new();
-        bxtest::wait_for(
-            &format!("gatewayd to log {needle:?}"),
-            bxtest::DEADLINE,
-            || {
-                text = self.log_text();
-                text.contains(needle)
-            },
-        );
-        text
-    }
-}
-
-/// Whether the process `pid` has ended (gone, or a zombie not yet reaped).
-fn exited(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => true,
-    }
-}
-
-impl Drop for Gatewayd {
-    fn drop(&mut self) {
-        if let Some(c) = self.child.take() {
-            let _ = c.kill_and_collect();
-        }
+        self.daemon.wait_log(needle)
     }
 }
 

@@ -383,7 +383,7 @@ pub struct Daemon {
     pub config: std::path::PathBuf,
     pub socket: std::path::PathBuf,
     pub log: std::path::PathBuf,
-    child: Option<std::process::Child>,
+    daemon: bxtest::Daemon,
 }
 
 impl Daemon {
@@ -424,44 +424,41 @@ impl Daemon {
         std::fs::write(&cfg, text).unwrap();
         let log = home.path().join("inferproxy.log");
         let bin = std::path::Path::new(env!("CARGO_BIN_EXE_inferproxy"));
-        let child = bxtest::daemon_command(bin, "serve", &cfg, &log)
-            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-            .spawn()
-            .unwrap();
+        let daemon = bxtest::Daemon::spawn_command(
+            bxtest::daemon_command(bin, "serve", &cfg, &log)
+                .envs(env.iter().map(|(k, v)| (*k, v.as_str()))),
+            &log,
+        );
         let socket = home.path().join("run/loop-infer/infer.sock");
         let mut d = Daemon {
             home,
             config: cfg,
             socket,
             log,
-            child: Some(child),
+            daemon,
         };
-        let until = Instant::now() + bxtest::DEADLINE;
-        loop {
-            if ping && bxcore::client::ping(&d.socket, Duration::from_secs(5)).is_ok() {
-                return Ok(d);
-            }
-            if !ping && d.log_text().contains("inferproxy: serving inference") {
-                return Ok(d);
-            }
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                d.child = None;
-                return Err(format!("exited {status}: {}", d.log_text()));
-            }
-            if Instant::now() > until {
-                return Err(format!("never answered ping: {}", d.log_text()));
-            }
-            thread::sleep(Duration::from_millis(20));
+        if ping {
+            let socket = d.socket.clone();
+            d.daemon.wait_ready("ping", || {
+                bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
+            })?;
+        } else {
+            let log = d.log.clone();
+            d.daemon.wait_ready("its serving notice", || {
+                bxtest::without_times(&std::fs::read_to_string(&log).unwrap_or_default())
+                    .contains("inferproxy: serving inference")
+            })?;
         }
+        Ok(d)
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
+        self.daemon.pid()
     }
 
     /// What it logged, each line without the time it starts with.
     pub fn log_text(&self) -> String {
-        bxharden::log::without_times(&std::fs::read_to_string(&self.log).unwrap_or_default())
+        self.daemon.log_text()
     }
 
     /// Send one request; every frame of the answer, the final one last.
@@ -481,29 +478,14 @@ impl Daemon {
         }
     }
 
-    /// Wait (generously) until the log has a line containing `needle`.
+    /// Wait until the log has a line containing `needle`: the whole log.
     pub fn wait_log(&self, needle: &str) -> String {
-        self.wait_log_n(needle, 1)
+        self.daemon.wait_log(needle)
     }
 
-    /// Wait (generously) until the log holds `needle` at least `n` times.
+    /// Wait until the log holds `needle` at least `n` times.
     pub fn wait_log_n(&self, needle: &str, n: usize) -> String {
-        let until = Instant::now() + bxtest::DEADLINE;
-        loop {
-            let t = self.log_text();
-            if t.matches(needle).count() >= n || Instant::now() > until {
-                return t;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            bxtest::reap(&mut c);
-        }
+        self.daemon.wait_log_n(needle, n)
     }
 }
 

@@ -4,17 +4,13 @@
 use bxtest::OutputBounded;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::Duration;
-
-use super::wait_until;
 
 /// A running loopd.
 pub struct Loopd {
-    pub child: Option<Child>,
+    pub daemon: bxtest::Daemon,
     pub socket: PathBuf,
-    pub log: PathBuf,
-    pub config: PathBuf,
 }
 
 /// Paths every real-process test uses under `home`.
@@ -58,15 +54,11 @@ impl Loopd {
     pub fn start(home: &Path, config_text: &str) -> Loopd {
         let mut d = Loopd::spawn(home, config_text, "serve");
         let socket = d.socket.clone();
-        wait_until("loopd to answer ping", || {
-            if let Some(status) = d.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "loopd exited with {status}: {}",
-                    fs::read_to_string(&d.log).unwrap_or_default()
-                );
-            }
-            bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
-        });
+        d.daemon
+            .wait_ready("loop.sock answering ping", || {
+                bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
         d
     }
 
@@ -76,45 +68,29 @@ impl Loopd {
         fs::write(&config, config_text).unwrap();
         let log = home.join(format!("loopd-{}.log", std::process::id()));
         let bin = Path::new(env!("CARGO_BIN_EXE_loopd"));
-        let child = bxtest::daemon_command(bin, command, &config, &log)
-            .spawn()
-            .unwrap();
         Loopd {
-            child: Some(child),
+            daemon: bxtest::Daemon::spawn(bin, command, &config, &log),
             socket: home.join("run/channel-loop/loop.sock"),
-            log,
-            config,
         }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
+        self.daemon.pid()
     }
 
     /// What it logged so far.
     pub fn log_text(&self) -> String {
-        bxharden::log::without_times(&fs::read_to_string(&self.log).unwrap_or_default())
+        self.daemon.log_text()
     }
 
     /// `kill -9` and reap.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            bxtest::reap(&mut c);
-        }
+        self.daemon.kill();
     }
 
     /// Whether it is still running (reaping it if not).
     pub fn running(&mut self) -> bool {
-        match self.child.as_mut() {
-            Some(c) => c.try_wait().unwrap().is_none(),
-            None => false,
-        }
-    }
-}
-
-impl Drop for Loopd {
-    fn drop(&mut self) {
-        self.kill();
+        self.daemon.running()
     }
 }
 

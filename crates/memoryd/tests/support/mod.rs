@@ -10,8 +10,7 @@
 use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bxcore::client::{self, ClientError};
 use bxcore::{
@@ -92,33 +91,10 @@ impl Home {
 }
 
 /// A daemon process, killed and reaped when dropped.
-pub struct Proc {
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-impl Proc {
-    pub fn log_text(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// `SIGKILL`, and wait for it to be gone.
-    pub fn kill(&mut self) {
-        bxtest::reap(&mut self.child);
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+pub type Proc = bxtest::Daemon;
 
 fn spawn(bin: &Path, config: &Path, log: PathBuf) -> Proc {
-    let child = bxtest::daemon_command(bin, "serve", config, &log)
-        .spawn()
-        .unwrap();
-    Proc { child, log }
+    bxtest::Daemon::spawn(bin, "serve", config, &log)
 }
 
 fn next_log(h: &Home, name: &str) -> PathBuf {
@@ -154,22 +130,10 @@ pub fn memoryd_with_config(h: &Home, config: &Path) -> Proc {
 
 fn wait_serving(p: &mut Proc, sockets: &[PathBuf], what: &str) {
     for s in sockets {
-        let until = Instant::now() + WAIT;
-        loop {
-            if let Ok(Some(status)) = p.child.try_wait() {
-                panic!("{what} exited with {status}: {}", p.log_text());
-            }
-            if client::ping(s, Duration::from_secs(5)).is_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < until,
-                "{what} did not answer on {} within {WAIT:?}: {}",
-                s.display(),
-                p.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        p.wait_ready(&format!("{what} answering on {}", s.display()), || {
+            client::ping(s, Duration::from_secs(5)).is_ok()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

@@ -21,12 +21,18 @@ impl Read for Counting<'_> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let mut r = Counting { inner: data, read: 0 };
+    let mut r = Counting {
+        inner: data,
+        read: 0,
+    };
     let got = read_frame(&mut r);
     assert!(r.read <= 4 + MAX_FRAME);
     if let Ok(env) = got {
         let mut out = Vec::new();
         write_frame(&mut out, &env).expect("a decoded envelope writes back");
-        assert_eq!(read_frame(&mut out.as_slice()).expect("and decodes again"), env);
+        assert_eq!(
+            read_frame(&mut out.as_slice()).expect("and decodes again"),
+            env
+        );
     }
 });
