@@ -18,6 +18,7 @@ use crate::broker::{Broker, Redecision, send};
 use crate::leases::Covers;
 use crate::ledger::chain;
 use crate::ledger::record::{Draft, Event};
+use crate::policy::AskRule;
 
 /// The socket's name in the lines brokerd logs and the errors it sends.
 pub const SOCKET: &str = "admin.sock";
@@ -66,6 +67,7 @@ pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
         })
     };
     let mut failed = None;
+    let mut again = None;
     // A lease asked with the approval is granted first, so that one that cannot be (a full
     // table) leaves the approval pending for the owner to answer without it.
     let lease = match (d.allow && d.lease, broker.approvals().pending(&d.approval)) {
@@ -84,10 +86,10 @@ pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
     let verdict = if !d.allow {
         Verdict::Denied { by, reason: None }
     } else {
-        let now = broker
-            .approvals()
-            .pending(&d.approval)
-            .map(|a| broker.redecide(&a.session, &a.tool, &a.args));
+        let now = broker.approvals().pending(&d.approval).map(|a| {
+            let asked = AskRule::from_name(&a.rule).unwrap_or(AskRule::Always);
+            broker.redecide(&a.session, &a.tool, &a.args, asked)
+        });
         match now {
             Some(Redecision::Denied(reason)) => Verdict::Denied {
                 by,
@@ -101,6 +103,11 @@ pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
             // the session by what the failure tells; the owner is told here.
             Some(Redecision::Failed(reason, _)) => {
                 failed = Some(reason);
+                Verdict::Approved { by }
+            }
+            // The call's own thread opens the new approval, which says why.
+            Some(Redecision::AskAgain { reason, .. }) => {
+                again = Some(reason);
                 Verdict::Approved { by }
             }
             Some(Redecision::Runs(_)) | None => Verdict::Approved { by },
@@ -128,6 +135,14 @@ pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
                 "the approval {} was not carried out: the call can no longer be made \
                  ({reason}); it failed",
                 d.approval
+            )),
+            (None, None) if again.is_some() => forbidden(format!(
+                "the approval {} was not carried out: the policy, asked again, puts the call \
+                 to the owner for another reason ({}); a new approval is pending: bxctl \
+                 approvals; {}",
+                d.approval,
+                again.unwrap_or_default(),
+                bxcore::runbook::pointer(crate::broker::ASKED_AGAIN_ANCHOR)
             )),
             (None, None) => Message::ApprovalAck(ApprovalAck {
                 approval: d.approval,

@@ -20,7 +20,7 @@ pub use bxharden::serve::send;
 
 use crate::approvals::{Approvals, Verdict};
 use crate::config::Config;
-use crate::fingerprints::{Fingerprints, LEAK_ANCHOR};
+use crate::fingerprints::{FULL_ANCHOR, Fingerprints, LEAK_ANCHOR, WEAK_ANCHOR};
 use crate::leases::{Covers, Leases};
 use crate::ledger::record::{Draft, Event, args_detail};
 use crate::ledger::{Ledger, LedgerError};
@@ -28,6 +28,13 @@ use crate::policy::{self, AskRule, Decision};
 
 /// Why a pending approval closed without a decision: its requester cancelled or went away.
 const WITHDRAWN: &str = "the requester cancelled or went away before the decision";
+
+/// The runbook anchor of an approval the policy put to the owner again.
+pub const ASKED_AGAIN_ANCHOR: &str = "broker-approval-asked-again";
+
+/// Why an approved call was put to the owner again instead of run.
+pub const ASKED_AGAIN: &str =
+    "approved, but the policy, asked again, puts the call to the owner for another reason";
 
 /// The socket's name in the lines brokerd logs and the errors it sends.
 pub const SOCKET: &str = "broker.sock";
@@ -164,6 +171,10 @@ struct Call<'a> {
     call: CallId,
     tool: String,
     args: Value,
+    /// Whether the requester can still be watched while an approval waits: a watch ends by
+    /// shutting the stream's reading half, so a call asked again after one waits unwatched (its
+    /// approval then ends at its expiry if the requester went away).
+    watchable: bool,
 }
 
 impl Call<'_> {
@@ -209,8 +220,11 @@ fn tool_request(stream: &mut UnixStream, broker: &Broker, id: u64, req: ToolRequ
         id,
         session: req.session,
         call: req.call,
-        tool: req.tool,
+        // A name no tool has is kept as a bounded summary from here on: in the chain, in the
+        // refusal, in the log.
+        tool: crate::ledger::record::tool_name(&req.tool),
         args: req.args,
+        watchable: true,
     };
     let requested = c.draft(Event::Requested, args_detail(&c.args));
     let Some(state) = c.state(&requested) else {
@@ -396,8 +410,14 @@ impl Call<'_> {
         }
         // The requester's end of input while it waits withdraws the approval: a turn
         // cancelled, or a loopd gone. Watched by a thread until the wait is over.
-        match wait_watching(self.stream, broker, waiter, &aid) {
-            Verdict::Approved { by } => self.approved(&aid, &by, entry),
+        let verdict = if self.watchable {
+            self.watchable = false;
+            wait_watching(self.stream, broker, waiter, &aid)
+        } else {
+            broker.approvals.wait(waiter)
+        };
+        match verdict {
+            Verdict::Approved { by } => self.approved(&aid, &by, entry, rule),
             Verdict::Denied { by, reason } => {
                 let reason = reason.unwrap_or_else(|| OWNER_DENIED.to_string());
                 self.deny(
@@ -424,12 +444,20 @@ impl Call<'_> {
         }
     }
 
-    /// The owner approved: decide the call again against the session's state now (it may have
-    /// read something since it asked), and run it only if the policy still lets it.
-    fn approved(&mut self, aid: &ApprovalId, by: &crate::approvals::By, entry: &Entry) {
+    /// The owner approved: decide the call again, whole, against the session's state now (it
+    /// may have read something since it asked), and run it only if the policy still lets it
+    /// for the reason the owner saw: a call the policy now puts to the owner for another reason
+    /// is asked again, a new approval that says why.
+    fn approved(
+        &mut self,
+        aid: &ApprovalId,
+        by: &crate::approvals::By,
+        entry: &Entry,
+        asked: AskRule,
+    ) {
         let broker = self.broker;
         let tag = by.record(json!({"approval": aid}));
-        let plan = match broker.redecide(&self.session, &self.tool, &self.args) {
+        let plan = match broker.redecide(&self.session, &self.tool, &self.args, asked) {
             Redecision::Runs(p) => p,
             Redecision::Denied(reason) => return self.deny(Vec::new(), Some(tag), reason),
             Redecision::Failed(message, touched) => {
@@ -439,6 +467,25 @@ impl Call<'_> {
                 bxharden::log::fail(&e);
                 let reason = e.pointed().to_string();
                 return self.deny(Vec::new(), Some(tag), reason);
+            }
+            Redecision::AskAgain {
+                plan,
+                rule,
+                reason,
+                state,
+            } => {
+                let closed = self.draft(
+                    Event::Withdrawn,
+                    by.record(json!({
+                        "approval": aid,
+                        "reason": format!(
+                            "{ASKED_AGAIN} ({} now, {} when the owner was asked)",
+                            rule.as_str(),
+                            asked.as_str()
+                        ),
+                    })),
+                );
+                return self.ask(closed, state, entry, &plan, rule, reason);
             }
         };
         let approved = self.draft(
@@ -487,9 +534,10 @@ fn wait_watching(
 fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
     match entry.run(&c.args, plan, &c.broker.env) {
         Ok(out) => {
-            // Released from a secret root: fingerprinted, durably, before anyone sees it.
+            // Released from a secret root: what came from the root (never the box's own words
+            // or a root's path) fingerprinted, durably, before anyone sees it.
             if plan.carries.class == DataClass::Secret {
-                if let Err(e) = c.broker.fingerprints.release(out.content.as_bytes()) {
+                if let Err(e) = c.release(&out) {
                     bxharden::log::fail(&e);
                     return c.answer(ToolResponse::Failed {
                         message: NOT_RECORDED.to_string(),
@@ -537,6 +585,50 @@ fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
     }
 }
 
+impl Call<'_> {
+    /// Fingerprint what `out` released from a secret root, and tell the owner what the owner
+    /// must know of it: a store now full (egress and write-down stop), a fingerprint that will
+    /// deny ordinary text (a short secret, a host name: perhaps planted by the model).
+    fn release(&self, out: &toolkit::Output) -> Result<(), crate::fingerprints::StoreError> {
+        let paths: Vec<String> = self
+            .broker
+            .env
+            .roots
+            .iter()
+            .map(|r| r.path.display().to_string())
+            .collect();
+        let cut: Vec<&str> = paths.iter().map(String::as_str).collect();
+        let r = self.broker.fingerprints.release(&out.released(), &cut)?;
+        let whose = format!(
+            "{} call {} of session {}",
+            self.tool,
+            self.call.0,
+            self.session.as_str()
+        );
+        if r.filled {
+            let full = crate::fingerprints::Full::Capacity;
+            self.broker.log(
+                FULL_ANCHOR,
+                &format!(
+                    "brokerd: {full} ({whose}): egress and write-down are denied for every \
+                     session until the owner acts; {}",
+                    bxcore::runbook::pointer(FULL_ANCHOR)
+                ),
+            );
+        }
+        if let Some(weak) = r.weak {
+            self.broker.log(
+                WEAK_ANCHOR,
+                &format!(
+                    "brokerd: {whose} released from a secret root: {weak}; {}",
+                    bxcore::runbook::pointer(WEAK_ANCHOR)
+                ),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// What a lease given with an approval would cover, for a person.
 pub fn lease_scope(tool: &str, scope: &str, rule: AskRule) -> String {
     let place = if scope == "any" {
@@ -564,8 +656,16 @@ pub fn failed_detail(message: &str) -> Value {
 /// A call decided again when the owner approved it.
 #[derive(Debug)]
 pub enum Redecision {
-    /// The policy still lets it run (as it is now planned).
+    /// The policy still lets it run (as it is now planned): allowed, or asked for the same
+    /// reason the owner approved.
     Runs(Plan),
+    /// The policy now asks for another reason than the one the owner saw: asked again.
+    AskAgain {
+        plan: Plan,
+        rule: AskRule,
+        reason: String,
+        state: Label,
+    },
     /// The policy now denies it, with this reason.
     Denied(String),
     /// It can no longer be carried out.
@@ -594,6 +694,20 @@ impl Broker {
             state,
         );
         if let Decision::Denied(policy::Denial {
+            full: Some(full), ..
+        }) = &d
+        {
+            self.log(
+                FULL_ANCHOR,
+                &format!(
+                    "brokerd: denied {tool} call {} of session {}: {full}; {}",
+                    call.0,
+                    session.as_str(),
+                    bxcore::runbook::pointer(FULL_ANCHOR)
+                ),
+            );
+        }
+        if let Decision::Denied(policy::Denial {
             leak: Some(how), ..
         }) = &d
         {
@@ -611,9 +725,16 @@ impl Broker {
         d
     }
 
-    /// Decide `tool(args)` for `session` against its state now: the second decision of an
-    /// approved call, in the broker thread and for the owner's answer.
-    pub fn redecide(&self, session: &SessionId, tool: &str, args: &Value) -> Redecision {
+    /// Decide `tool(args)` for `session` against its state now: the second decision of a call
+    /// the owner approved when asked for `asked`, in the broker thread and for the owner's
+    /// answer. Whole: a deny denies, and an ask for another reason asks again.
+    pub fn redecide(
+        &self,
+        session: &SessionId,
+        tool: &str,
+        args: &Value,
+        asked: AskRule,
+    ) -> Redecision {
         let state = match self.ledger.state(session) {
             Ok(s) => s,
             Err(e) => return Redecision::Unreadable(e),
@@ -621,7 +742,16 @@ impl Broker {
         match self.decide(session, CallId(0), tool, args, state) {
             Decision::Denied(d) => Redecision::Denied(d.reason),
             Decision::Failed { message, touched } => Redecision::Failed(message, touched),
-            Decision::Allow { plan, .. } | Decision::Ask { plan, .. } => Redecision::Runs(plan),
+            Decision::Allow { plan, .. } => Redecision::Runs(plan),
+            Decision::Ask { plan, rule, .. } if rule == asked => Redecision::Runs(plan),
+            Decision::Ask {
+                plan, rule, reason, ..
+            } => Redecision::AskAgain {
+                plan,
+                rule,
+                reason,
+                state,
+            },
         }
     }
 }

@@ -1,18 +1,37 @@
 //! The fingerprints of what brokerd released from secret roots, so that a secret cannot change
 //! sessions: session A reads a secret file (A becomes secret and may not send), and session B,
 //! fresh and private, is handed the same text by a compromised loopd and asked to send it out.
-//! Every egress or write-down argument is looked up here, plain and in the encodings a model
-//! reaches for (URL-encoded, base64, hex); a hit is `denied` with reason `leak`.
+//! Every egress or write-down argument is looked up here, in the forms a model reaches for; a
+//! hit is `denied` with reason `leak`.
 //!
-//! A fingerprint is a keyed Rabin-Karp hash of one 16-byte window of released content (of the
-//! whole content when it is shorter, down to 8 bytes). The store is bounded (oldest out first),
-//! kept in `<home>/broker/fingerprints.bin` and replaced atomically before the content it
-//! fingerprints is answered, so a restart forgets nothing that was released. The decoders below
-//! are scanners, not codecs: they decode every run of the alphabet at every alignment and never
-//! fail, which no codec crate offers.
+//! **What is fingerprinted.** Only what came from the root (`toolkit::Output::released`): a
+//! file's text, a directory's names, a program's stdout and stderr; never the box's own words (a
+//! write's confirmation, the `run` framing) and never a root's own path (`pwd`), which are cut
+//! out before hashing. The text is first brought to a canonical form ([`canonical`]): NFKD with
+//! its marks dropped (fullwidth, ligatures, accents), lookalike letters of other scripts mapped
+//! to Latin, case folded, and everything but letters and digits dropped (white space, format
+//! characters such as U+200B, punctuation, separators). A fingerprint is a keyed rolling hash of
+//! one 16-byte window of that form; windows with fewer than 4 distinct bytes (runs of one byte,
+//! repeated patterns) are skipped; a content whose canonical form is shorter than 16 bytes, down
+//! to 4, is fingerprinted whole (a PIN).
+//!
+//! **What is looked for.** Each argument string as it is, then decoded a bounded number of
+//! layers ([`LAYERS`]): percent-encoding, HTML entities, base64 of either alphabet (split by
+//! white space too), base32, hex with or without separators, Ascii85 and gzip inside base64;
+//! each form canonical, and canonical reversed and in rot13. The decoders are scanners, not
+//! codecs: they decode every run of their alphabet at every alignment and never fail, and keep
+//! only what decodes to text.
+//!
+//! **Bounded, and never open.** A release adds at most [`PER_RELEASE`] fingerprints (a longer
+//! content is sampled at a stride). Nothing is ever evicted: when the store cannot hold a release
+//! whole it is *full*, durably, and every egress and write-down is denied until the owner acts
+//! (the runbook entry `broker-fingerprints-full`), rather than forget a secret to make room for
+//! bulk. The store is `<home>/broker/fingerprints.bin`, replaced atomically before the content it
+//! fingerprints is answered, so a restart forgets nothing that was released.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::fs;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -24,24 +43,35 @@ use serde_json::Value;
 pub const LEAK_ANCHOR: &str = "broker-leak-denied";
 /// The runbook anchor of a store that cannot be read or written.
 pub const STORE_ANCHOR: &str = "broker-fingerprints-damaged";
+/// The runbook anchor of a store that is full: egress and write-down are denied.
+pub const FULL_ANCHOR: &str = "broker-fingerprints-full";
+/// The runbook anchor of a release whose fingerprint will deny ordinary text (a short secret, a
+/// host name): shown to the owner, since a model may plant one on purpose.
+pub const WEAK_ANCHOR: &str = "broker-fingerprint-weak";
 
-/// The window a fingerprint covers.
+/// The window a fingerprint covers, in bytes of the canonical form.
 pub const WINDOW: usize = 16;
 /// The shortest content fingerprinted whole; shorter text cannot be told from ordinary words.
-pub const SHORT_MIN: usize = 8;
-/// The most fingerprints kept.
+pub const SHORT_MIN: usize = 4;
+/// The most fingerprints kept: 24 bytes of memory each, 8 on disk.
 pub const MAX_ENTRIES: usize = 65_536;
 /// The most fingerprints one release adds: a longer content is sampled at a stride, so a leak of
-/// it is caught from `WINDOW + stride - 1` consecutive bytes on.
-pub const PER_RELEASE: usize = 16_384;
+/// it is caught from `WINDOW + stride - 1` consecutive canonical bytes on.
+pub const PER_RELEASE: usize = 2_048;
+/// A window with fewer distinct bytes is not fingerprinted: `0000000000000000`, `abababab...`.
+pub const MIN_DISTINCT: usize = 4;
+/// How many layers of encoding are taken off an argument.
+pub const LAYERS: usize = 3;
 
-const MAGIC: &[u8; 8] = b"BXFP1\n\0\0";
-/// The Mersenne prime 2^61 - 1, the hash's modulus.
-const P: u64 = (1 << 61) - 1;
-
-fn mulmod(a: u64, b: u64) -> u64 {
-    ((u128::from(a) * u128::from(b)) % u128::from(P)) as u64
-}
+const MAGIC: &[u8; 8] = b"BXFP2\n\0\0";
+/// The first format: windows of the raw bytes, which this one cannot look up.
+const OLD_MAGIC: &[u8; 8] = b"BXFP1\n\0\0";
+const HEAD: usize = 24;
+const FLAG_FULL: u64 = 1;
+const FLAG_OLD: u64 = 2;
+/// The prefilter's size: one bit per 2^-20 of the fingerprints' space (128 KiB, allocated with
+/// the first fingerprint).
+const FILTER_BITS: u32 = 20;
 
 /// A store that cannot be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -57,13 +87,52 @@ impl Anchored for StoreError {
     }
 }
 
+/// Why the store holds no more: every egress and write-down is denied while it is so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Full {
+    #[error(
+        "the leak check's fingerprint store is full ({MAX_ENTRIES} fingerprints) and could not \
+         hold a release from a secret root whole"
+    )]
+    Capacity,
+    #[error(
+        "the leak check's fingerprint store holds fingerprints of an older format, which this \
+         brokerd cannot look up"
+    )]
+    OldFormat,
+}
+
+/// A fingerprint is already a hash: the set takes it as its own, spread by one multiplication.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ident(u64);
+
+impl Hasher for Ident {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type Set = HashSet<u64, BuildHasherDefault<Ident>>;
+
 #[derive(Debug)]
 struct Inner {
+    /// The hash's key: an odd multiplier.
     base: u64,
-    order: VecDeque<u64>,
-    set: HashSet<u64>,
-    /// Bit `n` set: a content of `n` bytes (`SHORT_MIN..WINDOW`) was fingerprinted whole.
+    set: Set,
+    /// One bit per slice of the fingerprints' space; empty while the set is.
+    filter: Vec<u64>,
+    /// Bit `n` set: a content of `n` canonical bytes (`SHORT_MIN..WINDOW`) was fingerprinted
+    /// whole.
     short: u16,
+    full: Option<Full>,
 }
 
 /// The fingerprints, behind one lock.
@@ -73,13 +142,20 @@ pub struct Fingerprints {
     inner: Mutex<Inner>,
 }
 
-/// How a leaked window was carried.
+/// How a leaked window was carried: the last layer taken off, or the transformation it was
+/// found under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {
     Plain,
     UrlEncoded,
+    HtmlEntities,
     Base64,
+    Base32,
+    Base85,
     Hex,
+    Gzip,
+    Reversed,
+    Rot13,
 }
 
 impl Encoding {
@@ -87,10 +163,42 @@ impl Encoding {
         match self {
             Encoding::Plain => "plain",
             Encoding::UrlEncoded => "url-encoded",
+            Encoding::HtmlEntities => "html-entities",
             Encoding::Base64 => "base64",
+            Encoding::Base32 => "base32",
+            Encoding::Base85 => "base85",
             Encoding::Hex => "hex",
+            Encoding::Gzip => "gzip",
+            Encoding::Reversed => "reversed",
+            Encoding::Rot13 => "rot13",
         }
     }
+}
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Released {
+    /// Fingerprints added.
+    pub added: usize,
+    /// The store became full with this release.
+    pub filled: bool,
+    /// The release will deny ordinary text: the owner is told.
+    pub weak: Option<Weak>,
+}
+
+/// A release whose fingerprint matches text that is not secret-looking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Weak {
+    #[error(
+        "a content of {0} characters was fingerprinted whole: any egress or write-down that \
+         carries those characters in a row is denied"
+    )]
+    Short(usize),
+    #[error(
+        "a content that is a host name was fingerprinted: a write that names that host is \
+         denied (a fetch to it is not: the allow-listed part of a URL's host is not checked)"
+    )]
+    HostName,
 }
 
 impl Fingerprints {
@@ -102,9 +210,25 @@ impl Fingerprints {
             path: path.clone(),
             why,
         };
+        let fresh = |full: Option<Full>| -> Result<Inner, StoreError> {
+            let mut key = [0u8; 8];
+            getrandom::fill(&mut key).map_err(|e| fail(format!("no key: {e}")))?;
+            Ok(Inner {
+                base: u64::from_le_bytes(key) | 1,
+                set: Set::default(),
+                filter: Vec::new(),
+                short: 0,
+                full,
+            })
+        };
         let inner = match fs::read(&path) {
+            Ok(bytes) if bytes.len() >= 16 && &bytes[..8] == OLD_MAGIC => {
+                // Nothing of it can be looked up now: a store that held something is full
+                // until the owner acts; an empty one is simply replaced.
+                fresh((bytes.len() > 16).then_some(Full::OldFormat))?
+            }
             Ok(bytes) => {
-                if bytes.len() < 16 || &bytes[..8] != MAGIC || (bytes.len() - 16) % 8 != 0 {
+                if bytes.len() < HEAD || &bytes[..8] != MAGIC || (bytes.len() - HEAD) % 8 != 0 {
                     return Err(fail("is not a fingerprint store (or is cut short)".into()));
                 }
                 let word = |at: usize| {
@@ -113,37 +237,32 @@ impl Fingerprints {
                     u64::from_le_bytes(w)
                 };
                 let base = word(8);
-                if !(256..P).contains(&base) {
+                if base & 1 == 0 {
                     return Err(fail("holds a key out of range".into()));
                 }
-                let n = (bytes.len() - 16) / 8;
+                let flags = word(16);
+                let short = (flags >> 16) as u16;
+                let full = if flags & FLAG_OLD != 0 {
+                    Some(Full::OldFormat)
+                } else if flags & FLAG_FULL != 0 {
+                    Some(Full::Capacity)
+                } else {
+                    None
+                };
+                let n = (bytes.len() - HEAD) / 8;
                 let mut inner = Inner {
                     base,
-                    order: VecDeque::with_capacity(n),
-                    set: HashSet::with_capacity(n),
-                    short: 0,
+                    set: Set::with_capacity_and_hasher(n, Default::default()),
+                    filter: Vec::new(),
+                    short,
+                    full,
                 };
                 for i in 0..n {
-                    let fp = word(16 + 8 * i);
-                    if inner.set.insert(fp) {
-                        inner.order.push_back(fp);
-                    }
-                    if let Some(len) = short_len(fp) {
-                        inner.short |= 1 << len;
-                    }
+                    inner.insert(word(HEAD + 8 * i), None);
                 }
                 inner
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let mut key = [0u8; 8];
-                getrandom::fill(&mut key).map_err(|e| fail(format!("no key: {e}")))?;
-                Inner {
-                    base: 256 + u64::from_le_bytes(key) % (P - 256),
-                    order: VecDeque::new(),
-                    set: HashSet::new(),
-                    short: 0,
-                }
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => fresh(None)?,
             Err(e) => return Err(fail(format!("cannot be read: {e}"))),
         };
         Ok(Fingerprints {
@@ -158,49 +277,83 @@ impl Fingerprints {
 
     /// How many fingerprints are kept.
     pub fn len(&self) -> usize {
-        self.lock().order.len()
+        self.lock().set.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Fingerprint `content`, released from a secret root, and make the store durable: before
-    /// the content is answered.
-    pub fn release(&self, content: &[u8]) -> Result<(), StoreError> {
+    /// Whether the store is full, and why: every egress and write-down is denied while it is.
+    pub fn full(&self) -> Option<Full> {
+        self.lock().full
+    }
+
+    /// Fingerprint what a call released from a secret root (`parts`: each piece that came from
+    /// the root, on its own), with every occurrence of `cut` (the roots' own paths) taken out,
+    /// and make the store durable: before the content is answered. A release the store cannot
+    /// hold whole makes it full, never evicts.
+    pub fn release(&self, parts: &[&str], cut: &[&str]) -> Result<Released, StoreError> {
         let mut inner = self.lock();
         let base = inner.base;
-        let mut added = Vec::new();
-        let trimmed = content.trim_ascii();
-        if content.len() >= WINDOW {
-            let windows = content.len() - WINDOW + 1;
-            let stride = windows.div_ceil(PER_RELEASE).max(1);
-            rolling(content, WINDOW, base, |i, fp| {
-                if i % stride == 0 {
-                    added.push(fp);
+        let mut segments: Vec<Vec<u8>> = Vec::new();
+        for part in parts {
+            for piece in cut_out(part, cut) {
+                let mut c = Vec::new();
+                canonical(piece.as_bytes(), &mut c);
+                if !c.is_empty() {
+                    segments.push(c);
                 }
-                false
-            });
-        } else if trimmed.len() >= SHORT_MIN {
-            added.push(tag(hash(trimmed, base), trimmed.len()));
-            inner.short |= 1 << trimmed.len();
-        }
-        let mut changed = false;
-        for fp in added {
-            if inner.set.insert(fp) {
-                inner.order.push_back(fp);
-                changed = true;
             }
         }
-        while inner.order.len() > MAX_ENTRIES {
-            if let Some(old) = inner.order.pop_front() {
-                inner.set.remove(&old);
+        let total: usize = segments.iter().map(Vec::len).sum();
+        let mut out = Released::default();
+        let mut fps = Vec::new();
+        let mut short = None;
+        if total < WINDOW {
+            let whole = segments.concat();
+            if whole.len() >= SHORT_MIN {
+                fps.push(tag(hash(&whole, base), whole.len()));
+                short = Some(whole.len());
+                out.weak = Some(Weak::Short(whole.len()));
+            }
+        } else {
+            let windows: usize = segments
+                .iter()
+                .map(|s| (s.len() + 1).saturating_sub(WINDOW))
+                .sum();
+            let stride = windows.div_ceil(PER_RELEASE).max(1);
+            let mut at = 0usize;
+            for s in &segments {
+                rolling(s, WINDOW, base, |i, fp| {
+                    if (at + i) % stride == 0 && distinct(&s[i..i + WINDOW]) >= MIN_DISTINCT {
+                        fps.push(fp);
+                    }
+                    false
+                });
+                at += (s.len() + 1).saturating_sub(WINDOW);
             }
         }
-        if changed {
+        if out.weak.is_none() && parts.iter().any(|p| host_like(p.trim())) {
+            out.weak = Some(Weak::HostName);
+        }
+        fps.sort_unstable();
+        fps.dedup();
+        fps.retain(|fp| !inner.set.contains(fp));
+        let room = MAX_ENTRIES.saturating_sub(inner.set.len());
+        if fps.len() > room && inner.full.is_none() {
+            inner.full = Some(Full::Capacity);
+            out.filled = true;
+        }
+        fps.truncate(room);
+        out.added = fps.len();
+        for fp in fps {
+            inner.insert(fp, short);
+        }
+        if out.added > 0 || out.filled {
             self.write(&inner)?;
         }
-        Ok(())
+        Ok(out)
     }
 
     /// Whether any string in `args` carries a released window, and how.
@@ -216,22 +369,33 @@ impl crate::policy::Leaks for Fingerprints {
             return None;
         }
         let mut found = None;
+        let mut scratch = Scratch::default();
         strings(args, &mut |s| {
             if found.is_none() {
-                found = inner.scan(s.as_bytes());
+                found = inner.scan(s.as_bytes(), &mut scratch);
             }
         });
         found
+    }
+
+    fn full(&self) -> Option<Full> {
+        Fingerprints::full(self)
     }
 }
 
 impl Fingerprints {
     /// Replace the file durably (`bxcore::durable`).
     fn write(&self, inner: &Inner) -> Result<(), StoreError> {
-        let mut body = Vec::with_capacity(16 + 8 * inner.order.len());
+        let mut body = Vec::with_capacity(HEAD + 8 * inner.set.len());
         body.extend_from_slice(MAGIC);
         body.extend_from_slice(&inner.base.to_le_bytes());
-        for fp in &inner.order {
+        let flags = match inner.full {
+            None => 0,
+            Some(Full::Capacity) => FLAG_FULL,
+            Some(Full::OldFormat) => FLAG_FULL | FLAG_OLD,
+        } | u64::from(inner.short) << 16;
+        body.extend_from_slice(&flags.to_le_bytes());
+        for fp in &inner.set {
             body.extend_from_slice(&fp.to_le_bytes());
         }
         bxcore::durable::replace(&self.path, &body).map_err(|e| StoreError {
@@ -241,72 +405,332 @@ impl Fingerprints {
     }
 }
 
+/// Buffers reused across one leak check.
+#[derive(Default)]
+struct Scratch {
+    canon: Vec<u8>,
+    bounds: Vec<bool>,
+}
+
 impl Inner {
-    /// `bytes` plain and percent-decoded, each as it is and with its base64 and hex runs decoded.
-    fn scan(&self, bytes: &[u8]) -> Option<Encoding> {
-        if self.hit(bytes) {
-            return Some(Encoding::Plain);
+    /// Keep `fp`, a short content's of `short` bytes when it is one.
+    fn insert(&mut self, fp: u64, short: Option<usize>) {
+        if self.filter.is_empty() {
+            self.filter = vec![0; 1 << (FILTER_BITS - 6)];
         }
-        if let Some(e) = self.decoded(bytes) {
+        if let Some(len) = short {
+            self.short |= 1 << len;
+        }
+        let slot = filter_slot(fp);
+        self.filter[slot >> 6] |= 1 << (slot & 63);
+        self.set.insert(fp);
+    }
+
+    fn contains(&self, fp: u64) -> bool {
+        let slot = filter_slot(fp);
+        self.filter[slot >> 6] & (1 << (slot & 63)) != 0 && self.set.contains(&fp)
+    }
+
+    /// `bytes` as it is, then with up to [`LAYERS`] layers of encoding taken off, each form
+    /// checked canonical, reversed and in rot13. What is decoded is bounded by the input's size.
+    fn scan(&self, bytes: &[u8], s: &mut Scratch) -> Option<Encoding> {
+        if let Some(e) = self.check(bytes, Encoding::Plain, s) {
             return Some(e);
         }
-        if bytes.iter().any(|&b| b == b'%' || b == b'+') {
-            let plain = percent_decode(bytes);
-            if self.hit(&plain) {
-                return Some(Encoding::UrlEncoded);
+        let mut budget = 4 * bytes.len() + 4096;
+        let mut layer = vec![bytes.to_vec()];
+        for _ in 0..LAYERS {
+            let mut next = Vec::new();
+            for text in &layer {
+                for (decoded, how) in decodings(text) {
+                    if decoded.len() > budget {
+                        return None;
+                    }
+                    budget -= decoded.len();
+                    if let Some(e) = self.check(&decoded, how, s) {
+                        return Some(e);
+                    }
+                    next.push(decoded);
+                }
             }
-            return self.decoded(&plain);
+            if next.is_empty() {
+                break;
+            }
+            layer = next;
         }
         None
     }
 
-    fn decoded(&self, bytes: &[u8]) -> Option<Encoding> {
-        let b64 = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_');
-        for run in runs(bytes, b64, WINDOW * 4 / 3) {
-            for skip in 0..4 {
-                if run.len() > skip && self.hit(&base64_decode(&run[skip..])) {
-                    return Some(Encoding::Base64);
-                }
-            }
+    /// `text`'s canonical form, as it is, reversed and in rot13.
+    fn check(&self, text: &[u8], how: Encoding, s: &mut Scratch) -> Option<Encoding> {
+        canonical_bounded(text, &mut s.canon, &mut s.bounds);
+        let turned = |t: Turn| match t {
+            Turn::Not => how,
+            Turn::Reversed => Encoding::Reversed,
+            Turn::Rot13 => Encoding::Rot13,
+        };
+        if let Some(t) = self.windows(&s.canon, WINDOW, None) {
+            return Some(turned(t));
         }
-        for run in runs(bytes, |b: u8| b.is_ascii_hexdigit(), 2 * SHORT_MIN) {
-            for skip in 0..2 {
-                if run.len() > skip && self.hit(&hex_decode(&run[skip..])) {
-                    return Some(Encoding::Hex);
-                }
+        // A short content whole, between two token bounds: a PIN `4711` is found in
+        // `pin=4711`, `4 7 1 1` and `x4711`, not inside `1247113`.
+        (SHORT_MIN..WINDOW)
+            .filter(|len| self.short & (1 << len) != 0)
+            .find_map(|len| self.windows(&s.canon, len, Some(&s.bounds)))
+            .map(turned)
+    }
+
+    /// Whether a window of `len` bytes of `canon` is in the store, as it is, reversed or in
+    /// rot13 (starting and ending on a token bound, when `bounds` are given). One pass: the
+    /// reversed window's hash rolls beside the window's own, by the key's inverse.
+    fn windows(&self, canon: &[u8], len: usize, bounds: Option<&[bool]>) -> Option<Turn> {
+        if canon.len() < len || len == 0 {
+            return None;
+        }
+        let b = self.base;
+        let inv = inverse(b);
+        let top = (1..len).fold(1u64, |p, _| p.wrapping_mul(b));
+        let k = tag(0, len);
+        let w = &canon[..len];
+        let mut fwd = hash(w, b);
+        let mut rev = w
+            .iter()
+            .rev()
+            .fold(0u64, |h, &c| h.wrapping_mul(b).wrapping_add(u64::from(c)));
+        let mut rot = w.iter().fold(0u64, |h, &c| {
+            h.wrapping_mul(b)
+                .wrapping_add(u64::from(ROT13[usize::from(c)]))
+        });
+        for i in 0..=canon.len() - len {
+            if i > 0 {
+                let (out, inn) = (u64::from(canon[i - 1]), u64::from(canon[i + len - 1]));
+                fwd = fwd
+                    .wrapping_sub(out.wrapping_mul(top))
+                    .wrapping_mul(b)
+                    .wrapping_add(inn);
+                rev = rev
+                    .wrapping_sub(out)
+                    .wrapping_mul(inv)
+                    .wrapping_add(inn.wrapping_mul(top));
+                let (ro, ri) = (
+                    u64::from(ROT13[canon[i - 1] as usize]),
+                    u64::from(ROT13[canon[i + len - 1] as usize]),
+                );
+                rot = rot
+                    .wrapping_sub(ro.wrapping_mul(top))
+                    .wrapping_mul(b)
+                    .wrapping_add(ri);
+            }
+            if bounds.is_some_and(|bd| !(bd[i] && bd[i + len])) {
+                continue;
+            }
+            if self.contains(fwd ^ k) {
+                return Some(Turn::Not);
+            }
+            if self.contains(rev ^ k) {
+                return Some(Turn::Reversed);
+            }
+            if self.contains(rot ^ k) {
+                return Some(Turn::Rot13);
             }
         }
         None
-    }
-
-    /// Whether a window of `bytes` (16 bytes, or a short content's length) is in the store.
-    fn hit(&self, bytes: &[u8]) -> bool {
-        if rolling(bytes, WINDOW, self.base, |_, fp| self.set.contains(&fp)) {
-            return true;
-        }
-        (SHORT_MIN..WINDOW).any(|len| {
-            self.short & (1 << len) != 0
-                && rolling(bytes, len, self.base, |_, fp| self.set.contains(&fp))
-        })
     }
 }
 
-/// The hash of `bytes` under `base`.
+/// How a window was found.
+#[derive(Debug, Clone, Copy)]
+enum Turn {
+    Not,
+    Reversed,
+    Rot13,
+}
+
+/// Each byte in rot13: letters turned by 13, everything else as it is.
+static ROT13: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        let c = i as u8;
+        t[i] = match c {
+            b'a'..=b'm' | b'A'..=b'M' => c + 13,
+            b'n'..=b'z' | b'N'..=b'Z' => c - 13,
+            _ => c,
+        };
+        i += 1;
+    }
+    t
+};
+
+/// The inverse of an odd word in the ring of 64-bit words (Newton's iteration).
+fn inverse(b: u64) -> u64 {
+    let mut x = b;
+    for _ in 0..5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(b.wrapping_mul(x)));
+    }
+    x
+}
+
+/// A fingerprint's bit in the prefilter: its top bits, which every byte of the window reaches.
+fn filter_slot(fp: u64) -> usize {
+    (fp >> (64 - FILTER_BITS)) as usize
+}
+
+/// `text` with every occurrence of each `cut` taken out: the pieces between them.
+fn cut_out<'a>(text: &'a str, cut: &[&str]) -> Vec<&'a str> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    loop {
+        let next = cut
+            .iter()
+            .filter(|c| !c.is_empty())
+            .filter_map(|c| rest.find(c).map(|at| (at, c.len())))
+            .min();
+        match next {
+            Some((at, len)) => {
+                pieces.push(&rest[..at]);
+                rest = &rest[at + len..];
+            }
+            None => {
+                pieces.push(rest);
+                return pieces;
+            }
+        }
+    }
+}
+
+/// A name such as `api.example.org`: letters, digits, dots and hyphens, with a dot.
+fn host_like(s: &str) -> bool {
+    s.len() <= 253
+        && s.contains('.')
+        && s.bytes().any(|b| b.is_ascii_alphabetic())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-')
+}
+
+/// How many different bytes `w` holds (up to [`MIN_DISTINCT`]).
+fn distinct(w: &[u8]) -> usize {
+    let mut seen = [0u8; MIN_DISTINCT];
+    let mut n = 0;
+    for &b in w {
+        if !seen[..n].contains(&b) {
+            seen[n] = b;
+            n += 1;
+            if n == MIN_DISTINCT {
+                break;
+            }
+        }
+    }
+    n
+}
+
+/// The canonical form the store hashes: NFKD with combining marks dropped, lookalike letters of
+/// other scripts as their Latin twins, lower case, letters and digits only. Fullwidth `ｓｅｃ`,
+/// `S E C`, `s\u{200b}e\u{200b}c`, Cyrillic `ѕес` and `Sec` all become `sec`.
+pub fn canonical(bytes: &[u8], out: &mut Vec<u8>) {
+    let mut bounds = Vec::new();
+    canonical_bounded(bytes, out, &mut bounds);
+}
+
+/// [`canonical`], and where its tokens begin and end: `bounds[i]` is whether a token bound lies
+/// before byte `i` of `out` (a dropped character there, or a change between letters and digits);
+/// `bounds` is one longer than `out`, true at both ends.
+fn canonical_bounded(bytes: &[u8], out: &mut Vec<u8>, bounds: &mut Vec<bool>) {
+    out.clear();
+    bounds.clear();
+    let mut gap = true;
+    let mut digit = false;
+    let mut push = |out: &mut Vec<u8>, bounds: &mut Vec<bool>, gap: &mut bool, c: &[u8]| {
+        let d = c[0].is_ascii_digit();
+        let mark = *gap || (!out.is_empty() && d != digit);
+        digit = d;
+        *gap = false;
+        bounds.push(mark);
+        // The bytes of a character past its first are never a bound.
+        bounds.extend(std::iter::repeat_n(false, c.len() - 1));
+        out.extend_from_slice(c);
+    };
+    if bytes.is_ascii() {
+        for &b in bytes {
+            if b.is_ascii_alphanumeric() {
+                push(out, bounds, &mut gap, &[b.to_ascii_lowercase()]);
+            } else {
+                gap = true;
+            }
+        }
+    } else {
+        let mut buf = [0u8; 4];
+        for c in String::from_utf8_lossy(bytes).chars() {
+            if c.is_ascii() {
+                if c.is_ascii_alphanumeric() {
+                    push(out, bounds, &mut gap, &[c.to_ascii_lowercase() as u8]);
+                } else {
+                    gap = true;
+                }
+                continue;
+            }
+            let mut any = false;
+            unicode_normalization::char::decompose_compatible(c, |d| {
+                if unicode_normalization::char::is_combining_mark(d) {
+                    return;
+                }
+                for l in d.to_lowercase() {
+                    let l = lookalike(l);
+                    if l.is_alphanumeric() {
+                        any = true;
+                        push(out, bounds, &mut gap, l.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
+            });
+            if !any {
+                gap = true;
+            }
+        }
+    }
+    bounds.push(true);
+}
+
+/// The Latin letter a lower-case Cyrillic or Greek letter is drawn like, if any.
+fn lookalike(c: char) -> char {
+    match c {
+        'а' | 'α' => 'a',
+        'в' | 'β' | 'ь' => 'b',
+        'с' | 'ς' => 'c',
+        'ԁ' => 'd',
+        'е' | 'ε' | 'ё' => 'e',
+        'һ' | 'н' => 'h',
+        'і' | 'ι' | 'ї' => 'i',
+        'ј' => 'j',
+        'к' | 'κ' => 'k',
+        'ӏ' => 'l',
+        'м' => 'm',
+        'п' | 'η' => 'n',
+        'о' | 'ο' | 'σ' => 'o',
+        'р' | 'ρ' => 'p',
+        'ԛ' => 'q',
+        'г' => 'r',
+        'ѕ' => 's',
+        'т' | 'τ' => 't',
+        'υ' | 'μ' => 'u',
+        'ν' => 'v',
+        'ԝ' | 'ω' | 'ш' => 'w',
+        'х' | 'χ' => 'x',
+        'у' | 'ү' | 'γ' => 'y',
+        'ζ' => 'z',
+        c => c,
+    }
+}
+
+/// The hash of `bytes` under `base` (a polynomial in the ring of 64-bit words).
 fn hash(bytes: &[u8], base: u64) -> u64 {
-    bytes
-        .iter()
-        .fold(0, |h, &b| (mulmod(h, base) + u64::from(b)) % P)
+    bytes.iter().fold(0u64, |h, &b| {
+        h.wrapping_mul(base).wrapping_add(u64::from(b))
+    })
 }
 
-/// A hash tagged with its window's length, so that windows of two lengths never collide.
+/// A window's hash tagged with its length, so that windows of two lengths never collide.
 fn tag(h: u64, len: usize) -> u64 {
-    h | ((len as u64) << 59)
-}
-
-/// The length a short fingerprint was taken over, if it is one.
-fn short_len(fp: u64) -> Option<usize> {
-    let len = (fp >> 59) as usize;
-    (SHORT_MIN..WINDOW).contains(&len).then_some(len)
+    h ^ (len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Call `f(i, fingerprint)` for each window of `len` bytes, in order, until it says stop: whether
@@ -316,15 +740,16 @@ fn rolling(bytes: &[u8], len: usize, base: u64, mut f: impl FnMut(usize, u64) ->
         return false;
     }
     // base^(len-1): what the byte leaving the window weighs.
-    let top = (1..len).fold(1, |p, _| mulmod(p, base));
+    let top = (1..len).fold(1u64, |p, _| p.wrapping_mul(base));
     let mut h = hash(&bytes[..len], base);
     if f(0, tag(h, len)) {
         return true;
     }
     for i in 1..=bytes.len() - len {
-        let out = mulmod(u64::from(bytes[i - 1]), top);
-        h = (h + P - out) % P;
-        h = (mulmod(h, base) + u64::from(bytes[i + len - 1])) % P;
+        h = h
+            .wrapping_sub(u64::from(bytes[i - 1]).wrapping_mul(top))
+            .wrapping_mul(base)
+            .wrapping_add(u64::from(bytes[i + len - 1]));
         if f(i, tag(h, len)) {
             return true;
         }
@@ -345,12 +770,224 @@ fn strings(v: &Value, f: &mut impl FnMut(&str)) {
     }
 }
 
+/// One layer of encoding taken off `text`, every way that applies; only what decodes to text
+/// (or to gzip, which is then inflated) is kept.
+fn decodings(text: &[u8]) -> Vec<(Vec<u8>, Encoding)> {
+    let mut out = Vec::new();
+    // One pass says which decoders can find anything: a text without digits has no hex, no
+    // base32 and (with no upper case either) no base64 of text.
+    let (mut pct, mut amp, mut upper, mut digit, mut punct) = (false, false, false, false, false);
+    for &b in text {
+        match b {
+            b'%' => pct = true,
+            b'&' => amp = true,
+            b'A'..=b'Z' => upper = true,
+            b'0'..=b'9' => digit = true,
+            b'!'..=b'/' | b':'..=b'@' | b'['..=b'`' => punct = true,
+            _ => {}
+        }
+    }
+    // Percent-encoding and entities are decoded in the words that hold them (a URL, a
+    // query), not across a whole text that happens to hold a `%02x`.
+    let escaped = |w: &[u8]| {
+        w.windows(3)
+            .any(|e| e[0] == b'%' && e[1].is_ascii_hexdigit() && e[2].is_ascii_hexdigit())
+    };
+    if let Some(d) = pct
+        .then(|| in_words(text, escaped, percent_decode))
+        .flatten()
+    {
+        out.push((d, Encoding::UrlEncoded));
+    }
+    let entity = |w: &[u8]| {
+        w.iter()
+            .position(|&b| b == b'&')
+            .is_some_and(|at| w[at..].iter().take(12).any(|&b| b == b';'))
+    };
+    if let Some(d) = amp.then(|| in_words(text, entity, html_decode)).flatten() {
+        out.push((d, Encoding::HtmlEntities));
+    }
+    if !(upper || digit || punct) {
+        return out;
+    }
+    for run in base64_runs(text) {
+        for skip in 0..4.min(run.len()) {
+            let d = base64_decode(&run[skip..]);
+            if let Some(inflated) = gunzip(&d) {
+                out.push((inflated, Encoding::Gzip));
+            } else if texty(&d) {
+                out.push((d, Encoding::Base64));
+            }
+        }
+    }
+    for run in runs(
+        text,
+        |b| b.is_ascii_alphanumeric(),
+        if digit { 8 } else { usize::MAX },
+    ) {
+        let b32 = run
+            .iter()
+            .all(|&b| b.is_ascii_alphabetic() || (b'2'..=b'7').contains(&b));
+        let cased = run.iter().all(|b| !b.is_ascii_lowercase())
+            || run.iter().all(|b| !b.is_ascii_uppercase());
+        if b32 && cased && run.iter().any(|b| (b'2'..=b'7').contains(b)) {
+            for skip in 0..8.min(run.len()) {
+                let d = base32_decode(&run[skip..]);
+                if texty(&d) {
+                    out.push((d, Encoding::Base32));
+                }
+            }
+        }
+    }
+    for run in hex_runs(if digit { text } else { &[] }) {
+        for skip in 0..2 {
+            let d = hex_decode(&run[skip.min(run.len())..]);
+            if texty(&d) {
+                out.push((d, Encoding::Hex));
+            }
+        }
+    }
+    let a85 = |b: u8| (b'!'..=b'u').contains(&b) || b == b'z';
+    for run in runs(if punct { text } else { &[] }, a85, 10) {
+        if run.iter().all(u8::is_ascii_alphanumeric) {
+            continue;
+        }
+        let run = run.strip_prefix(b"<~").unwrap_or(run);
+        for skip in 0..5.min(run.len()) {
+            let d = ascii85_decode(&run[skip..]);
+            if texty(&d) {
+                out.push((d, Encoding::Base85));
+            }
+        }
+    }
+    out
+}
+
+/// The words of `text` (parted by white space) that `has` holds, each `decode`d, one space
+/// apart; `None` when there are none.
+fn in_words(
+    text: &[u8],
+    has: impl Fn(&[u8]) -> bool,
+    decode: impl Fn(&[u8]) -> Vec<u8>,
+) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    for w in text.split(u8::is_ascii_whitespace).filter(|w| has(w)) {
+        out.extend(decode(w));
+        out.push(b' ');
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Whether decoded bytes are text: at least [`SHORT_MIN`] of them, and three in four printable
+/// ASCII or white space, or UTF-8 without control characters. Random bytes (a run that was not
+/// an encoding) are neither.
+fn texty(d: &[u8]) -> bool {
+    if d.len() < SHORT_MIN {
+        return false;
+    }
+    let printable = d
+        .iter()
+        .filter(|&&b| (0x20..0x7f).contains(&b) || matches!(b, b'\t' | b'\n' | b'\r'))
+        .count();
+    4 * printable >= 3 * d.len()
+        || std::str::from_utf8(d).is_ok_and(|s| !s.chars().any(|c| c.is_control() && c > '\r'))
+}
+
 /// The maximal runs of bytes `keep` holds, at least `min` long.
 fn runs(bytes: &[u8], keep: impl Fn(u8) -> bool, min: usize) -> Vec<&[u8]> {
     bytes
         .split(|&b| !keep(b))
         .filter(|r| r.len() >= min)
         .collect()
+}
+
+/// Runs of base64 (either alphabet) that look like an encoding (an upper-case letter or a digit
+/// in them, at least six long: four bytes), and those runs joined when only white space parts
+/// them (a base64 text split into pieces).
+fn base64_runs(text: &[u8]) -> Vec<Vec<u8>> {
+    let b64 = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_');
+    let looks = |r: &[u8]| {
+        r.len() >= 6
+            && r.iter()
+                .any(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || matches!(b, b'+' | b'/'))
+    };
+    let mut out = Vec::new();
+    let mut joined: Vec<u8> = Vec::new();
+    let mut pieces = 0;
+    let end_group = |joined: &mut Vec<u8>, pieces: &mut usize, out: &mut Vec<Vec<u8>>| {
+        if *pieces > 1 {
+            out.push(std::mem::take(joined));
+        }
+        joined.clear();
+        *pieces = 0;
+    };
+    let mut i = 0;
+    while i < text.len() {
+        if b64(text[i]) {
+            let start = i;
+            while i < text.len() && b64(text[i]) {
+                i += 1;
+            }
+            let run = &text[start..i];
+            if looks(run) {
+                out.push(run.to_vec());
+                joined.extend_from_slice(run);
+                pieces += 1;
+            } else {
+                end_group(&mut joined, &mut pieces, &mut out);
+            }
+        } else {
+            if !text[i].is_ascii_whitespace() {
+                end_group(&mut joined, &mut pieces, &mut out);
+            }
+            i += 1;
+        }
+    }
+    end_group(&mut joined, &mut pieces, &mut out);
+    out
+}
+
+/// Runs of hex digits, with one separator (`:`, `-`, a space, `,`, `.`) or a `0x`/`\x` between
+/// pairs allowed, as their digits only: at least eight digits with one of them a digit.
+fn hex_runs(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut run = Vec::new();
+    let mut i = 0;
+    let flush = |run: &mut Vec<u8>, out: &mut Vec<Vec<u8>>| {
+        if run.len() >= 8 && run.iter().any(u8::is_ascii_digit) {
+            out.push(std::mem::take(run));
+        }
+        run.clear();
+    };
+    while i < text.len() {
+        let b = text[i];
+        if b.is_ascii_hexdigit() {
+            if b == b'0' && matches!(text.get(i + 1), Some(b'x' | b'X')) && run.len() % 2 == 0 {
+                i += 2;
+                continue;
+            }
+            run.push(b);
+            i += 1;
+            continue;
+        }
+        let between = matches!(b, b':' | b'-' | b' ' | b',' | b'.')
+            || (b == b'\\' && text.get(i + 1) == Some(&b'x'));
+        let next_hex = text
+            .get(i + if b == b'\\' { 2 } else { 1 })
+            .is_some_and(u8::is_ascii_hexdigit);
+        if between && next_hex && !run.is_empty() && run.len() % 2 == 0 {
+            i += if b == b'\\' { 2 } else { 1 };
+            continue;
+        }
+        if b == b'\\' && text.get(i + 1) == Some(&b'x') && run.is_empty() {
+            i += 2;
+            continue;
+        }
+        flush(&mut run, &mut out);
+        i += 1;
+    }
+    flush(&mut run, &mut out);
+    out
 }
 
 /// `%41` is `A`, `+` is a space; a `%` without two hex digits stays as it is.
@@ -375,6 +1012,46 @@ fn percent_decode(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `&#65;`, `&#x41;` and the named entities of markup's own characters.
+fn html_decode(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'&' {
+            let end = bytes[i..].iter().take(12).position(|&b| b == b';');
+            if let Some(end) = end {
+                let name = &bytes[i + 1..i + end];
+                let c = match name {
+                    b"amp" => Some('&'),
+                    b"lt" => Some('<'),
+                    b"gt" => Some('>'),
+                    b"quot" => Some('"'),
+                    b"apos" => Some('\''),
+                    b"nbsp" => Some(' '),
+                    [b'#', b'x' | b'X', hex @ ..] => std::str::from_utf8(hex)
+                        .ok()
+                        .and_then(|h| u32::from_str_radix(h, 16).ok())
+                        .and_then(char::from_u32),
+                    [b'#', dec @ ..] => std::str::from_utf8(dec)
+                        .ok()
+                        .and_then(|d| d.parse().ok())
+                        .and_then(char::from_u32),
+                    _ => None,
+                };
+                if let Some(c) = c {
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    i += end + 1;
+                    continue;
+                }
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
 fn hex_val(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
 }
@@ -386,31 +1063,103 @@ fn hex_decode(run: &[u8]) -> Vec<u8> {
         .collect()
 }
 
-/// Base64 of either alphabet (`+/` or `-_`), without padding; a last partial group gives the
-/// bytes it holds whole.
-fn base64_decode(run: &[u8]) -> Vec<u8> {
-    let val = |b: u8| -> u32 {
-        match b {
-            b'A'..=b'Z' => u32::from(b - b'A'),
-            b'a'..=b'z' => u32::from(b - b'a') + 26,
-            b'0'..=b'9' => u32::from(b - b'0') + 52,
-            b'+' | b'-' => 62,
-            _ => 63,
-        }
-    };
-    let mut out = Vec::with_capacity(run.len() * 3 / 4);
+/// Characters of `bits` bits each, packed into bytes; a last partial byte is dropped.
+fn pack(run: &[u8], bits: u32, val: impl Fn(u8) -> u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(run.len() * bits as usize / 8);
     let mut acc = 0u32;
-    let mut bits = 0;
+    let mut have = 0;
     for &b in run {
-        acc = (acc << 6) | val(b);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
+        acc = (acc << bits) | val(b);
+        have += bits;
+        if have >= 8 {
+            have -= 8;
+            out.push((acc >> have) as u8);
+            acc &= (1 << have) - 1;
         }
     }
     out
+}
+
+/// Base64 of either alphabet (`+/` or `-_`), without padding.
+fn base64_decode(run: &[u8]) -> Vec<u8> {
+    pack(run, 6, |b| match b {
+        b'A'..=b'Z' => u32::from(b - b'A'),
+        b'a'..=b'z' => u32::from(b - b'a') + 26,
+        b'0'..=b'9' => u32::from(b - b'0') + 52,
+        b'+' | b'-' => 62,
+        _ => 63,
+    })
+}
+
+/// Base32 (RFC 4648), either case, without padding.
+fn base32_decode(run: &[u8]) -> Vec<u8> {
+    pack(run, 5, |b| match b {
+        b'A'..=b'Z' => u32::from(b - b'A'),
+        b'a'..=b'z' => u32::from(b - b'a'),
+        _ => u32::from(b.wrapping_sub(b'2')) + 26,
+    })
+}
+
+/// Ascii85 (Adobe's, `z` for four zero bytes), without its `<~ ~>` frame; a last partial group
+/// gives the bytes it holds whole.
+fn ascii85_decode(run: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(run.len() * 4 / 5);
+    let mut group = [0u32; 5];
+    let mut n = 0;
+    for &b in run {
+        if b == b'z' && n == 0 {
+            out.extend_from_slice(&[0; 4]);
+            continue;
+        }
+        if !(b'!'..=b'u').contains(&b) {
+            continue;
+        }
+        group[n] = u32::from(b - b'!');
+        n += 1;
+        if n == 5 {
+            let v = group.iter().fold(0u64, |a, &d| a * 85 + u64::from(d));
+            out.extend_from_slice(&(v as u32).to_be_bytes());
+            n = 0;
+        }
+    }
+    if n > 1 {
+        for d in group.iter_mut().skip(n) {
+            *d = 84;
+        }
+        let v = group.iter().fold(0u64, |a, &d| a * 85 + u64::from(d));
+        out.extend_from_slice(&(v as u32).to_be_bytes()[..n - 1]);
+    }
+    out
+}
+
+/// The most a gzip member inflates to here.
+const GUNZIP_MAX: usize = 256 * 1024;
+
+/// A gzip member (RFC 1952) inflated, at most [`GUNZIP_MAX`] bytes of it, when that is text.
+fn gunzip(d: &[u8]) -> Option<Vec<u8>> {
+    if d.len() < 18 || d[0] != 0x1f || d[1] != 0x8b || d[2] != 8 {
+        return None;
+    }
+    let flags = d[3];
+    let mut at = 10;
+    if flags & 4 != 0 {
+        let xlen = usize::from(*d.get(at)?) | usize::from(*d.get(at + 1)?) << 8;
+        at += 2 + xlen;
+    }
+    for bit in [8u8, 16] {
+        if flags & bit != 0 {
+            at += d.get(at..)?.iter().position(|&b| b == 0)? + 1;
+        }
+    }
+    if flags & 2 != 0 {
+        at += 2;
+    }
+    let body = d.get(at..)?;
+    let text = match miniz_oxide::inflate::decompress_to_vec_with_limit(body, GUNZIP_MAX) {
+        Ok(t) => t,
+        Err(e) => e.output,
+    };
+    texty(&text).then_some(text)
 }
 
 #[cfg(test)]
@@ -421,21 +1170,66 @@ mod tests {
     fn store(content: &str) -> (tempfile::TempDir, Fingerprints) {
         let d = tempfile::TempDir::new().unwrap();
         let f = Fingerprints::open(d.path()).unwrap();
-        f.release(content.as_bytes()).unwrap();
+        f.release(&[content], &[]).unwrap();
         (d, f)
     }
 
+    fn b64(s: &[u8]) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = String::new();
+        for c in s.chunks(3) {
+            let n = c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b)) << (8 * (3 - c.len()));
+            for i in 0..=c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    fn b32(s: &[u8]) -> String {
+        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+        let mut out = String::new();
+        for c in s.chunks(5) {
+            let mut block = [0u8; 5];
+            block[..c.len()].copy_from_slice(c);
+            let n = block.iter().fold(0u64, |a, &b| a << 8 | u64::from(b));
+            for i in 0..(c.len() * 8).div_ceil(5) {
+                out.push(A[(n >> (35 - 5 * i) & 31) as usize] as char);
+            }
+        }
+        out
+    }
+
+    fn a85(s: &[u8]) -> String {
+        let mut out = String::new();
+        for c in s.chunks(4) {
+            let mut block = [0u8; 4];
+            block[..c.len()].copy_from_slice(c);
+            let mut v = u32::from_be_bytes(block);
+            let mut digits = [0u8; 5];
+            for d in digits.iter_mut().rev() {
+                *d = (v % 85) as u8 + b'!';
+                v /= 85;
+            }
+            out.push_str(std::str::from_utf8(&digits[..c.len() + 1]).unwrap());
+        }
+        out
+    }
+
+    fn gzip(s: &[u8]) -> Vec<u8> {
+        let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+        out.extend(miniz_oxide::deflate::compress_to_vec(s, 6));
+        out.extend_from_slice(&[0; 8]);
+        out
+    }
+
+    const SECRET: &str = "correct horse battery staple 4711";
+
     #[test]
     fn a_released_window_is_found_plain_url_encoded_base64_and_hex() {
-        let secret = "correct horse battery staple 4711";
-        let (_d, f) = store(secret);
-        let piece = &secret[3..25];
+        let (_d, f) = store(SECRET);
+        let piece = &SECRET[3..25];
         assert_eq!(f.leak(&json!({"url": piece})), Some(Encoding::Plain));
-        let url = piece.replace(' ', "+");
-        assert_eq!(
-            f.leak(&json!({"url": format!("https://x/?q={url}")})),
-            Some(Encoding::UrlEncoded)
-        );
         let pct: String = piece.bytes().map(|b| format!("%{b:02X}")).collect();
         assert_eq!(f.leak(&json!({"u": pct})), Some(Encoding::UrlEncoded));
         let hex: String = piece.bytes().map(|b| format!("{b:02x}")).collect();
@@ -444,7 +1238,7 @@ mod tests {
             Some(Encoding::Hex)
         );
         for prefix in ["", "a", "ab", "abc"] {
-            let b64 = b64(&format!("{prefix}{piece}"));
+            let b64 = b64(format!("{prefix}{piece}").as_bytes());
             assert_eq!(
                 f.leak(&json!({"u": format!("/p/{b64}")})),
                 Some(Encoding::Base64),
@@ -458,26 +1252,107 @@ mod tests {
         );
     }
 
-    fn b64(s: &str) -> String {
-        const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for c in s.as_bytes().chunks(3) {
-            let n = c.iter().fold(0u32, |a, &b| a << 8 | u32::from(b)) << (8 * (3 - c.len()));
-            for i in 0..=c.len() {
-                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            }
+    #[test]
+    fn the_cheap_encodings_of_a_secret_are_found() {
+        let (_d, f) = store(SECRET);
+        let s = SECRET.as_bytes();
+        let spaced: String = SECRET.chars().flat_map(|c| [c, ' ']).collect();
+        let zw: String = SECRET.chars().flat_map(|c| [c, '\u{200b}']).collect();
+        let fullwidth: String = SECRET
+            .chars()
+            .map(|c| match c {
+                '!'..='~' => char::from_u32(c as u32 - 0x21 + 0xff01).unwrap(),
+                c => c,
+            })
+            .collect();
+        let lookalike = SECRET.replace('o', "о").replace('a', "а").replace('e', "е");
+        let reversed: String = SECRET.chars().rev().collect();
+        let rot13: String = SECRET
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'm' => (b + 13) as char,
+                b'n'..=b'z' => (b - 13) as char,
+                b => b as char,
+            })
+            .collect();
+        let twice: String = SECRET
+            .bytes()
+            .map(|b| format!("%25{b:02X}"))
+            .collect::<String>();
+        let html: String = SECRET.bytes().map(|b| format!("&#{b};")).collect();
+        let colons: Vec<String> = s.iter().map(|b| format!("{b:02X}")).collect();
+        let split = b64(s)
+            .as_bytes()
+            .chunks(8)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        for (text, how) in [
+            (SECRET.to_uppercase(), Encoding::Plain),
+            (spaced, Encoding::Plain),
+            (zw, Encoding::Plain),
+            (fullwidth, Encoding::Plain),
+            (lookalike, Encoding::Plain),
+            (reversed, Encoding::Reversed),
+            (rot13, Encoding::Rot13),
+            (twice, Encoding::UrlEncoded),
+            (html, Encoding::HtmlEntities),
+            (colons.join(":"), Encoding::Hex),
+            (b32(s), Encoding::Base32),
+            (b32(s).to_lowercase(), Encoding::Base32),
+            (a85(s), Encoding::Base85),
+            (split, Encoding::Base64),
+            (b64(&gzip(s)), Encoding::Gzip),
+        ] {
+            assert_eq!(f.leak(&json!({ "content": text })), Some(how), "{text}");
         }
-        out
     }
 
     #[test]
-    fn a_short_secret_is_fingerprinted_whole() {
-        let (_d, f) = store("4711-0815\n");
+    fn a_short_secret_of_four_characters_is_fingerprinted_whole_and_said_to_be_weak() {
+        let d = tempfile::TempDir::new().unwrap();
+        let f = Fingerprints::open(d.path()).unwrap();
+        let r = f.release(&["4711\n"], &[]).unwrap();
+        assert_eq!(r.weak, Some(Weak::Short(4)));
+        assert_eq!(f.leak(&json!({"u": "pin=4711&x=1"})), Some(Encoding::Plain));
+        assert_eq!(f.leak(&json!({"u": "pin=4712"})), None);
+        for carried in ["4 7 1 1", "x4711", "PIN４７１１", "1174"] {
+            assert!(f.leak(&json!({ "u": carried })).is_some(), "{carried}");
+        }
+        // Inside a longer number or word it is another token: not the PIN.
+        for ordinary in ["1247113", "port 14711", "2024-05-14T12:47:31"] {
+            assert_eq!(f.leak(&json!({ "u": ordinary })), None, "{ordinary}");
+        }
+        assert!(f.release(&["abc"], &[]).unwrap().added == 0);
+    }
+
+    #[test]
+    fn a_host_name_released_is_said_to_be_weak() {
+        let d = tempfile::TempDir::new().unwrap();
+        let f = Fingerprints::open(d.path()).unwrap();
+        let r = f.release(&["api.example.org\n"], &[]).unwrap();
+        assert_eq!(r.weak, Some(Weak::Short(13)));
+        let r = f
+            .release(&["a-long-name-for-a-host.example.org"], &[])
+            .unwrap();
+        assert_eq!(r.weak, Some(Weak::HostName));
+    }
+
+    #[test]
+    fn the_boxs_own_paths_and_low_entropy_windows_are_never_fingerprinted() {
+        let d = tempfile::TempDir::new().unwrap();
+        let f = Fingerprints::open(d.path()).unwrap();
+        let root = "/srv/home/vault-with-a-long-name";
+        let r = f.release(&[&format!("{root}\n"), ""], &[root]).unwrap();
+        assert_eq!(r.added, 0);
+        let r = f
+            .release(&[&format!("{}\n{}", " ".repeat(40), "0".repeat(40))], &[])
+            .unwrap();
+        assert_eq!(r.added, 0);
         assert_eq!(
-            f.leak(&json!({"u": "pin=4711-0815&x=1"})),
-            Some(Encoding::Plain)
+            f.leak(&json!({"content": format!("{root}/x\n    indented\n0000000000000000000")})),
+            None
         );
-        assert_eq!(f.leak(&json!({"u": "pin=4711-0816"})), None);
     }
 
     #[test]
@@ -495,22 +1370,44 @@ mod tests {
         assert!(Fingerprints::open(d.path()).is_err());
     }
 
+    fn noise(x: &mut u64, len: usize) -> String {
+        (0..len)
+            .map(|_| {
+                *x ^= *x << 13;
+                *x ^= *x >> 7;
+                *x ^= *x << 17;
+                (b'a' + (*x % 26) as u8) as char
+            })
+            .collect()
+    }
+
     #[test]
-    fn the_store_is_bounded() {
+    fn a_full_store_forgets_nothing_and_stays_full_across_a_reopen() {
         let d = tempfile::TempDir::new().unwrap();
         let f = Fingerprints::open(d.path()).unwrap();
+        f.release(&[SECRET], &[]).unwrap();
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let big: Vec<u8> = (0..600_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        for chunk in big.chunks(100_000) {
-            f.release(chunk).unwrap();
+        let mut filled = false;
+        for _ in 0..(MAX_ENTRIES / PER_RELEASE + 2) {
+            filled |= f.release(&[&noise(&mut x, 100_000)], &[]).unwrap().filled;
         }
+        assert!(filled);
         assert_eq!(f.len(), MAX_ENTRIES);
+        assert_eq!(f.full(), Some(Full::Capacity));
+        assert_eq!(f.leak(&json!({"u": SECRET})), Some(Encoding::Plain));
+        drop(f);
+        let again = Fingerprints::open(d.path()).unwrap();
+        assert_eq!(again.full(), Some(Full::Capacity));
+        assert_eq!(again.leak(&json!({"u": SECRET})), Some(Encoding::Plain));
+    }
+
+    #[test]
+    fn a_store_of_the_old_format_is_full_until_the_owner_acts() {
+        let d = tempfile::TempDir::new().unwrap();
+        let mut old = OLD_MAGIC.to_vec();
+        old.extend_from_slice(&[7u8; 16]);
+        fs::write(d.path().join("fingerprints.bin"), old).unwrap();
+        let f = Fingerprints::open(d.path()).unwrap();
+        assert_eq!(f.full(), Some(Full::OldFormat));
     }
 }

@@ -9,12 +9,17 @@ use bxcore::{DataClass, Label};
 use serde_json::Value;
 use toolkit::{ApprovalRule, Effect, Entry, Env, Plan, Registry, ToolError};
 
-use crate::fingerprints::Encoding;
+use crate::fingerprints::{Encoding, FULL_ANCHOR, Full};
 
 /// The leak check, as `decide` asks it (step 3): whether arguments carry text released from a
 /// secret root, and how. The fingerprint store answers it; `decide` only reads it.
 pub trait Leaks {
     fn leak(&self, args: &Value) -> Option<Encoding>;
+    /// Whether the check cannot vouch for any argument (its store is full): then nothing goes
+    /// out or down.
+    fn full(&self) -> Option<Full> {
+        None
+    }
 }
 
 /// No text released from a secret root at all (a test's broker, a tool with nothing to send).
@@ -39,6 +44,17 @@ pub enum AskRule {
 }
 
 impl AskRule {
+    /// The rule an approval names (`Approval::rule`).
+    pub fn from_name(name: &str) -> Option<AskRule> {
+        [
+            AskRule::UntrustedEffect,
+            AskRule::Always,
+            AskRule::WhileUntrusted,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             AskRule::UntrustedEffect => "untrusted-effect",
@@ -60,11 +76,17 @@ impl fmt::Display for AskRule {
 pub struct Denial {
     pub reason: String,
     pub leak: Option<Encoding>,
+    /// Denied because the leak check's store is full.
+    pub full: Option<Full>,
 }
 
 impl Denial {
     fn because(reason: String) -> Denial {
-        Denial { reason, leak: None }
+        Denial {
+            reason,
+            leak: None,
+            full: None,
+        }
     }
 }
 
@@ -153,14 +175,28 @@ pub fn decide<'r>(
     //    And, for any session, nothing released from a secret root goes out or down (the
     //    leak check: a secret cannot change sessions).
     if goes_below_secret(&plan) {
-        if let Some(how) = leaks.leak(args) {
+        // A store that could not hold a release vouches for nothing: fail closed.
+        if let Some(full) = leaks.full() {
+            return Decision::Denied(Denial {
+                reason: format!(
+                    "{full}: until the owner acts, nothing goes out of the box or into a place \
+                     below secret, from any session; no approval can allow this; {}",
+                    bxcore::runbook::pointer(FULL_ANCHOR)
+                ),
+                leak: None,
+                full: Some(full),
+            });
+        }
+        if let Some(how) = leaks.leak(&entry.leak_view(args)) {
             return Decision::Denied(Denial {
                 reason: format!(
                     "leak: the arguments carry text released from a secret root ({}); no \
-                     approval can allow this",
-                    how.as_str()
+                     approval can allow this; {}",
+                    how.as_str(),
+                    bxcore::runbook::pointer(crate::fingerprints::LEAK_ANCHOR)
                 ),
                 leak: Some(how),
+                full: None,
             });
         }
     }

@@ -325,3 +325,69 @@ fn the_channel_may_not_show_or_decide_another_sessions_approval_nor_decide_unnam
         ));
     }
 }
+
+#[test]
+fn an_approval_given_for_one_reason_is_asked_again_when_the_policy_now_asks_for_another() {
+    let h = Home::with_notes("[tools.workspace_write]\napproval = \"always\"\n");
+    let _b = Brokerd::start(&h);
+    // A trusted session's write asks because the tool always asks.
+    fs::write(
+        h.state_file("s"),
+        r#"{"taint":"private","untrusted":false}"#,
+    )
+    .unwrap();
+    let mut s = UnixStream::connect(h.broker_sock()).unwrap();
+    let path = h.home.join("notes/a.txt").display().to_string();
+    let call = Message::ToolRequest(ToolRequest {
+        session: SessionId::new("s").unwrap(),
+        call: CallId(1),
+        tool: "workspace_write".into(),
+        args: json!({"path": path, "content": "text"}),
+    });
+    write_frame(&mut s, &Envelope::new(1, true, call)).unwrap();
+    bxtest::wait_for("the write to ask", WAIT, || !pending(&h).is_empty());
+    let asked = pending(&h).remove(0);
+    assert_eq!(asked.rule, "approval-always");
+    // While it waits, the session reads third-party content: the policy would now ask because
+    // of that, which the owner was never asked about.
+    fs::write(h.state_file("s"), r#"{"taint":"private","untrusted":true}"#).unwrap();
+    match decide(&h, &asked.approval, true) {
+        Message::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Forbidden);
+            assert!(
+                e.detail.contains("a new approval is pending"),
+                "{}",
+                e.detail
+            );
+            assert!(
+                e.detail
+                    .ends_with("see docs/runbook.md#broker-approval-asked-again"),
+                "{}",
+                e.detail
+            );
+        }
+        o => panic!("{o:?}"),
+    }
+    bxtest::wait_for("the call to be asked again", WAIT, || {
+        pending(&h).iter().any(|p| p.approval != asked.approval)
+    });
+    let again = pending(&h).remove(0);
+    assert_eq!(again.rule, "untrusted-effect");
+    assert!(!h.home.join("notes/a.txt").exists());
+    assert!(matches!(
+        decide(&h, &again.approval, true),
+        Message::ApprovalAck(_)
+    ));
+    assert!(matches!(final_of(&s), ToolResponse::Result { .. }));
+    assert_eq!(
+        events(&h, "s", 1),
+        [
+            "requested",
+            "pending",
+            "withdrawn",
+            "pending",
+            "approved",
+            "result"
+        ]
+    );
+}

@@ -160,3 +160,35 @@ fn a_silent_peer_is_dropped_with_an_error_at_the_first_frame_deadline() {
         o => panic!("{o:?}"),
     }
 }
+
+#[test]
+fn a_huge_tool_name_is_recorded_and_refused_as_a_bounded_summary() {
+    let h = Home::new("");
+    let _b = Brokerd::start(&h);
+    let name = "x".repeat(200_000);
+    let r = request(
+        &h.broker_sock(),
+        1,
+        Message::ToolRequest(bxcore::ToolRequest {
+            session: bxcore::SessionId::new("s").unwrap(),
+            call: bxcore::CallId(1),
+            tool: name.clone(),
+            args: serde_json::json!({}),
+        }),
+    );
+    match &r.last().unwrap().msg {
+        Message::ToolResponse(bxcore::ToolResponse::Denied { reason }) => {
+            assert!(reason.starts_with("no such tool"), "{reason}");
+            assert!(reason.contains("(200000 bytes, sha256 "), "{reason}");
+            assert!(reason.len() < 200, "{reason}");
+        }
+        o => panic!("{o:?}"),
+    }
+    let chain = std::fs::read_to_string(h.chain()).unwrap();
+    assert!(
+        chain.len() < 10_000,
+        "the chain grew by {} bytes",
+        chain.len()
+    );
+    still_serving(&h);
+}

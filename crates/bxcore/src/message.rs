@@ -119,6 +119,11 @@ pub enum Message {
     /// gateway.sock: one request to the web.
     FetchRequest(FetchRequest),
     FetchReply(FetchReply),
+    /// gateway.sock: the web answered, and the fetch was refused or failed after that (a
+    /// redirect not followed, a body cut off, a page that could not be reduced to text). The
+    /// detail names the refusal by category and never quotes what the web sent; the caller
+    /// treats it as third-party content all the same, since the answer reached the box.
+    FetchFailed(WireError),
     /// channel.sock: the owner asks channeld for a pairing code for one room.
     ChannelPair(ChannelPair),
     ChannelPairing(ChannelPairing),
@@ -178,6 +183,7 @@ impl Message {
             Message::MemoryReport(_) => "memory_report",
             Message::FetchRequest(_) => "fetch_request",
             Message::FetchReply(_) => "fetch_reply",
+            Message::FetchFailed(_) => "fetch_failed",
             Message::ChannelPair(_) => "channel_pair",
             Message::ChannelPairing(_) => "channel_pairing",
             Message::ChannelStatus {} => "channel_status",

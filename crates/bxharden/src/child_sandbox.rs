@@ -74,7 +74,7 @@ impl ChildSandbox {
             landlock,
             clone3: seccomp::to_kernel(&filters.clone3),
             errno: filters
-                .stream_only
+                .refused
                 .as_ref()
                 .map(seccomp::to_kernel)
                 .unwrap_or_default(),

@@ -284,7 +284,9 @@ pub trait Table: Sized {
 /// The whole program of the daemon `T`: the logger, the command line, then `serve`, `check` or
 /// one of its own commands.
 pub fn main<T: Table>() -> ExitCode {
+    let inherited = crate::fds::close_inherited();
     crate::log::init(T::SPEC.daemon);
+    crate::fds::log_closed(&inherited);
     match Cli::<T::More>::parse(T::SPEC.daemon, &T::USAGE) {
         Command::Serve { config } => match serve::<T>(&config) {
             Ok(never) => match never {},

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod dirs;
+pub mod fds;
 pub mod heap;
 pub mod identity;
 pub mod landlock_layer;

@@ -127,6 +127,15 @@ impl SeccompProfile {
         )
     }
 
+    /// Whether programs are started under it: brokerd with the `run` tool, whose children
+    /// inherit its filters, and the tool's child itself. Only these may map code after start.
+    pub fn starts_programs(self) -> bool {
+        matches!(
+            self,
+            SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+        )
+    }
+
     /// The socket families `socket` and `socketpair` accept.
     pub fn socket_families(self) -> Vec<(i32, &'static str)> {
         let mut f = vec![(libc::AF_UNIX, "AF_UNIX")];
@@ -162,10 +171,7 @@ impl SeccompProfile {
         }
         // Filters stack: a program the run tool starts passes brokerd's list as well as its
         // own, so brokerd's list with the run tool holds the child's whole list.
-        if matches!(
-            self,
-            SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
-        ) {
+        if self.starts_programs() {
             s.extend(PROGRAM);
             s.extend(match arch {
                 Arch::X86_64 => PROGRAM_X86_64,
@@ -184,10 +190,7 @@ impl SeccompProfile {
     /// [`crate::seccomp::conditional`]); none of them is on [`SeccompProfile::syscalls`].
     pub fn pid_calls(self) -> BTreeSet<&'static str> {
         let mut s: BTreeSet<&'static str> = PID_SERVER.iter().copied().collect();
-        if matches!(
-            self,
-            SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
-        ) {
+        if self.starts_programs() {
             s.extend(PID_PROGRAM);
         }
         s
@@ -236,7 +239,6 @@ const SERVER: &[&str] = &[
     "fchmodat",
     "utimensat",
     "getcwd",
-    "memfd_create",
     "pipe2",
     "dup",
     "dup3",
@@ -365,6 +367,9 @@ const RUN_PARENT: &[&str] = &[
 /// the signal that ends the group at the deadline reaches every process the program started.
 const PROGRAM: &[&str] = &[
     "execve",
+    // An anonymous file a program may make (a JIT's code, a shell's here-document in newer
+    // shells); no daemon makes one.
+    "memfd_create",
     "wait4",
     "waitid",
     "getpgid",

@@ -45,6 +45,35 @@ pub const RESOLVER_AND_CA: [&str; 7] = [
 ];
 
 impl Profile {
+    /// The Landlock ABI this profile relies on, and for what: 4 (TCP connect rules) for a daemon
+    /// that connects over TCP, whose port rule is then its only bound below the unit's own; 1
+    /// (its directories) for any other. Best effort holds above it only.
+    pub fn landlock_abi_needed(&self) -> (i32, &'static str) {
+        if self.connect_tcp.is_empty() && !self.seccomp.inet() {
+            (1, "its own directories")
+        } else {
+            (4, "TCP connect rules, its only bound on where it connects")
+        }
+    }
+
+    /// With `[sandbox] require = true`: `Err` when what the kernel enforced is below
+    /// [`Profile::landlock_abi_needed`].
+    pub fn landlock_enough(&self, enforced: Enforced) -> Result<(), SandboxError> {
+        let (needed, what) = self.landlock_abi_needed();
+        let abi = match enforced {
+            Enforced::Fully(abi) | Enforced::Partially(abi) => abi,
+            Enforced::Not => 0,
+        };
+        if abi >= needed {
+            return Ok(());
+        }
+        Err(SandboxError::Landlock(format!(
+            "this kernel's Landlock ABI {abi} cannot enforce what this daemon relies on (ABI \
+             {needed}: {what}); a kernel with Landlock ABI {needed} or later is needed (Linux \
+             6.7 has 4), or [sandbox] require = false to run without it"
+        )))
+    }
+
     /// A profile with the seccomp list `seccomp` and only the system's read-only paths.
     pub fn new(seccomp: SeccompProfile) -> Profile {
         let mut read_only = Vec::new();
@@ -304,6 +333,10 @@ pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxEr
             skipped("Landlock is not enforced (this kernel has none, or it is disabled)");
             None
         }
+        Ok(e) if cfg.require => {
+            profile.landlock_enough(e)?;
+            Some(e)
+        }
         Ok(e) => Some(e),
         Err(e) if cfg.require => return Err(SandboxError::Landlock(e.to_string())),
         Err(e @ (LandlockError::Path(..) | LandlockError::Ruleset(_))) => {
@@ -335,4 +368,38 @@ pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxEr
         seccomp,
         mismatch,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_network_daemon_needs_landlock_s_tcp_rules_when_the_sandbox_is_required() {
+        let net = Profile::new(SeccompProfile::Inferproxy).connect_tcp(443);
+        for abi in [1, 2, 3] {
+            let e = net
+                .landlock_enough(Enforced::Partially(abi))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("Landlock ABI {abi} cannot enforce")) && e.contains("ABI 4"),
+                "{e}"
+            );
+        }
+        assert!(net.landlock_enough(Enforced::Partially(4)).is_ok());
+        assert!(net.landlock_enough(Enforced::Fully(6)).is_ok());
+        assert!(net.landlock_enough(Enforced::Not).is_err());
+    }
+
+    #[test]
+    fn a_unix_socket_daemon_needs_landlock_s_first_abi_only() {
+        let local = Profile::new(SeccompProfile::Loopd);
+        assert_eq!(local.landlock_abi_needed().0, 1);
+        assert!(local.landlock_enough(Enforced::Partially(1)).is_ok());
+        assert!(local.landlock_enough(Enforced::Not).is_err());
+        // memoryd with a remote Honcho connects over TCP.
+        let remote = Profile::new(SeccompProfile::Memoryd { remote: true });
+        assert_eq!(remote.landlock_abi_needed().0, 4);
+    }
 }

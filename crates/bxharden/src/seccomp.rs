@@ -81,28 +81,46 @@ pub struct Filters {
     pub main: BpfProgram,
     /// How many system calls the allow-list names (with conditions or without).
     pub syscall_count: usize,
-    /// Non-stream `AF_INET*` sockets and `MSG_FASTOPEN` sends → `EACCES`, for a profile whose
-    /// network sockets are stream only; every `socket` → `EACCES` for the `run` tool's child.
-    pub stream_only: Option<BpfProgram>,
+    /// The calls refused with `EACCES` rather than killed ([`refused_rules`]): an executable
+    /// mapping in a daemon that starts no program; non-stream `AF_INET*` sockets and
+    /// `MSG_FASTOPEN` sends for a profile whose network sockets are stream only; every `socket`
+    /// for the `run` tool's child.
+    pub refused: Option<BpfProgram>,
 }
 
 /// The socket types a stream-only profile is refused: every value of the type's low four bits
 /// (`SOCK_TYPE_MASK`) but `SOCK_STREAM`, so no type the kernel adds later slips through.
 const NOT_STREAM: [u64; 15] = [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
-/// The third filter's rules: (system call, its rule as seccompiler's JSON), for a stream-only
-/// profile; for the `run` tool's child, every `socket` (it may make no socket of any family: an
-/// `AF_UNIX` one could connect by path to a socket brokerd's user is the client of, such as
-/// `gateway.sock`, which Landlock before ABI 9 does not stop). An errno, not a kill, so that a
-/// C library asking nscd for a user name falls back to the files; `socketpair` stays.
-fn stream_only_rules(profile: SeccompProfile) -> Vec<String> {
+/// The third filter's rules, each refused with `EACCES`:
+///
+/// - `mmap` and `mprotect` asking for `PROT_EXEC`, in every daemon that starts no program: all
+///   the code a daemon runs is mapped before its sandbox closes, so a new executable mapping
+///   after it is only what an exploit would make (OpenSSH's sandbox masks it the same way). An
+///   errno rather than a kill, so that a C library that would load a module (an NSS module for
+///   a name lookup) carries on without it. brokerd with the `run` tool and the tool's child
+///   keep it: the programs it starts inherit its filters, and their loader maps their code.
+/// - For a stream-only profile, non-stream `AF_INET*` sockets and `MSG_FASTOPEN` sends.
+/// - For the `run` tool's child, every `socket` (it may make no socket of any family: an
+///   `AF_UNIX` one could connect by path to a socket brokerd's user is the client of, such as
+///   `gateway.sock`, which Landlock before ABI 9 does not stop). An errno, not a kill, so that
+///   a C library asking nscd for a user name falls back to the files; `socketpair` stays.
+fn refused_rules(profile: SeccompProfile) -> Vec<String> {
     if profile == SeccompProfile::RunChild {
         return vec!["{\"syscall\":\"socket\"}".to_owned()];
     }
-    if !profile.inet_stream_only() {
-        return Vec::new();
-    }
     let mut rules = Vec::new();
+    if !profile.starts_programs() {
+        let exec = libc::PROT_EXEC as u32;
+        for call in ["mmap", "mprotect"] {
+            rules.push(format!(
+                "{{\"syscall\":\"{call}\",\"args\":[{{\"index\":2,\"type\":\"dword\",\"op\":{{\"masked_eq\":{exec}}},\"val\":{exec}}}]}}"
+            ));
+        }
+    }
+    if !profile.inet_stream_only() {
+        return rules;
+    }
     for (family, _) in profile.socket_families() {
         if family == libc::AF_UNIX {
             continue;
@@ -206,10 +224,7 @@ pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
     for (request, name) in IOCTLS {
         out.push(cond("ioctl", 1, request, name));
     }
-    if matches!(
-        profile,
-        SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
-    ) {
+    if profile.starts_programs() {
         // What `cp` asks first (a reflink copy, on a file it opened): on file systems that
         // cannot, the kernel says so and it copies by hand.
         out.push(cond("ioctl", 1, FICLONE, "FICLONE"));
@@ -231,6 +246,9 @@ pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
     }
     if profile == SeccompProfile::RunChild {
         out.push("socket(any family) -> EACCES".to_owned());
+    }
+    if !profile.starts_programs() {
+        out.push("mmap/mprotect(PROT_EXEC) -> EACCES".to_owned());
     }
     if profile.inet_stream_only() {
         out.push("socket(AF_INET*, not SOCK_STREAM) -> EACCES".to_owned());
@@ -265,19 +283,19 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
         Mismatch::KillProcess => "\"kill_process\"".to_owned(),
         Mismatch::LogEperm => format!("{{\"errno\":{}}}", libc::EPERM),
     };
-    let stream_only = stream_only_rules(profile);
-    let stream_only = if stream_only.is_empty() {
+    let refused = refused_rules(profile);
+    let refused = if refused.is_empty() {
         String::new()
     } else {
         format!(
-            ",\"stream_only\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{}]}}",
+            ",\"refused\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{}]}}",
             libc::EACCES,
-            stream_only.join(",")
+            refused.join(",")
         )
     };
     format!(
         "{{\"main\":{{\"mismatch_action\":{mismatch},\"match_action\":\"allow\",\"filter\":[{}]}},\
-         \"clone3\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{{\"syscall\":\"clone3\"}}]}}{stream_only}}}",
+         \"clone3\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{{\"syscall\":\"clone3\"}}]}}{refused}}}",
         rules.join(","),
         libc::ENOSYS
     )
@@ -295,10 +313,10 @@ pub fn compile(
     let (Some(clone3), Some(main)) = (map.remove("clone3"), map.remove("main")) else {
         return Err(SeccompError::Compile("a filter is missing".to_owned()));
     };
-    let stream_only = map.remove("stream_only");
-    if profile.inet_stream_only() && stream_only.is_none() {
+    let refused = map.remove("refused");
+    if refused.is_none() && !refused_rules(profile).is_empty() {
         return Err(SeccompError::Compile(
-            "the stream-only filter is missing".to_owned(),
+            "the filter of refused calls is missing".to_owned(),
         ));
     }
     // Every name on the list, with a condition or without.
@@ -312,7 +330,7 @@ pub fn compile(
         clone3,
         main,
         syscall_count,
-        stream_only,
+        refused,
     })
 }
 
@@ -420,8 +438,8 @@ pub fn apply(profile: SeccompProfile, mismatch: Mismatch) -> Result<usize, Secco
         return Err(SeccompError::SelfPid { found, wanted });
     }
     install(&to_kernel(&filters.clone3), log)?;
-    if let Some(stream_only) = &filters.stream_only {
-        install(&to_kernel(stream_only), log)?;
+    if let Some(refused) = &filters.refused {
+        install(&to_kernel(refused), log)?;
     }
     install(&main, log)?;
     Ok(filters.syscall_count)

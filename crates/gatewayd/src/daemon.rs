@@ -14,7 +14,7 @@ use bxharden::daemon::StartError;
 use bxharden::{Profile, SeccompProfile, serve};
 
 use crate::config::{CONFIG_ANCHOR, Config};
-use crate::fetch::{Gateway, Trust, quote};
+use crate::fetch::{Gateway, Refused, Trust, quote};
 use crate::secrets::Secret;
 
 /// The system's resolver configuration, whose name servers are asked when `[dns] servers` is
@@ -164,8 +164,9 @@ pub fn profile(cfg: &Config, p: &Prepared, config: &Path) -> Profile {
     profile
 }
 
-/// One gateway.sock request: a fetch, answered `fetch_reply` or an `error` whose detail says why
-/// and ends with the runbook pointer, logged the same way; or the allow-list's names.
+/// One gateway.sock request: a fetch, answered `fetch_reply`; or an `error` whose detail says why
+/// and ends with the runbook pointer, logged the same way (`fetch_failed` when the web had
+/// answered by then); or the allow-list's names.
 pub fn handle(mut stream: UnixStream, id: u64, request: GatewayRequest, gateway: &Gateway) {
     let req = match request {
         GatewayRequest::FetchRequest(req) => req,
@@ -192,16 +193,37 @@ pub fn handle(mut stream: UnixStream, id: u64, request: GatewayRequest, gateway:
             );
             Envelope::new(id, true, Message::FetchReply(f.reply()))
         }
-        Err(e) => {
+        Err(Refused { error: e, reached }) => {
             // A refused request may carry a credential: neither the log nor the answer shows it.
             let pointer = bxcore::runbook::pointer(e.anchor());
             let url = gateway.redact(quote(&req.url));
             let why = gateway.redact(e.to_string());
+            let after = if reached {
+                " (after the web answered)"
+            } else {
+                ""
+            };
             bxharden::log::line(
                 e.anchor(),
-                &format!("gatewayd: {} {url}: {why}; {pointer}", quote(&req.method)),
+                &format!(
+                    "gatewayd: {} {url}{after}: {why}; {pointer}",
+                    quote(&req.method)
+                ),
             );
-            Envelope::error(id, e.code(), format!("{why}; {pointer}"))
+            let detail = format!("{why}; {pointer}");
+            if reached {
+                // The web answered: the caller treats what it learns as third-party content.
+                Envelope::new(
+                    id,
+                    true,
+                    Message::FetchFailed(bxcore::WireError {
+                        code: e.code(),
+                        detail,
+                    }),
+                )
+            } else {
+                Envelope::error(id, e.code(), detail)
+            }
         }
     };
     if let Err(bxcore::FrameError::TooLarge(n)) = bxcore::write_frame(&mut stream, &answer) {

@@ -36,6 +36,7 @@ pub const REDIRECT_ANCHOR: &str = "gateway-redirect-refused";
 pub const LIMIT_ANCHOR: &str = "gateway-limit-reached";
 pub const UNREACHABLE_ANCHOR: &str = "gateway-unreachable";
 pub const REQUEST_ANCHOR: &str = "gateway-request-refused";
+pub const UNREADABLE_ANCHOR: &str = "gateway-page-unreadable";
 
 /// The longest part of a URL quoted in a refusal.
 const QUOTE: usize = 200;
@@ -51,7 +52,9 @@ pub fn quote(s: &str) -> String {
 }
 
 /// Why a fetch was refused or failed. Nothing has left the box for a refusal made before the
-/// first connection; the text never holds a secret.
+/// first connection; the text never holds a secret, and never a word the web sent (a redirect's
+/// `Location`, a certificate's names, a server's bytes): what a redirect led to is named by
+/// category only ([`Redirected`]).
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     #[error("the request is refused: {0}")]
@@ -76,8 +79,10 @@ pub enum FetchError {
         place: String,
         form: &'static str,
     },
-    #[error("more than {max} redirects; the last one led to {url}")]
-    TooManyRedirects { max: u8, url: String },
+    /// A redirect was not followed; what it led to is the answering server's choice, so it is
+    /// named by category only.
+    #[error("a redirect was not followed: {0}")]
+    Redirected(Redirected),
     #[error("the fetch took longer than its limit of {ms} ms ({during})")]
     Timeout { ms: u64, during: &'static str },
     #[error("the response's head is over the limit of {limit} bytes")]
@@ -85,10 +90,72 @@ pub enum FetchError {
     #[error("{0}")]
     Lookup(#[from] LookupError),
     #[error("{url}: {why}")]
-    Unreachable { url: String, why: String },
+    Unreachable { url: String, why: &'static str },
+    /// The page is HTML the converter could not reduce to text (nesting too deep for its
+    /// layout): it is never passed on raw, with its scripts, comments and hidden text.
+    #[error(
+        "the page is HTML that could not be reduced to readable text ({why}); it is not passed \
+         on as it is"
+    )]
+    Unreadable { why: &'static str },
     /// The CA bundle, read at start, no longer reads at the first fetch that needs it.
     #[error("{0}")]
     Trust(#[from] bxtls::CaError),
+}
+
+/// What a redirect led to, by category: the refusal of a redirect never quotes its `Location`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Redirected {
+    #[error("its Location is not an absolute http or https URL without user info")]
+    NotAUrl,
+    #[error("it led to a host that is not on the gateway's allow-list")]
+    HostNotAllowed,
+    #[error("it led to plain HTTP on a host whose entry does not allow it")]
+    PlainHttp,
+    #[error("it led to port {0}, which its host's entry does not allow")]
+    PortNotAllowed(u16),
+    #[error("it led to a host that resolves to {addr}, {range}, which no host entry allows")]
+    AddressRefused { addr: IpAddr, range: Range },
+    #[error("it led to a host whose name could not be looked up")]
+    Lookup,
+    #[error(
+        "it led from another host to a host the gateway adds a credential to; a credential goes \
+         only to the host of the URL the call named, and to that host's own redirects"
+    )]
+    IntoCredential,
+    #[error("more than {0} redirects")]
+    TooMany(u8),
+}
+
+impl Redirected {
+    fn anchor(self) -> &'static str {
+        match self {
+            Redirected::NotAUrl | Redirected::IntoCredential | Redirected::TooMany(_) => {
+                REDIRECT_ANCHOR
+            }
+            Redirected::HostNotAllowed | Redirected::PlainHttp | Redirected::PortNotAllowed(_) => {
+                HOST_ANCHOR
+            }
+            Redirected::AddressRefused { .. } => ADDRESS_ANCHOR,
+            Redirected::Lookup => UNREACHABLE_ANCHOR,
+        }
+    }
+
+    /// The refusal of a hop a redirect led to, by category: `e` as the hop's checks made it.
+    fn of(e: FetchError) -> FetchError {
+        let why = match e {
+            FetchError::BadUrl { .. } => Redirected::NotAUrl,
+            FetchError::HostNotAllowed { .. } => Redirected::HostNotAllowed,
+            FetchError::PlainHttp { .. } => Redirected::PlainHttp,
+            FetchError::PortNotAllowed { port, .. } => Redirected::PortNotAllowed(port),
+            FetchError::AddressRefused { addr, range, .. } => {
+                Redirected::AddressRefused { addr, range }
+            }
+            FetchError::Lookup(_) => Redirected::Lookup,
+            other => return other,
+        };
+        FetchError::Redirected(why)
+    }
 }
 
 impl Anchored for FetchError {
@@ -100,9 +167,10 @@ impl Anchored for FetchError {
             | FetchError::PortNotAllowed { .. } => HOST_ANCHOR,
             FetchError::AddressRefused { .. } => ADDRESS_ANCHOR,
             FetchError::SecretInRequest { .. } => SECRET_ANCHOR,
-            FetchError::TooManyRedirects { .. } => REDIRECT_ANCHOR,
+            FetchError::Redirected(r) => r.anchor(),
             FetchError::Timeout { .. } | FetchError::HeadTooLarge { .. } => LIMIT_ANCHOR,
             FetchError::Lookup(_) | FetchError::Unreachable { .. } => UNREACHABLE_ANCHOR,
+            FetchError::Unreadable { .. } => UNREADABLE_ANCHOR,
             FetchError::Trust(_) => crate::config::CONFIG_ANCHOR,
         }
     }
@@ -114,10 +182,20 @@ impl Anchored for FetchError {
             | FetchError::HeadTooLarge { .. }
             | FetchError::Lookup(_)
             | FetchError::Unreachable { .. }
+            | FetchError::Redirected(Redirected::Lookup)
             | FetchError::Trust(_) => ErrorCode::Unavailable,
             _ => ErrorCode::Forbidden,
         }
     }
+}
+
+/// A fetch that did not give a page: why, and whether the web had answered by then (a
+/// response, a redirect, a certificate), which makes what the caller learns third-party
+/// content even though no page came back.
+#[derive(Debug)]
+pub struct Refused {
+    pub error: FetchError,
+    pub reached: bool,
 }
 
 /// A URL a hop goes to, parsed and normalized.
@@ -165,31 +243,25 @@ impl Target {
         })
     }
 
-    /// The URL `location` (a redirect's) leads to from here.
+    /// The URL `location` (a redirect's) leads to from here, joined as a browser joins it
+    /// (WHATWG URL: dot segments, scheme-relative and query-only references, percent-encoding
+    /// of what a `Location` may not hold as it is), then parsed and checked as a URL the call
+    /// named would be.
     pub fn join(&self, location: &str) -> Result<Target, FetchError> {
-        let loc = location.trim();
-        let scheme = if self.tls { "https" } else { "http" };
-        let authority = self.uri.authority().map(|a| a.as_str()).unwrap_or("");
-        let path = self.uri.path();
-        let has_scheme = loc.split_once(':').is_some_and(|(s, _)| {
-            !s.is_empty()
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
-        });
-        let absolute = if has_scheme {
-            loc.to_string()
-        } else if loc.starts_with("//") {
-            format!("{scheme}:{loc}")
-        } else if loc.starts_with('/') {
-            format!("{scheme}://{authority}{loc}")
-        } else if loc.starts_with('?') {
-            format!("{scheme}://{authority}{path}{loc}")
-        } else {
-            let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-            let dir = if dir.is_empty() { "/" } else { dir };
-            format!("{scheme}://{authority}{dir}{loc}")
+        let bad = |why: &str| FetchError::BadUrl {
+            url: String::new(),
+            why: why.to_string(),
         };
-        Target::parse(&absolute)
+        let base = url::Url::parse(&self.as_str()).map_err(|_| bad("not a URL"))?;
+        let next = base
+            .join(location.trim())
+            .map_err(|_| bad("not a URL reference"))?;
+        Target::parse(next.as_str())
+    }
+
+    /// Scheme, host and port: what a credential is bound to.
+    fn origin(&self) -> (bool, &str, u16) {
+        (self.tls, &self.host, self.port)
     }
 
     /// The URL as it is requested.
@@ -472,8 +544,15 @@ impl Gateway {
     }
 
     /// Make the request: refused before anything leaves when it carries a secret or is not
-    /// allowed, bounded in time and size when it is.
-    pub fn fetch(&self, req: &FetchRequest) -> Result<Fetched, FetchError> {
+    /// allowed, bounded in time and size when it is. A refusal says whether the web had
+    /// answered by then ([`Refused::reached`]).
+    pub fn fetch(&self, req: &FetchRequest) -> Result<Fetched, Refused> {
+        let mut reached = false;
+        self.hops(req, &mut reached)
+            .map_err(|error| Refused { error, reached })
+    }
+
+    fn hops(&self, req: &FetchRequest, reached: &mut bool) -> Result<Fetched, FetchError> {
         let until = Instant::now() + Duration::from_millis(self.limits.timeout_ms);
         let mut method = match req.method.as_str() {
             "GET" => Method::GET,
@@ -523,12 +602,34 @@ impl Gateway {
         let mut target = Target::parse(&req.url)?;
         let agent = self.agent()?;
         let first_host = target.host.clone();
+        // The origin of the URL the call named, and whether any hop so far left it: `None`
+        // while the hop is the URL the call named.
+        let named = (target.tls, target.host.clone(), target.port);
+        let mut from: Option<bool> = None;
         let mut body = req.body.clone().into_bytes();
         let mut hops = 0u8;
         loop {
-            let i = self.allowed(&target)?;
+            // A hop a redirect led to is checked as the first is, and refused by category.
+            let named_hop = from.is_none();
+            let redirected = |e: FetchError| if named_hop { e } else { Redirected::of(e) };
+            let i = self.allowed(&target).map_err(redirected)?;
             let entry = &self.hosts[i];
-            let addrs = self.resolve(&target, entry, until)?;
+            let credential = match (&entry.header, &self.secrets[i]) {
+                (Some(name), Some(secret)) => Some((name, secret)),
+                _ => None,
+            };
+            // A credential goes to the URL the call named and to the redirects of that same
+            // origin (scheme, host and port) while the chain never left it: never to a hop
+            // whose path and query another origin's redirect chose.
+            let (tls, host, port) = target.origin();
+            let home = (tls, host, port) == (named.0, named.1.as_str(), named.2);
+            if let Some(left) = from.as_mut() {
+                *left |= !home;
+                if credential.is_some() && *left {
+                    return Err(FetchError::Redirected(Redirected::IntoCredential));
+                }
+            }
+            let addrs = self.resolve(&target, entry, until).map_err(redirected)?;
             let _pin = PinGuard::set(&target.host, target.port, addrs);
 
             let mut rb = ureq::http::Request::builder()
@@ -540,7 +641,7 @@ impl Gateway {
                     rb = rb.header(n, v);
                 }
             }
-            if let (Some(name), Some(secret)) = (&entry.header, &self.secrets[i]) {
+            if let Some((name, secret)) = credential {
                 let mut value = entry.prefix.clone().unwrap_or_default().into_bytes();
                 value.extend(secret.value());
                 let mut v = HeaderValue::from_bytes(&value).map_err(|_| {
@@ -560,9 +661,11 @@ impl Gateway {
                 .configure_request(request)
                 .timeout_global(Some(left))
                 .build();
-            let response = agent
-                .run(request)
-                .map_err(|e| self.transport(e, &target, until))?;
+            let response = agent.run(request).map_err(|e| {
+                *reached |= !before_contact(&e);
+                self.transport(e, &target, until)
+            })?;
+            *reached = true;
 
             let status = response.status().as_u16();
             let location = response
@@ -573,12 +676,11 @@ impl Gateway {
             if let (300..=399, Some(loc)) = (status, &location) {
                 if status != 304 {
                     hops += 1;
-                    let next = target.join(loc)?;
+                    let next = target.join(loc).map_err(Redirected::of)?;
                     if hops > self.limits.max_redirects {
-                        return Err(FetchError::TooManyRedirects {
-                            max: self.limits.max_redirects,
-                            url: quote(&next.as_str()),
-                        });
+                        return Err(FetchError::Redirected(Redirected::TooMany(
+                            self.limits.max_redirects,
+                        )));
                     }
                     if matches!(status, 301..=303)
                         && method != Method::GET
@@ -588,6 +690,7 @@ impl Gateway {
                         body.clear();
                     }
                     target = next;
+                    from.get_or_insert(false);
                     continue;
                 }
             }
@@ -602,8 +705,10 @@ impl Gateway {
         }
     }
 
+    /// A failure of the client, by category: its own text may carry what the server sent (a
+    /// certificate's names, the bytes of a broken answer), which never reaches the caller.
     fn transport(&self, e: ureq::Error, t: &Target, until: Instant) -> FetchError {
-        let unreachable = |why: String| FetchError::Unreachable {
+        let unreachable = |why: &'static str| FetchError::Unreachable {
             url: quote(&t.as_str()),
             why,
         };
@@ -611,10 +716,16 @@ impl Gateway {
             ureq::Error::Timeout(_) => self.timeout("waiting for the answer"),
             _ if Instant::now() >= until => self.timeout("waiting for the answer"),
             ureq::Error::LargeResponseHeader(_, limit) => FetchError::HeadTooLarge { limit },
-            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
-                unreachable(format!("TLS: {io}"))
+            ureq::Error::Io(io) => unreachable(io_category(io.kind())),
+            ureq::Error::Tls(_) | ureq::Error::Rustls(_) => {
+                unreachable("TLS: the server's certificate or handshake was refused")
             }
-            other => unreachable(other.to_string()),
+            ureq::Error::HostNotFound => unreachable("its address could not be used"),
+            ureq::Error::ConnectionFailed => unreachable("the connection failed"),
+            ureq::Error::Protocol(_) | ureq::Error::Http(_) => {
+                unreachable("the server's answer is not HTTP the gateway reads")
+            }
+            _ => unreachable("the HTTP client failed"),
         }
     }
 
@@ -659,10 +770,10 @@ impl Gateway {
                     Err(e) if Instant::now() >= until || bxcore::deadline::is_timeout(&e) => {
                         return Err(self.timeout("reading the body"));
                     }
-                    Err(e) => {
+                    Err(_) => {
                         return Err(FetchError::Unreachable {
                             url: quote(&t.as_str()),
-                            why: format!("the body broke off: {e}"),
+                            why: "the body broke off",
                         });
                     }
                 }
@@ -670,7 +781,9 @@ impl Gateway {
         }
         let truncated = bytes.len() as u64 > max;
         bytes.truncate(usize::try_from(max).unwrap_or(usize::MAX));
-        let body = self.redact(text::readable(content_type.as_deref(), &bytes));
+        let body = text::readable(content_type.as_deref(), &bytes)
+            .map_err(|why| FetchError::Unreadable { why })?;
+        let body = self.redact(body);
         let headers = headers
             .into_iter()
             .map(|h| Header {
@@ -687,17 +800,43 @@ impl Gateway {
         })
     }
 
-    /// `text` with every credential's value replaced by its name: a host that echoes the
-    /// credential it was sent (or any other host's) cannot hand it to the model.
-    pub fn redact(&self, mut text: String) -> String {
-        for s in self.secrets.iter().flatten() {
-            if let Ok(v) = std::str::from_utf8(s.value()) {
-                if text.contains(v) {
-                    text = text.replace(v, &format!("[the credential of {}]", s.host));
-                }
-            }
-        }
-        text
+    /// `text` with every form of every credential replaced by its name: a host that echoes the
+    /// credential it was sent (or any other host's), plain or encoded, cannot hand it to the
+    /// model.
+    pub fn redact(&self, text: String) -> String {
+        self.secrets.iter().flatten().fold(text, |t, s| s.redact(t))
+    }
+}
+
+/// Whether a client error came before the server could say anything: no connection made (a
+/// refused or unreachable address, no route, a connect deadline). Anything else may have
+/// carried the server's words, so it counts as the web having answered.
+fn before_contact(e: &ureq::Error) -> bool {
+    use std::io::ErrorKind;
+    match e {
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            ErrorKind::ConnectionRefused
+                | ErrorKind::HostUnreachable
+                | ErrorKind::NetworkUnreachable
+                | ErrorKind::AddrNotAvailable
+        ),
+        ureq::Error::Timeout(t) => matches!(t, ureq::Timeout::Resolve | ureq::Timeout::Connect),
+        ureq::Error::HostNotFound | ureq::Error::ConnectionFailed => true,
+        _ => false,
+    }
+}
+
+/// An I/O failure as the caller is told it: its kind only.
+fn io_category(kind: std::io::ErrorKind) -> &'static str {
+    use std::io::ErrorKind;
+    match kind {
+        ErrorKind::ConnectionRefused => "the connection was refused",
+        ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => "the connection was reset",
+        ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => "no route to the host",
+        ErrorKind::InvalidData => "TLS: the server's certificate or handshake was refused",
+        ErrorKind::UnexpectedEof | ErrorKind::BrokenPipe => "the connection closed early",
+        _ => "the connection failed",
     }
 }
 
@@ -733,14 +872,15 @@ mod tests {
         assert_eq!(j("/root"), "https://a.example.org:8443/root");
         assert_eq!(j("?q=2"), "https://a.example.org:8443/dir/page?q=2");
         assert_eq!(j("other"), "https://a.example.org:8443/dir/other");
-        assert_eq!(
-            j("http://[::ffff:127.0.0.1]/"),
-            "http://[::ffff:127.0.0.1]/"
-        );
+        assert_eq!(j("../up/./x"), "https://a.example.org:8443/up/x");
+        assert_eq!(j("/a b"), "https://a.example.org:8443/a%20b");
+        assert_eq!(j("http://[::ffff:127.0.0.1]/"), "http://[::ffff:7f00:1]/");
         assert_eq!(
             base.join("http://[::ffff:127.0.0.1]/").unwrap().host,
             "::ffff:127.0.0.1"
         );
+        assert!(base.join("ftp://x.example/").is_err());
+        assert!(base.join("https://u:p@x.example/").is_err());
     }
 
     #[test]

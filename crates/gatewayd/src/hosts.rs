@@ -21,6 +21,11 @@ pub enum Pattern {
 /// IPv6 address without brackets.
 pub fn normalize(host: &str) -> String {
     let h = host.trim_start_matches('[').trim_end_matches(']');
+    // An address in one spelling: `::ffff:7f00:1` (as a joined URL writes it) is
+    // `::ffff:127.0.0.1` (as an entry does).
+    if let Ok(ip) = h.parse::<std::net::IpAddr>() {
+        return ip.to_string();
+    }
     h.trim_end_matches('.').to_ascii_lowercase()
 }
 

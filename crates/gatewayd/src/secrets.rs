@@ -3,17 +3,18 @@
 //! A secret is read from its `secret_file` at start, through the one reader of secret files
 //! (`bxcore::secret`, which refuses a file others may read or change), and lives only here: it is added to requests
 //! to its own host, and never appears in a reply, a log line or an error. A request whose URL,
-//! header names or values, or body holds any secret's value (as is, URL-encoded, in base64 at
-//! any alignment, standard or URL-safe, or in hex of either case) is refused before anything
-//! leaves. The check is exact matching of those forms, so it has no false positives to tune;
-//! the URL and body are also looked at once percent-decoded, so a partly encoded secret is
-//! found too.
+//! header names or values, or body holds any secret's value (as is, reversed, URL-encoded, in
+//! base64 at any alignment, standard or URL-safe, in base32 at any alignment, or in hex of
+//! either case) is refused before anything leaves, and every one of those forms is redacted
+//! from a reply: a host that echoes its credential encoded cannot hand it to the model, nor
+//! the model on to another host. The check is exact matching of those forms, so it has no false
+//! positives to tune; the URL and body are also looked at once percent-decoded, so a partly
+//! encoded secret is found too.
 
 use std::fmt;
 use std::path::Path;
 
-use base64::Engine;
-use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+use data_encoding::{BASE32_NOPAD, BASE64_NOPAD, BASE64URL_NOPAD, Encoding, HEXLOWER, HEXUPPER};
 
 use bxcore::secret::SecretFile;
 pub use bxcore::secret::SecretFileError;
@@ -114,38 +115,64 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// Every form the value is looked for in.
+/// Every form the value is looked for in, and redacted in.
 fn forms(value: &[u8]) -> Vec<(Vec<u8>, &'static str)> {
     let mut out = vec![(value.to_vec(), "as is")];
+    let mut reversed = value.to_vec();
+    reversed.reverse();
+    out.push((reversed, "reversed"));
     let encoded: String =
         percent_encoding::percent_encode(value, percent_encoding::NON_ALPHANUMERIC).to_string();
     out.push((encoded.clone().into_bytes(), "URL-encoded"));
     out.push((encoded.to_ascii_lowercase().into_bytes(), "URL-encoded"));
-    out.push((
-        value
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-            .into_bytes(),
-        "hex",
-    ));
-    // base64 of the value at each of the three alignments it can have inside a longer text:
-    // only the characters that depend on the value's bytes alone are looked for.
-    for k in 0..3usize {
-        let mut padded = vec![0u8; k];
-        padded.extend(value);
-        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
-            let enc = engine.encode(&padded);
-            let start = (8 * k).div_ceil(6);
-            let end = (8 * (k + value.len())) / 6;
-            if end > start {
-                out.push((enc.as_bytes()[start..end].to_vec(), "base64"));
-            }
-        }
+    out.push((HEXLOWER.encode(value).into_bytes(), "hex"));
+    out.push((HEXUPPER.encode(value).into_bytes(), "hex"));
+    out.extend(
+        aligned(value, &BASE64_NOPAD, 3, 6)
+            .chain(aligned(value, &BASE64URL_NOPAD, 3, 6))
+            .map(|f| (f, "base64")),
+    );
+    for f in aligned(value, &BASE32_NOPAD, 5, 5) {
+        out.push((f.to_ascii_lowercase(), "base32"));
+        out.push((f, "base32"));
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// The value in `encoding` (characters of `bits` bits, in groups of `group` bytes) at each
+/// alignment it can have inside a longer text: only the characters that depend on the value's
+/// bytes alone, which every encoding of a text holding the value contains.
+fn aligned<'a>(
+    value: &'a [u8],
+    encoding: &'a Encoding,
+    group: usize,
+    bits: usize,
+) -> impl Iterator<Item = Vec<u8>> + 'a {
+    (0..group).filter_map(move |k| {
+        let mut padded = vec![0u8; k];
+        padded.extend(value);
+        let enc = encoding.encode(&padded);
+        let start = (8 * k).div_ceil(bits);
+        let end = (8 * (k + value.len())) / bits;
+        (end > start).then(|| enc.as_bytes()[start..end].to_vec())
+    })
+}
+
+impl Secret {
+    /// `text` with every form of this value replaced by `[the credential of <host>]`.
+    pub fn redact(&self, text: String) -> String {
+        let mut text = text;
+        for (form, _) in &self.forms {
+            if let Ok(f) = std::str::from_utf8(form) {
+                if text.contains(f) {
+                    text = text.replace(f, &format!("[the credential of {}]", self.host));
+                }
+            }
+        }
+        text
+    }
 }
 
 /// Where a secret was found, for the refusal.
@@ -155,7 +182,7 @@ pub struct Found {
     pub host: String,
     /// `the URL`, `the header x-y`, `the body`.
     pub place: String,
-    /// `as is`, `URL-encoded`, `base64`, `hex`.
+    /// `as is`, `reversed`, `URL-encoded`, `base64`, `base32`, `hex`.
     pub form: &'static str,
 }
 
@@ -210,7 +237,7 @@ mod tests {
             let mut text = prefix.as_bytes().to_vec();
             text.extend(VALUE);
             text.extend(b"tail");
-            for e in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            for e in [&BASE64_NOPAD, &BASE64URL_NOPAD] {
                 let b64 = e.encode(&text);
                 assert_eq!(
                     hit(&format!("body={b64}")),
@@ -218,6 +245,41 @@ mod tests {
                     "{prefix:?} {b64}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_secret_reversed_or_in_base32_is_found_and_every_form_is_redacted() {
+        let mut rev = VALUE.to_vec();
+        rev.reverse();
+        assert_eq!(
+            hit(&format!("q={}", String::from_utf8(rev.clone()).unwrap())),
+            Some("reversed")
+        );
+        for prefix in ["", "a", "ab", "abc", "abcd"] {
+            let mut text = prefix.as_bytes().to_vec();
+            text.extend(VALUE);
+            let b32 = BASE32_NOPAD.encode(&text);
+            assert_eq!(hit(&format!("x={b32}")), Some("base32"), "{prefix:?}");
+            assert_eq!(
+                hit(&format!("x={}", b32.to_lowercase())),
+                Some("base32"),
+                "{prefix:?}"
+            );
+        }
+        let s = Secret::new("api.example.org", VALUE.to_vec());
+        for echoed in [
+            String::from_utf8(VALUE.to_vec()).unwrap(),
+            String::from_utf8(rev).unwrap(),
+            BASE64_NOPAD.encode(VALUE),
+            BASE64URL_NOPAD.encode(&[b"x", VALUE].concat()),
+            BASE32_NOPAD.encode(VALUE),
+            HEXUPPER.encode(VALUE),
+            HEXLOWER.encode(VALUE),
+        ] {
+            let out = s.redact(format!("you sent: {echoed}."));
+            assert!(out.contains("[the credential of api.example.org]"), "{out}");
+            assert_eq!(hit(&out), None, "{out}");
         }
     }
 

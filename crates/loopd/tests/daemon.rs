@@ -5,6 +5,7 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use bxcore::{CallId, Message, Outcome, TurnEvent};
 use bxharden::proc_status::threads;
@@ -284,4 +285,61 @@ fn a_turn_on_bridge_sock_runs_only_in_a_session_of_the_channels_prefix() {
         last_msg(&frames)
     );
     assert!(home.path().join("loop/sessions/matrix-00aa.jsonl").exists());
+}
+
+#[test]
+fn a_descriptor_inherited_from_its_starter_is_closed_first_and_said() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    // A file of another's the starter held open for writing, handed down as descriptor 7.
+    let held = fs::File::create(home.path().join("held-open")).unwrap();
+    let raw = held.as_raw_fd();
+    let cfg_path = home.path().join("loopd.toml");
+    fs::write(&cfg_path, config(home.path(), "")).unwrap();
+    let log = home.path().join("loopd-inherited.log");
+    let mut cmd = bxtest::daemon_command(
+        std::path::Path::new(env!("CARGO_BIN_EXE_loopd")),
+        "serve",
+        &cfg_path,
+        &log,
+    );
+    // SAFETY: dup2 only, between fork and exec: async-signal-safe, allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut d = bxtest::Daemon::spawn_command(&mut cmd, &log);
+    let socket = layout.channel.clone();
+    d.wait_ready("loop.sock answering ping", || {
+        bxcore::client::ping(&socket, Duration::from_secs(5)).is_ok()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let text = d.log_text();
+    assert!(
+        text.contains("loopd: closed descriptor 7 (")
+            && text.contains("/held-open), inherited from whoever started this daemon")
+            && text.contains("see docs/runbook.md#descriptor-inherited"),
+        "{text}"
+    );
+    assert!(
+        fs::read_link(format!("/proc/{}/fd/7", d.pid())).is_err(),
+        "descriptor 7 is still open in loopd"
+    );
+    // Whatever else the test runner handed down (a jobserver pipe) was closed too: each line
+    // names a descriptor past stdio.
+    for line in text.lines().filter(|l| l.contains("closed descriptor ")) {
+        let fd: i32 = line["loopd: closed descriptor ".len()..]
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(fd > 2, "{line}");
+    }
 }

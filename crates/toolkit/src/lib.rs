@@ -28,21 +28,55 @@ use std::sync::Arc;
 use bxcore::Label;
 use serde_json::Value;
 
-/// What a tool gives back when it ran: the text the model is shown, and for the audit chain a
+/// What a tool gives back when it ran: the text the model is shown, for the audit chain a
 /// short line on how it ended when there is more to say than that it ran (`run`: the exit code,
-/// or the signal and the limit that stopped it).
+/// or the signal and the limit that stopped it), and which of the text came from the place the
+/// call read (what brokerd fingerprints when that place is secret).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
     pub content: String,
     pub summary: Option<String>,
+    pub from_place: FromPlace,
+}
+
+/// Which part of a tool's text came from the place it read, rather than from the box itself:
+/// a confirmation, a path, the `run` tool's framing are the box's own words, and fingerprinting
+/// them would refuse every later write that says the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromPlace {
+    /// All of the content (a file's text, a directory's names).
+    All,
+    /// None of it: the box's own words (`wrote 12 bytes to ...`).
+    Nothing,
+    /// These pieces of it, each on its own (a program's stdout and its stderr).
+    Parts(Vec<String>),
 }
 
 impl Output {
-    /// Only text.
+    /// Text that came, all of it, from the place the call read.
     pub fn text(content: String) -> Output {
         Output {
             content,
             summary: None,
+            from_place: FromPlace::All,
+        }
+    }
+
+    /// Text the box wrote itself: a confirmation, nothing read.
+    pub fn own(content: String) -> Output {
+        Output {
+            content,
+            summary: None,
+            from_place: FromPlace::Nothing,
+        }
+    }
+
+    /// The pieces of the content that came from the place the call read.
+    pub fn released(&self) -> Vec<&str> {
+        match &self.from_place {
+            FromPlace::All => vec![self.content.as_str()],
+            FromPlace::Nothing => Vec::new(),
+            FromPlace::Parts(p) => p.iter().map(String::as_str).collect(),
         }
     }
 }
@@ -119,6 +153,13 @@ pub trait Tool: Send + Sync + fmt::Debug {
         let _ = (args, env);
         None
     }
+    /// The arguments as the leak check reads them, when that is not all of them as they are
+    /// (`web_fetch`: the URL without the allow-listed part of its host, which the owner chose
+    /// and the model cannot carry anything in). `None`: all of them.
+    fn leak_view(&self, args: &Self::Args) -> Option<Value> {
+        let _ = args;
+        None
+    }
 }
 
 /// A [`Tool`] behind one type, as the registry holds them: arguments arrive as JSON and are
@@ -133,6 +174,7 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn plan(&self, args: &Value, env: &Env, seen: Label) -> Result<Plan, ToolError>;
     fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
     fn place(&self, args: &Value, env: &Env) -> Option<String>;
+    fn leak_view(&self, args: &Value) -> Option<Value>;
 }
 
 impl<T: Tool> AnyTool for T {
@@ -165,5 +207,9 @@ impl<T: Tool> AnyTool for T {
     fn place(&self, args: &Value, env: &Env) -> Option<String> {
         let args = args::parse(Tool::name(self), args).ok()?;
         Tool::place(self, &args, env)
+    }
+    fn leak_view(&self, args: &Value) -> Option<Value> {
+        let args = args::parse(Tool::name(self), args).ok()?;
+        Tool::leak_view(self, &args)
     }
 }

@@ -163,6 +163,14 @@ impl Entry {
         self.tool.run(args, plan, env)
     }
 
+    /// The arguments as the leak check reads them ([`crate::Tool::leak_view`]).
+    pub fn leak_view<'a>(&self, args: &'a Value) -> std::borrow::Cow<'a, Value> {
+        match self.tool.leak_view(args) {
+            Some(v) => std::borrow::Cow::Owned(v),
+            None => std::borrow::Cow::Borrowed(args),
+        }
+    }
+
     /// Where this call lands, as a lease names it ([`crate::Tool::place`]); `any` for a tool
     /// with no place of its own.
     pub fn place(&self, args: &Value, env: &Env) -> String {

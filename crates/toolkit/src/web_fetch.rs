@@ -2,7 +2,9 @@
 //! Declared egress with `egress_max = private` (the owner's words may shape a query to the web,
 //! nothing secret may) and public, untrusted output. It is offered only while a gateway is
 //! configured ([`crate::Tool::available`]); gatewayd's refusals reach the model as `failed`,
-//! with the gateway's reason and runbook pointer.
+//! with the gateway's reason and runbook pointer, and a refusal made after the web answered
+//! (`fetch_failed`) raises the session as a page would: the gateway names it by category, but
+//! what the call learns still came from the web.
 
 use std::time::Duration;
 
@@ -59,6 +61,9 @@ impl Tool for WebFetch {
             writes_into: None,
         })
     }
+    fn leak_view(&self, args: &FetchArgs) -> Option<Value> {
+        Some(serde_json::json!({ "url": without_fixed_host(args.url.as_str()) }))
+    }
     fn run(&self, args: &FetchArgs, _plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let url = args.url.as_str();
         let Some(socket) = &env.gateway else {
@@ -71,21 +76,46 @@ impl Tool for WebFetch {
             body: String::new(),
             max_bytes: MAX_BODY,
         });
+        // What the web said, or may have said: the session is raised as a page would raise it.
+        let from_web = |why: String| {
+            ToolError::Touched(
+                crate::Reached {
+                    label: Label::new(DataClass::Public, true),
+                    read_only: None,
+                },
+                why,
+            )
+        };
         let reply = bxcore::client::call(socket, FETCH_TIMEOUT, 1, request, |_| {}).map_err(
             |e| match e {
-                // The gateway's own refusal: its text says why and ends with its pointer.
+                // The gateway's refusal before anything left the box: its text says why and
+                // ends with its pointer, and names nothing the web sent.
                 ClientError::Remote(w) => {
                     ToolError::Failed(format!("the web gateway refused it: {}", w.detail))
                 }
-                other => unavailable(socket, &other.to_string()),
+                // The request never reached the gateway: nothing reached the web either.
+                ClientError::Connect { .. }
+                | ClientError::TimeoutTooLarge
+                | ClientError::SetTimeout(_)
+                | ClientError::Send(_) => unavailable(socket, &e.to_string()),
+                // The gateway had the request and gave no answer this side can trust: it may
+                // have reached the web, so what the call learns counts as the web's.
+                other => from_web(unreachable(socket, &other.to_string())),
             },
         )?;
         match reply {
             Message::FetchReply(r) => Ok(Output::text(render(&r))),
-            other => Err(unavailable(
+            // The web answered and the gateway refused what came after: what the call learns
+            // (that a redirect went somewhere, that a page broke off) came from the web, so it
+            // raises the session as the page would have.
+            Message::FetchFailed(w) => Err(from_web(format!(
+                "the web gateway refused it: {}",
+                w.detail
+            ))),
+            other => Err(from_web(unreachable(
                 socket,
                 &format!("it answered {}", other.kind()),
-            )),
+            ))),
         }
     }
 }
@@ -112,6 +142,32 @@ pub fn description_for(hosts: &[String]) -> String {
     )
 }
 
+/// `url` without the last two labels of its host: those are a name on the owner's allow-list
+/// (`example.org`, or the `x` of `*.x`), which the model cannot carry anything in, and which a
+/// secret file holding a host name would otherwise refuse every fetch to. The labels left of
+/// them stay (`*.example.org` lets the caller choose them, so they can carry text), and so do
+/// user info, port, path and query.
+pub fn without_fixed_host(url: &str) -> String {
+    let Some(at) = url.find("://") else {
+        return url.to_string();
+    };
+    let start = at + 3;
+    let rest = &url[start..];
+    let end = start + rest.find(['/', '?', '#', '\\']).unwrap_or(rest.len());
+    let authority = &url[start..end];
+    let host_at = start + authority.rfind('@').map_or(0, |i| i + 1);
+    let host = &url[host_at..end];
+    if host.starts_with('[') {
+        return url.to_string();
+    }
+    let name_end = host_at + host.find(':').unwrap_or(host.len());
+    let name = url[host_at..name_end].trim_end_matches('.');
+    let labels: Vec<&str> = name.split('.').collect();
+    let kept = labels.len().saturating_sub(2);
+    let chosen = labels[..kept].join(".");
+    format!("{}{chosen}{}", &url[..host_at], &url[name_end..])
+}
+
 /// The host an `https://` URL names (lowercase, without user info or port), for a lease.
 pub fn host_of(url: &str) -> Option<String> {
     let rest = url
@@ -128,11 +184,16 @@ pub fn host_of(url: &str) -> Option<String> {
 }
 
 fn unavailable(socket: &std::path::Path, why: &str) -> ToolError {
-    ToolError::Failed(format!(
+    ToolError::Failed(unreachable(socket, why))
+}
+
+/// Why the gateway at `socket` could not be asked, with its pointer.
+fn unreachable(socket: &std::path::Path, why: &str) -> String {
+    format!(
         "the web gateway at {} could not be asked: {why}; {}",
         socket.display(),
         bxcore::runbook::pointer(GATEWAY_ANCHOR)
-    ))
+    )
 }
 
 /// What the model is shown: where the fetch ended, its status and type, whether the body was
@@ -152,4 +213,27 @@ pub fn render(r: &FetchReply) -> String {
     out.push('\n');
     out.push_str(&r.body);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_fixed_host;
+
+    #[test]
+    fn the_leak_check_reads_a_url_without_the_allow_listed_part_of_its_host() {
+        assert_eq!(
+            without_fixed_host("https://en.wikipedia.org/wiki/X?q=1"),
+            "https://en/wiki/X?q=1"
+        );
+        assert_eq!(
+            without_fixed_host("https://example.org:8443/a"),
+            "https://:8443/a"
+        );
+        // Labels a wildcard lets the caller choose, user info, path and query stay.
+        assert_eq!(
+            without_fixed_host("https://u:p@c2VjcmV0.example.org/s?x=y"),
+            "https://u:p@c2VjcmV0/s?x=y"
+        );
+        assert_eq!(without_fixed_host("not a url"), "not a url");
+    }
 }

@@ -284,7 +284,7 @@ impl Tool for WorkspaceWrite {
         }
         nix::unistd::fsync(dir.as_raw_fd())
             .map_err(|e| fail("cannot sync its directory", &e.desc()))?;
-        Ok(Output::text(format!(
+        Ok(Output::own(format!(
             "wrote {} bytes to {shown}",
             content.len()
         )))

@@ -215,6 +215,30 @@ const SUMMARY_MAX: usize = 200;
 
 /// What is recorded about a call's arguments: their digest, and a summary that names each key
 /// and the shape of its value, never the value (arguments may carry secrets).
+/// The longest tool name the chain holds as it is: every tool's name is shorter.
+pub const TOOL_NAME_MAX: usize = 64;
+
+/// A tool name as the chain (and a refusal) holds it: as it is when it is a name a tool could
+/// have (at most [`TOOL_NAME_MAX`] bytes of `[A-Za-z0-9_.-]`), else a bounded summary of its
+/// first characters, its length and its digest, so a caller cannot write a 200 KB name into
+/// every record of a call.
+pub fn tool_name(tool: &str) -> String {
+    let plain = tool.len() <= TOOL_NAME_MAX
+        && tool
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if plain {
+        return tool.to_string();
+    }
+    let head: String = tool
+        .chars()
+        .take(24)
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .collect();
+    let digest = canonical::sha256_hex(tool.as_bytes());
+    format!("{head}... ({} bytes, sha256 {})", tool.len(), &digest[..16])
+}
+
 pub fn args_detail(args: &Value) -> Value {
     let mut detail = Map::new();
     detail.insert("args_digest".into(), Value::String(canonical::digest(args)));

@@ -363,6 +363,39 @@ fn attempt(op: &str) -> Result<(), i32> {
                 Ok(())
             }
         }
+        // A new executable mapping, as an exploit would make one to run its own code.
+        "mmap-exec" | "mprotect-exec" => {
+            let len = 4096;
+            // SAFETY: an anonymous private mapping of one page, unmapped below; no pointer
+            // into it is kept.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    if op == "mmap-exec" {
+                        libc::PROT_READ | libc::PROT_EXEC
+                    } else {
+                        libc::PROT_READ | libc::PROT_WRITE
+                    },
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(errno());
+            }
+            let r = if op == "mprotect-exec" {
+                // SAFETY: `p` is the page mapped just above.
+                unsafe { libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC) }
+            } else {
+                0
+            };
+            let e = errno();
+            // SAFETY: `p` is the page mapped above, and nothing refers to it.
+            unsafe { libc::munmap(p, len) };
+            if r == 0 { Ok(()) } else { Err(e) }
+        }
         "thread" => std::thread::spawn(|| 7)
             .join() // bounded: the thread ends at once
             .map_err(|_| -1)

@@ -93,6 +93,9 @@ pub type Seen = bxtest::HttpRequest;
 ///
 /// - `/page`: a small HTML page, with a `Set-Cookie`;
 /// - `/echo`: the request's headers as plain text;
+/// - `/echo-forms`: the `authorization` header's value reversed, in base64, base32 and hex, a
+///   line each (a host that echoes its credential encoded);
+/// - `/deep`: HTML nested too deeply to lay out, with a script inside;
 /// - `/to?URL`: `302` to URL;
 /// - `/loop`: `302` to `/loop`;
 /// - `/huge`: `200` with a `Content-Length` of 10 GiB, written until the client goes away;
@@ -185,6 +188,28 @@ fn serve_one(
     } else if path == "/echo" {
         let text: String = headers.iter().map(|(n, v)| format!("{n}: {v}\n")).collect();
         whole("200 OK", "", "text/plain", &text)
+    } else if path == "/echo-forms" {
+        use base64::Engine;
+        let v = headers
+            .iter()
+            .find(|(n, _)| n == "authorization")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let text = format!(
+            "reversed {}\nbase64 {}\nbase32 {}\nhex {}\n",
+            v.chars().rev().collect::<String>(),
+            base64::engine::general_purpose::STANDARD.encode(&v),
+            base32(v.as_bytes()),
+            v.bytes().map(|b| format!("{b:02x}")).collect::<String>(),
+        );
+        whole("200 OK", "", "text/plain", &text)
+    } else if path == "/deep" {
+        let page = format!(
+            "<html><body>{}<script>steal()</script>hidden words{}</body></html>",
+            "<blockquote>".repeat(200),
+            "</blockquote>".repeat(200)
+        );
+        whole("200 OK", "", "text/html", &page)
     } else if let Some(to) = path.strip_prefix("/to?") {
         whole(
             "302 Found",
@@ -220,6 +245,21 @@ fn serve_one(
     let _ = tls.flush();
     tls.conn.send_close_notify();
     let _ = tls.flush();
+}
+
+/// RFC 4648 base32 without padding, as a server might echo a header in it.
+pub fn base32(bytes: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = String::new();
+    for c in bytes.chunks(5) {
+        let mut block = [0u8; 5];
+        block[..c.len()].copy_from_slice(c);
+        let n = block.iter().fold(0u64, |a, &b| a << 8 | u64::from(b));
+        for i in 0..(c.len() * 8).div_ceil(5) {
+            out.push(A[(n >> (35 - 5 * i) & 31) as usize] as char);
+        }
+    }
+    out
 }
 
 /// A name server over TCP on 127.0.0.1: for each name, the answers to give in turn (the last
@@ -367,6 +407,23 @@ impl Gatewayd {
         body: &str,
         max: u64,
     ) -> Result<bxcore::FetchReply, WireError> {
+        match self.answer(method, url, headers, body, max) {
+            Message::FetchReply(r) => Ok(r),
+            Message::FetchFailed(w) | Message::Error(w) => Err(w),
+            other => panic!("an unexpected answer: {other:?}"),
+        }
+    }
+
+    /// The message gatewayd answers a fetch with: `fetch_reply`, `fetch_failed` (refused after
+    /// the web answered) or `error` (refused before).
+    pub fn answer(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+        max: u64,
+    ) -> Message {
         let req = Message::FetchRequest(FetchRequest {
             url: url.to_string(),
             method: method.to_string(),
@@ -381,9 +438,8 @@ impl Gatewayd {
             max_bytes: max,
         });
         match bxcore::client::call(&self.socket, bxtest::DEADLINE, 1, req, |_| {}) {
-            Ok(Message::FetchReply(r)) => Ok(r),
-            Ok(other) => panic!("an unexpected answer: {other:?}"),
-            Err(bxcore::client::ClientError::Remote(w)) => Err(w),
+            Ok(m) => m,
+            Err(bxcore::client::ClientError::Remote(w)) => Message::Error(w),
             Err(e) => panic!("gatewayd did not answer: {e}"),
         }
     }

@@ -34,7 +34,7 @@ use nix::sys::stat::Mode;
 use serde_json::Value;
 
 use crate::args::RunArgs;
-use crate::{ApprovalRule, Declared, Effect, Env, Output, Plan, Reads, Tool, ToolError};
+use crate::{ApprovalRule, Declared, Effect, Env, FromPlace, Output, Plan, Reads, Tool, ToolError};
 use bxcore::Label;
 use spawn::{Ended, Finished, Job, Limits, SpawnError};
 
@@ -302,7 +302,18 @@ impl Tool for Run {
                 }
                 let content = describe(&done, timeout_ms, settings.max_output);
                 let summary = content.lines().next().map(str::to_string);
-                Ok(Output { content, summary })
+                // The program's own bytes, without the framing around them.
+                let from_place = FromPlace::Parts(
+                    [&done.stdout, &done.stderr]
+                        .iter()
+                        .map(|c| String::from_utf8_lossy(&c.bytes).into_owned())
+                        .collect(),
+                );
+                Ok(Output {
+                    content,
+                    summary,
+                    from_place,
+                })
             }
             Err(error) => {
                 let program = program.to_path_buf();
