@@ -3,13 +3,14 @@
 
 CARGO ?= cargo
 
-.PHONY: fuzz gate gate-fresh gate-load fmt clippy peers test runbook nix-check twin skips demo bench honcho synapse
+.PHONY: fuzz gate gate-fresh gate-load fmt clippy peers test runbook nix-check package-check twin skips demo bench honcho synapse
 
-# Every skip of the run is logged here (bxtest::skip, check-offline.sh, twin.sh) and summed up
-# before the gate's last line; one that .ci/allowed-skips does not list fails the gate.
+# Every skip of the run is logged here (bxtest::skip, check-offline.sh, package-check.sh,
+# twin.sh) and summed up before the gate's last line; one that .ci/allowed-skips does not list
+# fails the gate.
 export BXTEST_SKIP_LOG := $(CURDIR)/target/gate-skips.log
 
-gate: fmt clippy test fuzz runbook nix-check twin skips
+gate: fmt clippy test fuzz runbook nix-check package-check twin skips
 	@echo "gate: ok"
 
 fmt:
@@ -74,12 +75,22 @@ runbook: test
 nix-check: runbook
 	nixos-module/check-offline.sh
 
+# The package built as Nix builds it (nix/package-check.sh): nix/package.nix's attributes read by
+# evaluating it, its source copied as its file set declares it, and buildRustPackage's build,
+# check and install phases run as a user made for the run, without network, with
+# HOME=/homeless-shelter; then the installed programs' --version. Its own target directory
+# (target/package-check) is kept between runs. It says `skipped: <why>` without root (a failure
+# under CI=true). Runs after nix-check in the gate.
+package-check: nix-check
+	nix/package-check.sh
+
 # The device twin (nixos-module/twin.sh): the module's units, tmpfiles.d and sysusers.d under a
-# real systemd in systemd-nspawn, the device check inside it, kills, socket activation, a refused
-# configuration that fails the switch, two chat turns; ends `twin: ok`. It says `skipped: <why>`
-# where systemd-nspawn cannot run (a failure under CI=true). Runs after nix-check in the gate.
-twin:
-	$(CARGO) build --release --workspace --bins
+# real systemd in systemd-nspawn, with the package package-check built and installed; the device
+# check inside it, the owner's first boot, the units' egress rules, kills, socket activation, a
+# refused configuration that fails the switch, two chat turns; ends `twin: ok`. It says
+# `skipped: <why>` where systemd-nspawn cannot run (a failure under CI=true). Runs after
+# package-check in the gate, whose install it boots.
+twin: package-check
 	nixos-module/twin.sh
 
 # The gate as CI runs it on a fresh machine: first remove what earlier runs left behind (the dev

@@ -161,6 +161,35 @@
                 touch $out
               '';
 
+          # A configuration a daemon refuses fails the build of its /etc/boxmaker file (the
+          # module's validated configurations), with the daemon's line and the module's.
+          config-refused-at-build =
+            let
+              refused = lib.nixosSystem {
+                modules = [
+                  self.nixosModules.default
+                  {
+                    nixpkgs.pkgs = pkgs;
+                    boot.loader.grub.enable = false;
+                    fileSystems."/".device = "/dev/disk/by-label/nixos";
+                    users.users.alice.isNormalUser = true;
+                    services.boxmaker = {
+                      enable = true;
+                      owner = "alice";
+                      settings.loopd.loop.no_such_key = true;
+                    };
+                    system.stateVersion = "25.11";
+                  }
+                ];
+              };
+              failed = pkgs.testers.testBuildFailure refused.config.environment.etc."boxmaker/loopd.toml".source;
+            in
+            pkgs.runCommand "boxmaker-config-refused-at-build" { } ''
+              grep -F "loopd refuses the configuration" ${failed}/testBuildFailure.log
+              grep -F "no_such_key" ${failed}/testBuildFailure.log
+              touch $out
+            '';
+
           vm = pkgs.testers.runNixOSTest (
             import ./nixos-module/test.nix {
               boxmakerModule = ./nixos-module;

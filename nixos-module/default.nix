@@ -8,7 +8,9 @@
 # settings.<daemon>: free-form TOML with typed, documented options for the keys this module
 # sets or reads. Beside it stay only what is no configuration key: enable, the package, the
 # owner (a login the units and directories use), the home (the directories', and every
-# daemon's `[paths] home`), and the secrets (the API key, gatewayd's host credentials: paths
+# daemon's `[paths] home`), the owner's system prompt (a file in loopd's directory, not a
+# key of loopd.toml), the channels (channels.matrix, which fills settings.channeld) and the
+# secrets (the API key, gatewayd's host credentials, Honcho's key, the Matrix token: paths
 # handed over by systemd).
 {
   config,
@@ -50,68 +52,86 @@ let
   };
   defaultScript = "${cfg.package}/share/boxmaker/inferproxy-default-script.toml";
 
-  # settings.<daemon> as TOML: an option left null is no key (TOML has no null), and
-  # brokerd's `[tools]` is written only when it tightens something.
+  # settings.<daemon> as TOML: an option left null is no key (TOML has no null), and a table
+  # made only of such options (brokerd's `[tools]` that tightens nothing, gatewayd's `[dns]`
+  # without servers) is not written.
   tomlOf =
     daemon:
     let
       s = lib.filterAttrsRecursive (_: v: v != null) cfg.settings.${daemon};
     in
-    if (s.tools or null) == { } then removeAttrs s [ "tools" ] else s;
-  configFile = daemon: format.generate "${daemon}.toml" (tomlOf daemon);
-
-  # brokerd's workspace roots: writable ones join its ReadWritePaths=, and one under a
-  # home directory turns ProtectHome= from true to read-only.
-  roots = cfg.settings.brokerd.workspace.roots or [ ];
-  underHome = p: lib.any (h: p == h || lib.hasPrefix "${h}/" p) [ "/home" "/root" "/run/user" ];
+    removeAttrs s (builtins.filter (t: (s.${t} or null) == { }) [ "tools" "dns" ]);
 
   matrix = cfg.channels.matrix;
   # channeld and its channel.sock exist on the device only with the Matrix channel.
   without = lib.optional (!matrix.enable) "channeld";
   runningDaemons = units.runningDaemons without;
 
-  rendered = units.render {
-    inherit without;
-    home = cfg.home;
-    runbook = "${cfg.package}/share/doc/boxmaker/runbook.md";
-    inherit ownerUser ownerGroup configFile;
-    exe = daemon: lib.getExe' cfg.package daemon;
-    credentials = {
-      inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key:${cfg.inference.apiKeyFile}";
-      memoryd = lib.optional (honcho.apiKeyFile != null) "honcho_key:${honcho.apiKeyFile}";
-      gatewayd = map (n: "${n}:${cfg.gateway.credentialFiles.${n}}") (builtins.attrNames cfg.gateway.credentialFiles);
-      channeld = lib.optional (matrix.tokenFile != null) "matrix_token:${matrix.tokenFile}";
-    };
-    ipAddresses = {
-      inferproxy = units.ipAddressesOfProvider provider.base_url;
-      gatewayd = units.ipAddressesOfGateway (units.gatewayAllows cfg.settings.gatewayd);
-      # memoryd has no network (layout.json) unless Honcho is configured; then IP to it only,
-      # as inferproxy to its provider.
-      # The homeserver only: its address when the URL names one, else all but link-local.
-      channeld = if matrix.enable then units.ipAddressesOfProvider matrix.homeserver else { };
-      memoryd =
-        if honcho.url == null then
-          { }
-        else
-          {
-            RestrictAddressFamilies = "AF_UNIX AF_INET AF_INET6";
-            PrivateNetwork = false;
-          }
-          // units.ipAddressesOfProvider honcho.url;
-    };
-    extraReadWritePaths = {
-      brokerd = map (r: r.path) (lib.filter (r: r.writable or false) roots);
-    };
-    readOnlyHome = {
-      brokerd = lib.any (r: underHome r.path) roots;
-    };
+  # The credentials each daemon's unit loads (LoadCredential=), by name.
+  credentialNames = {
+    inferproxy = lib.optional (cfg.inference.apiKeyFile != null) "api_key";
+    memoryd = lib.optional (honcho.apiKeyFile != null) "honcho_key";
+    gatewayd = builtins.attrNames cfg.gateway.credentialFiles;
+    channeld = lib.optional (matrix.tokenFile != null) "matrix_token";
   };
 
-  unitsWithSuffix =
-    suffix: toOptions:
-    lib.mapAttrs' (name: u: lib.nameValuePair (lib.removeSuffix suffix name) (toOptions u)) (
-      lib.filterAttrs (name: _: lib.hasSuffix suffix name) rendered
-    );
+  # Each daemon's configuration file, checked by the daemon itself at build time (as nginx's
+  # module runs `nginx -t`): `<daemon> check --config` on it (validation.nix says what stands in
+  # for the files that exist only on the device), so a configuration a daemon refuses fails
+  # `nixos-rebuild build` and is never switched to.
+  rawConfigFile = daemon: format.generate "boxmaker-${daemon}.toml" (tomlOf daemon);
+  validated =
+    daemon:
+    let
+      v = import ./validation.nix {
+        inherit daemon defaultScript;
+        settings = tomlOf daemon;
+        credentials = credentialNames.${daemon} or [ ];
+        caBundle = "${pkgs.cacert}/etc/ssl/certs/ca-bundle.crt";
+      };
+    in
+    pkgs.runCommand "boxmaker-${daemon}.toml"
+      {
+        nativeBuildInputs = [ cfg.package ];
+        raw = rawConfigFile daemon;
+        checked = format.generate "boxmaker-${daemon}-checked.toml" v.settings;
+        fakeDirs = lib.concatStringsSep "\n" v.dirs;
+        fakeFiles = lib.concatStringsSep "\n" v.files;
+        fakeCredentials = lib.concatStringsSep "\n" v.credentials;
+      }
+      ''
+        bash ${./validate-config.sh} ${daemon} "$checked"
+        cp "$raw" $out
+      '';
+  configFile = daemon: if cfg.validateConfigs then validated daemon else rawConfigFile daemon;
+
+  # Every unit, as units.nix renders it for the module's values (the offline check and the
+  # twin call the same function), as NixOS's options.
+  rendered = units.nixos (
+    units.renderDevice {
+      home = cfg.home;
+      runbook = "${cfg.package}/share/doc/boxmaker/runbook.md";
+      inherit ownerUser ownerGroup configFile;
+      exe = daemon: lib.getExe' cfg.package daemon;
+      settings = lib.genAttrs runningDaemons tomlOf;
+      inherit (cfg.inference) apiKeyFile;
+      inherit honcho;
+      inherit (cfg.gateway) credentialFiles;
+      matrixTokenFile = matrix.tokenFile;
+      inherit without systemPrompt;
+      install = "${pkgs.coreutils}/bin/install";
+    }
+  );
+
+  # brokerd's workspace roots (checks.nix refuses one brokerd cannot reach).
+  roots = cfg.settings.brokerd.workspace.roots or [ ];
+
+  # services.boxmaker.systemPrompt, written into the store for loopd's unit to install as
+  # <home>/loop/system.md (null: the module leaves that file alone).
+  systemPrompt =
+    if cfg.systemPrompt == null then null else pkgs.writeText "boxmaker-system.md" cfg.systemPrompt;
+  # loopd refuses every new session while system.md is over 256 KiB (crates/loopd/src/baseline.rs).
+  promptMax = 256 * 1024;
 
   slotType = types.submodule {
     freeformType = format.type;
@@ -138,6 +158,48 @@ let
     };
   };
 
+  # The keys that follow from layout.json, the home and the owner (`[paths]`, `[sockets]`,
+  # `[peers]`, `[sandbox]` but `seccomp_log`, loopd's and brokerd's client sockets), as
+  # read-only options of settings.<daemon>: set here, listed in the option documentation, and
+  # refused when a configuration sets them, since the units, directories and peer checks are
+  # built from the same layout and would no longer agree.
+  layoutOptions =
+    daemon:
+    let
+      leaf =
+        v:
+        mkOption {
+          type =
+            if builtins.isBool v then
+              types.bool
+            else if builtins.isList v then
+              types.listOf types.str
+            else
+              types.str;
+          default = v;
+          readOnly = true;
+          defaultText = lib.literalMD "from `nixos-module/layout.json`, the home and the owner";
+          description = ''
+            Follows from nixos-module/layout.json, {option}`services.boxmaker.home` and
+            {option}`services.boxmaker.owner`; read-only.
+          '';
+        };
+      walk = lib.mapAttrs (_: v: if builtins.isAttrs v then walk v else leaf v);
+      d = fixed.${daemon};
+    in
+    walk (d // { sandbox = removeAttrs d.sandbox [ "seccomp_log" ]; });
+
+  # `[sandbox] seccomp_log`: the one `[sandbox]` key that is a choice (hardening.md: kill, or
+  # EPERM and a log line while tuning a seccomp list).
+  sandboxOptions.sandbox.seccomp_log = mkOption {
+    type = types.bool;
+    default = false;
+    description = ''
+      Log a system call the daemon's seccomp list does not allow and fail it with EPERM,
+      instead of killing the daemon: for tuning a list, never for a device in use.
+    '';
+  };
+
   # settings.<daemon>: free-form TOML for the daemon, with the keys this module sets or
   # reads declared as options inside it.
   settingsOption =
@@ -145,16 +207,19 @@ let
     mkOption {
       type = types.submodule {
         freeformType = format.type;
-        inherit options;
+        options = lib.recursiveUpdateUntil (_: l: r: lib.isOption l || lib.isOption r) (
+          lib.recursiveUpdate (layoutOptions daemon) sandboxOptions
+        ) options;
       };
       default = { };
-      example = literalExpression ''{ sandbox.seccomp_log = true; }'';
+      example = literalExpression ''{ serve.write_ms = 60000; }'';
       description = ''
         {command}`${daemon}`'s configuration, written as TOML to
-        `/etc/boxmaker/${daemon}.toml`. Free-form: any key the daemon knows may be set (it
-        refuses one it does not). `[paths]`, `[sockets]`, `[peers]` and `[sandbox]` follow
-        from the home, the owner and nixos-module/layout.json, set as defaults (a value
-        here wins). See docs/install.md.
+        `/etc/boxmaker/${daemon}.toml` and checked by `${daemon} check` when the system is
+        built ({option}`services.boxmaker.validateConfigs`). Free-form: any key the daemon
+        knows may be set (it refuses one it does not). `[paths]`, `[sockets]`, `[peers]` and
+        `[sandbox]` (but `seccomp_log`) follow from the home, the owner and
+        nixos-module/layout.json and are read-only. See docs/install.md.
       '';
     };
 
@@ -263,6 +328,25 @@ let
     };
   };
 
+  gatewaydOptions = {
+    dns.servers = mkOption {
+      type = types.nullOr (types.listOf types.str);
+      default = null;
+      example = [
+        "9.9.9.9:53"
+        "[2620:fe::fe]:53"
+      ];
+      description = ''
+        The name servers gatewayd asks, over TCP (`address:port`). Unset, it asks those of
+        /etc/resolv.conf, which on a typical network is the router (a private address) or
+        systemd-resolved's stub (`127.0.0.53`): both are addresses its unit's
+        `IPAddressDeny=` refuses. So set this when `hosts` opens any host: the addresses here
+        are let past `IPAddressDeny=` (a name server on the owner's network too), and the
+        module warns while hosts are open and this is unset (docs/gateway.md, "DNS").
+      '';
+    };
+  };
+
   # The options that were declared beside settings.<daemon> before they moved inside it.
   old = [
     "services"
@@ -286,6 +370,8 @@ let
       };
 in
 {
+  meta.maintainers = import ../nix/maintainers.nix;
+
   imports = [
     (mkRenamedOptionModule (old ++ [ "inference" "provider" ]) (new ++ [ "inferproxy" "provider" "kind" ]))
     (mkRenamedOptionModule (old ++ [ "inference" "baseUrl" ]) (new ++ [ "inferproxy" "provider" "base_url" ]))
@@ -312,7 +398,7 @@ in
     package = mkPackageOption pkgs "boxmaker" { };
 
     home = mkOption {
-      type = types.str;
+      type = types.externalPath;
       default = defaults.home;
       description = ''
         The box's home: state directories, and `run/` with one 0700 directory per socket.
@@ -330,12 +416,60 @@ in
 
     # A secret, so no configuration key: systemd hands the file to inferproxy alone.
     inference.apiKeyFile = mkOption {
-      type = types.nullOr types.str;
+      type = types.nullOr types.externalPath;
       default = defaults.inference.apiKeyFile;
-      example = "/run/keys/boxmaker-api-key";
+      example = "${units.keysDir}/api-key";
       description = ''
         A file holding the provider's API key, outside the Nix store. systemd hands it
-        to inferproxy alone as the credential `api_key`; no other unit can read it.
+        to inferproxy alone as the credential `api_key`; no other unit can read it. A key put
+        in place by hand belongs in `${units.keysDir}` (root only, made by the module, kept
+        across reboots); `/run/keys` is a ramfs, empty after every boot, and only for a tool
+        that puts the file there at each boot (docs/install.md, "Secrets").
+      '';
+    };
+
+    ownerReadsJournal = mkOption {
+      type = types.bool;
+      default = defaults.ownerReadsJournal;
+      description = ''
+        Put the owner in the `systemd-journal` group, so that the owner reads the box's
+        lines without root: `journalctl RUNBOOK=<anchor>` and `journalctl -u boxmaker-*`,
+        which every runbook entry says to run. The group reads the whole system journal,
+        not only the box's; set this to false to keep the journal root's, and read it with
+        `ssh root@<device> journalctl ...`.
+      '';
+    };
+
+    systemPrompt = mkOption {
+      type = types.nullOr types.lines;
+      default = "";
+      example = literalExpression "builtins.readFile ./system.md";
+      description = ''
+        The owner's own words in the system message every new session starts with, under
+        `# From the owner`. They follow the box's own part, which loopd writes itself from what
+        brokerd lists (what the box is, every workspace root by name, path and class, how a
+        path names a file, the tools offered, the broker's rules), and come before core memory
+        (docs/loopd.md, "The system message"). The default, empty, leaves the box's own part
+        alone, so the model always knows where the workspace is.
+
+        Written into the Nix store and installed by loopd's unit before loopd starts as
+        `<home>/loop/system.md`, loopd's user's and 0600. A change restarts loopd at the switch
+        that makes it; the sessions begun after it have the new text, a session keeps the
+        system message it began with. At most 256 KiB, which loopd refuses beyond. The store is
+        world-readable: put nothing here a local user may not read. `null`: the module does not
+        touch `<home>/loop/system.md` (docs/install.md, "The owner's system prompt").
+      '';
+    };
+
+    validateConfigs = mkOption {
+      type = types.bool;
+      default = pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform;
+      defaultText = literalExpression "pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform";
+      description = ''
+        Check each daemon's generated configuration with `<daemon> check --config` when the
+        system is built, so that a configuration a daemon refuses fails
+        {command}`nixos-rebuild build` (and `switch`) before anything is installed. Off by
+        default only where the build machine cannot run the device's programs.
       '';
     };
 
@@ -360,9 +494,9 @@ in
         description = "The Honcho workspace of the owner's main memory; null: memoryd's default.";
       };
       apiKeyFile = mkOption {
-        type = types.nullOr types.str;
+        type = types.nullOr types.externalPath;
         default = null;
-        example = "/run/keys/honcho-key";
+        example = "${units.keysDir}/honcho-key";
         description = ''
           A file holding Honcho's bearer token, outside the Nix store. systemd hands it to
           memoryd alone as the credential `honcho_key`; no other unit can read it.
@@ -372,9 +506,9 @@ in
 
     # Secrets, so no configuration key: systemd hands each file to gatewayd alone.
     gateway.credentialFiles = mkOption {
-      type = types.attrsOf types.str;
+      type = types.attrsOf types.externalPath;
       default = { };
-      example = literalExpression ''{ example = "/run/keys/example-token"; }'';
+      example = literalExpression ''{ example = "${units.keysDir}/example-token"; }'';
       description = ''
         Files holding the credentials gatewayd adds to the requests of one host each, outside
         the Nix store, by credential name. systemd hands each to gatewayd alone
@@ -403,12 +537,15 @@ in
         description = "The box's own Matrix account; its events are never turns.";
       };
       tokenFile = mkOption {
-        type = types.nullOr types.str;
+        type = types.nullOr types.externalPath;
         default = null;
-        example = "/run/keys/box-matrix-token";
+        example = "${units.keysDir}/matrix-token";
         description = ''
           A file holding the box account's access token, outside the Nix store. systemd hands
-          it to channeld alone as the credential `matrix_token`; no other unit can read it.
+          it to channeld alone as the credential `matrix_token`; no other unit can read it. A
+          token put in place by hand belongs in `${units.keysDir}` (root only, made by the
+          module, kept across reboots); `/run/keys` is a ramfs, empty after every boot, and only
+          for a tool that puts the file there at each boot (docs/install.md, "Secrets").
         '';
       };
       owners = mkOption {
@@ -436,7 +573,7 @@ in
       memoryd = settingsOption "memoryd" { };
       # The hosts the tools may reach: `hosts = [ { name = "*.wikipedia.org"; } ]` (the
       # allow-list, empty by default), with `[dns]`, `[tls]` and `[limits]` (docs/gateway.md).
-      gatewayd = settingsOption "gatewayd" { };
+      gatewayd = settingsOption "gatewayd" gatewaydOptions;
     };
   };
 
@@ -471,12 +608,6 @@ in
           message = "services.boxmaker.home must be an absolute directory path without a trailing slash.";
         }
         {
-          assertion =
-            cfg.inference.apiKeyFile == null
-            || (absolute cfg.inference.apiKeyFile && !(lib.hasPrefix builtins.storeDir cfg.inference.apiKeyFile));
-          message = "services.boxmaker.inference.apiKeyFile must be an absolute path outside the Nix store (the store is world-readable).";
-        }
-        {
           assertion = provider.kind == "script" || provider.base_url != null;
           message = "services.boxmaker.settings.inferproxy.provider.base_url is needed for the ${provider.kind} provider.";
         }
@@ -500,28 +631,13 @@ in
         }
         {
           assertion =
-            honcho.apiKeyFile == null
-            || (absolute honcho.apiKeyFile && !(lib.hasPrefix builtins.storeDir honcho.apiKeyFile));
-          message = "services.boxmaker.memory.honcho.apiKeyFile must be an absolute path outside the Nix store (the store is world-readable).";
-        }
-        {
-          assertion = builtins.all (
-            f: absolute f && !(lib.hasPrefix builtins.storeDir f)
-          ) (builtins.attrValues cfg.gateway.credentialFiles);
-          message = "services.boxmaker.gateway.credentialFiles must be absolute paths outside the Nix store (the store is world-readable).";
-        }
-        {
-          assertion =
             !matrix.enable
-            || (
-              matrix.homeserver != ""
-              && matrix.user != ""
-              && matrix.rooms != [ ]
-              && matrix.tokenFile != null
-              && absolute matrix.tokenFile
-              && !(lib.hasPrefix builtins.storeDir matrix.tokenFile)
-            );
-          message = "services.boxmaker.channels.matrix needs homeserver, user, rooms and tokenFile (an absolute path outside the Nix store, which is world-readable).";
+            || (matrix.homeserver != "" && matrix.user != "" && matrix.rooms != [ ] && matrix.tokenFile != null);
+          message = "services.boxmaker.channels.matrix needs homeserver, user, rooms and tokenFile.";
+        }
+        {
+          assertion = cfg.systemPrompt == null || builtins.stringLength cfg.systemPrompt <= promptMax;
+          message = "services.boxmaker.systemPrompt is ${toString (builtins.stringLength cfg.systemPrompt)} bytes: loopd refuses every new session while system.md is over ${toString promptMax} bytes.";
         }
         {
           assertion = cfg.settings.inferproxy.slots ? main;
@@ -529,25 +645,27 @@ in
         }
       ];
 
-    # What follows from the layout is a default: a value in settings.<daemon> wins.
-    services.boxmaker.settings = lib.mapAttrs (_: lib.mapAttrsRecursive (_: mkDefault)) fixed // {
-      memoryd = lib.mapAttrsRecursive (_: mkDefault) (fixed.memoryd // honchoTable);
-      channeld = lib.mapAttrsRecursive (_: mkDefault) (
-        fixed.channeld
-        // {
-          matrix = {
-            inherit (matrix)
-              homeserver
-              user
-              owners
-              rooms
-              ;
-          };
-        }
-      );
-      inferproxy = lib.mapAttrsRecursive (_: mkDefault) fixed.inferproxy // {
-        # The script provider without a script of its own runs the one the package ships.
-        provider.script = mkIf (provider.kind == "script") (mkDefault defaultScript);
+    # gatewayd resolves names over TCP with the name servers it is given, else those of
+    # /etc/resolv.conf, which its unit's IPAddressDeny= refuses on a typical network.
+    warnings = lib.optional (
+      (cfg.settings.gatewayd.hosts or [ ]) != [ ] && (cfg.settings.gatewayd.dns.servers or null) == null
+    ) "services.boxmaker.settings.gatewayd.hosts opens hosts, but services.boxmaker.settings.gatewayd.dns.servers is unset: gatewayd then asks the name servers of /etc/resolv.conf, and its unit's IPAddressDeny= refuses a router's private address and systemd-resolved's 127.0.0.53, so no name resolves. Set settings.gatewayd.dns.servers to name servers that answer over TCP (e.g. [ \"9.9.9.9:53\" ], or the router's, which is then let past IPAddressDeny=); docs/gateway.md, \"DNS\".";
+
+    # What the module itself sets in the daemons' configurations, beside the read-only
+    # layout keys: memoryd's [honcho] from memory.honcho, and the script provider's default
+    # script (a value in settings.<daemon> wins).
+    services.boxmaker.settings = {
+      memoryd = lib.mapAttrsRecursive (_: mkDefault) honchoTable;
+      inferproxy.provider.script = mkIf (provider.kind == "script") (mkDefault defaultScript);
+      channeld = lib.mapAttrsRecursive (_: mkDefault) {
+        matrix = {
+          inherit (matrix)
+            homeserver
+            user
+            owners
+            rooms
+            ;
+        };
       };
     };
 
@@ -556,8 +674,14 @@ in
       group = name;
       description = units.userDescription name;
     }) units.users;
-    users.groups = lib.mapAttrs (_: _: { }) units.users;
+    users.groups =
+      lib.mapAttrs (_: _: { }) units.users
+      # The runbook's lines are the owner's to read (ownerReadsJournal), without declaring the
+      # owner's account here (checks.nix refuses an owner the configuration does not declare).
+      // lib.optionalAttrs cfg.ownerReadsJournal { systemd-journal.members = [ cfg.owner ]; };
 
+    # The state, socket and on-demand directories, and the root-only one for keys placed by
+    # hand (units.nix's directories; the device check reads the same list).
     systemd.tmpfiles.settings."10-boxmaker" = lib.listToAttrs (
       map (
         d:
@@ -569,33 +693,11 @@ in
       ) (units.directories { inherit (cfg) home; inherit ownerUser ownerGroup; })
     );
 
-    systemd.sockets = unitsWithSuffix ".socket" (u: {
-      description = u.Unit.Description;
-      unitConfig = removeAttrs u.Unit [ "Description" ];
-      socketConfig = u.Socket;
-      wantedBy = u.Install.WantedBy or [ ];
-    });
-
-    systemd.services = unitsWithSuffix ".service" (u: {
-      description = u.Unit.Description;
-      unitConfig = removeAttrs u.Unit [ "Description" ];
-      # Includes X-NotSocketActivated=true, which switch-to-configuration reads from [Service]
-      # (units.nix says why).
-      serviceConfig = u.Service;
-      wantedBy = u.Install.WantedBy or [ ];
-    });
-
-    # The owner may start the selftest (`bxctl selftest`) without being root.
-    security.polkit.extraConfig = mkIf config.security.polkit.enable ''
-      polkit.addRule(function (action, subject) {
-        if (action.id == "org.freedesktop.systemd1.manage-units" &&
-            action.lookup("unit") == "boxmaker-selftest.service" &&
-            action.lookup("verb") == "start" &&
-            subject.user == "${cfg.owner}") {
-          return polkit.Result.YES;
-        }
-      });
-    '';
+    # Every unit with nixpkgs' options for what it has options for (units.nix's nixos): the
+    # dependencies, the start limit, notSocketActivated, the socket's listenStreams; only the
+    # rest in unitConfig, serviceConfig and socketConfig.
+    systemd.services = rendered.services;
+    systemd.sockets = rendered.sockets;
 
     environment.systemPackages = [ cfg.package ];
     environment.etc =

@@ -26,4 +26,8 @@ rec {
   };
 
   tools = { };
+
+  # services.boxmaker.ownerReadsJournal: the owner in systemd-journal, so that `journalctl
+  # RUNBOOK=<anchor>` works without root (the twin adds its owner to the group the same way).
+  ownerReadsJournal = true;
 }

@@ -147,6 +147,12 @@ in
   # --- boot and file systems: what the image below makes ---------------------------------
   boot.loader.grub.enable = false;
   boot.loader.systemd-boot.enable = true;
+  # systemd-boot copies every generation's kernel and initrd onto the ESP (about 40 to 60 MiB
+  # a pair for this system, shared between generations of the same kernel); the image's ESP is
+  # 512 MiB and holds the first boot's pair as well. Five generations fit with room to spare
+  # even when each brings a new kernel; without a limit every `nixos-rebuild switch` adds one
+  # until the ESP is full and the next switch fails to install the boot loader.
+  boot.loader.systemd-boot.configurationLimit = lib.mkDefault 5;
   boot.loader.efi.canTouchEfiVariables = false;
   boot.growPartition = true;
   fileSystems."/" = {

@@ -61,11 +61,23 @@ let
       _type = "literalExpression";
       inherit text;
     };
+    literalMD = text: {
+      _type = "literalMD";
+      inherit text;
+    };
     types = {
       str = leaf "string" builtins.isString;
       bool = leaf "boolean" builtins.isBool;
       package = leaf "package" (_: true);
       path = leaf "path" (v: builtins.substring 0 1 (toString v) == "/");
+      # lib.types.externalPath: an absolute path, as a string, not in the Nix store.
+      externalPath = leaf "absolute path not in the Nix store" (
+        v:
+        builtins.isString v
+        && builtins.substring 0 1 v == "/"
+        && builtins.substring 0 (builtins.stringLength builtins.storeDir + 1) v != "${builtins.storeDir}/"
+      );
+      lines = leaf "strings concatenated with \"\\n\"" builtins.isString;
       enum = vs: leaf "one of ${toJSON vs}" (v: elem v vs);
       nullOr = t: leaf "null or ${t.name}" (v: v == null || t.check v);
       # A list is one value here (the module defines each list option once), not merged.
@@ -106,6 +118,22 @@ let
         change = v: f (setAttrByPath from v);
       };
     };
+    isOption = v: isAttrs v && (v._type or "") == "option";
+    recursiveUpdateUntil =
+      pred: lhs: rhs:
+      lhs
+      // mapAttrs (
+        n: r:
+        let
+          l = lhs.${n};
+        in
+        if lhs ? ${n} && isAttrs l && isAttrs r && !(pred [ n ] l r) then
+          recursiveUpdateUntil pred l r
+        else
+          r
+      ) rhs;
+    recursiveUpdate = recursiveUpdateUntil (_: _: _: false);
+    isFunction = builtins.isFunction;
     any = builtins.any;
     filter = builtins.filter;
     concatStringsSep = builtins.concatStringsSep;
@@ -161,8 +189,22 @@ let
     type = tomlType;
     generate = name: value: {
       outPath = "/nix/store/generated-${name}";
-      inherit value;
+      inherit name value;
     };
+  };
+  pkgs.cacert = "/nix/store/cacert";
+  pkgs.coreutils = "/nix/store/coreutils";
+  # pkgs.writeText: a store path that changes with the text, as the real one's does.
+  pkgs.writeText =
+    name: text: "/nix/store/${builtins.substring 0 32 (builtins.hashString "sha256" text)}-${name}";
+  # pkgs.runCommand: what would be built, kept for the check to read.
+  pkgs.runCommand = name: env: script: {
+    outPath = "/nix/store/runcommand-${name}";
+    inherit name env script;
+  };
+  pkgs.stdenv = {
+    buildPlatform.canExecute = _: true;
+    hostPlatform = { };
   };
 
   package = "/nix/store/boxmaker";
@@ -211,7 +253,13 @@ let
     let
       all' = defs ++ (if opt ? default then [ (lib.mkOverride 1500 opt.default) ] else [ ]);
     in
-    if all' == [ ] then throw "The option `${loc}' is used but not defined." else mergeType loc opt.type all';
+    if (opt.readOnly or false) && defs != [ ] then
+      # lib/modules.nix: the default and one more definition are two.
+      throw "The option `${loc}' is read-only, but it's set multiple times."
+    else if all' == [ ] then
+      throw "The option `${loc}' is used but not defined."
+    else
+      mergeType loc opt.type all';
 
   mergeType =
     loc: type: defs:
@@ -361,7 +409,6 @@ let
           createHome = true;
         };
       };
-    security.polkit.enable = true;
   };
 
   c =
@@ -377,24 +424,70 @@ in
   sockets = builtins.attrNames c.systemd.sockets;
   # [Service] keys switch-to-configuration reads, per service.
   switch = builtins.mapAttrs (_: s: {
-    type = s.serviceConfig.Type;
-    notSocketActivated = s.serviceConfig.X-NotSocketActivated or false;
+    type = s.serviceConfig.Type or "simple";
+    notSocketActivated = s.notSocketActivated or false;
   }) c.systemd.services;
+  # The units as the module hands them to NixOS's systemd options.
+  systemd = {
+    inherit (c.systemd) services sockets;
+  };
+  users = {
+    groups = builtins.mapAttrs (_: g: g.members or [ ]) c.users.groups;
+  };
+  inherit (module) meta;
   tmpfiles = builtins.attrNames c.systemd.tmpfiles.settings."10-boxmaker";
   # The Matrix channel's unit keys that carry its token and its network.
-  channeld = if c.systemd.services ? boxmaker-channeld then {
-    inherit (c.systemd.services.boxmaker-channeld.serviceConfig) LoadCredential User;
-    IPAddressAllow = c.systemd.services.boxmaker-channeld.serviceConfig.IPAddressAllow or null;
-  } else null;
+  channeld =
+    if c.systemd.services ? boxmaker-channeld then
+      {
+        inherit (c.systemd.services.boxmaker-channeld.serviceConfig) LoadCredential User;
+        IPAddressAllow = c.systemd.services.boxmaker-channeld.serviceConfig.IPAddressAllow or null;
+      }
+    else
+      null;
   failedAssertions = map (a: a.message) (builtins.filter (a: !a.assertion) c.assertions);
   etc = builtins.attrNames c.environment.etc;
-  inherit warnings;
-  # What each /etc/boxmaker/<daemon>.toml would hold.
-  toml = mapAttrs (_: e: e.source.value) (
+  # The old option names' warnings (lib's renames), then the module's own.
+  warnings = warnings ++ (c.warnings or [ ]);
+  # What each configuration file would hold, and whether it is the daemon's own check's
+  # derivation (its script runs validate-config.sh on it) or the TOML file itself.
+  validated = mapAttrs (_: e: e.source ? script && builtins.match ".*validate-config.sh.*" e.source.script != null) (
     lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
       lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
     )
   );
+  checked = mapAttrs (_: e: if e.source ? env then e.source.env.checked.value else null) (
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
+  );
+  # The stand-ins the build-time check makes for each daemon's device-only files and credentials.
+  standIns = mapAttrs (_: e: if e.source ? env then { inherit (e.source.env) fakeDirs fakeFiles fakeCredentials; } else null) (
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
+  );
+  toml = mapAttrs (_: e: e.source.value or e.source.env.raw.value) (
+    lib.mapAttrs' (n: v: lib.nameValuePair (lib.removeSuffix ".toml" (builtins.baseNameOf n)) v) (
+      lib.filterAttrs (n: _: lib.hasSuffix ".toml" n) c.environment.etc
+    )
+  );
+  # Every option of services.boxmaker, as a tree whose leaves (the options, the renamed old
+  # ones among them) are `true`: what a document may name (check-offline.sh).
+  optionTree =
+    let
+      walk = mapAttrs (_: v: if lib.isOption v then true else walk v);
+      renamed = foldl' (t: r: lib.recursiveUpdate t (lib.setAttrByPath (builtins.tail (builtins.tail r.from)) true)) { } renames;
+    in
+    lib.recursiveUpdate (walk opts) renamed;
+  # The types of the options that name paths.
+  pathTypes = {
+    home = opts.home.type.name;
+    "inference.apiKeyFile" = opts.inference.apiKeyFile.type.name;
+    "memory.honcho.apiKeyFile" = opts.memory.honcho.apiKeyFile.type.name;
+    "gateway.credentialFiles" = opts.gateway.credentialFiles.type.name;
+    "channels.matrix.tokenFile" = opts.channels.matrix.tokenFile.type.name;
+  };
   # The option tree's shape: what sits beside settings, and each settings.<daemon>'s type.
   options = {
     beside = filter (n: n != "settings") (attrNames opts);

@@ -7,11 +7,16 @@
 # file modes and root by each daemon's peer check, the refusal in the journal; ping on every
 # socket, tools_list, one scripted turn, the audit chain; `systemd-analyze security` of every
 # unit within the module's target. Then what only this test covers: the check fails when a
-# directory is loosened, `bxctl selftest` as the owner, a configuration loopd refuses fails
-# `switch-to-configuration` and names the unit and the good one comes back (units.nix:
-# Type=notify, X-NotSocketActivated=true), bxharden's sandbox cases as root on the VM's kernel
-# (including those the Nix build sandbox skips on an older builder kernel, Landlock ABI 6), and
-# the serving notices.
+# directory is loosened; the owner's first boot as NixOS gives it, without polkit (this test
+# does not enable it) and without sudo: `bxctl check` and `bxctl selftest` as the owner through
+# their on-demand units, the owner reading the runbook's lines in the journal, the owner's
+# system prompt installed by loopd's unit as loopd's 0600 system.md; a unit's
+# IPAddressDeny= and SocketBindDeny= refusing its own processes (egress-probe.py in the unit's
+# cgroup); a configuration loopd refuses at start fails `switch-to-configuration` and names the
+# unit and the good one comes back (units.nix: Type=notify, notSocketActivated); bxharden's
+# sandbox cases as root on the VM's kernel (including those the Nix build sandbox skips on an
+# older builder kernel, Landlock ABI 6); and the serving notices. A configuration refused at
+# build time is the flake's `config-refused-at-build` check.
 #
 # Called from the flake with the module itself (not nixosModules.default: runNixOSTest gives
 # the node the flake's pkgs, which already carry the overlay) and those pkgs.
@@ -25,8 +30,11 @@ let
   units = import ./units.nix;
   owner = "alice";
   ownerGroup = "users";
-  services = map units.serviceUnit units.daemonNames;
+  # The machine has no Matrix channel, so no channeld (default.nix's `without`).
+  running = units.runningDaemons [ "channeld" ];
+  services = map units.serviceUnit running;
   stateDir = units.stateDir "/var/lib/boxmaker" "loopd";
+  systemPrompt = "The owner of this machine likes short answers.";
 in
 {
   name = "boxmaker";
@@ -39,16 +47,17 @@ in
       group = ownerGroup;
     };
 
-    security.polkit.enable = true;
-
     services.boxmaker = {
       enable = true;
-      inherit owner;
+      inherit owner systemPrompt;
     };
 
-    # The same machine with a key loopd does not know: its start must fail, and the switch.
+    # The same machine with a key loopd does not know: its start must fail, and the switch. The
+    # build-time check would refuse it before that (validateConfigs); it is off here so that the
+    # switch is what refuses it, as it does for a configuration only the device can refuse.
     system.switch.enable = true;
     specialisation.refused.configuration = {
+      services.boxmaker.validateConfigs = false;
       services.boxmaker.settings.loopd.loop.no_such_key = true;
     };
   };
@@ -79,9 +88,29 @@ in
         machine.succeed("chmod 0700 ${stateDir}")
         machine.succeed("bxctl check")
 
-    with subtest("the selftest passes, as its unit and through bxctl as the owner"):
-        machine.succeed("systemctl start boxmaker-selftest.service")
-        machine.succeed("runuser -u ${owner} -- bxctl selftest")
+    with subtest("the owner's first boot: the check and the selftest as the owner, the journal"):
+        out = machine.succeed("runuser -u ${owner} -- bxctl check")
+        print(out)
+        bad = [l for l in out.splitlines() if l.startswith("FAIL") or l.startswith("skip")]
+        assert not bad, f"the owner's check has lines not ok: {bad}"
+        status, out = machine.execute("runuser -u nobody -- bxctl check 2>&1")
+        assert status != 0 and "is not yours to open" in out, f"someone not the owner ran the check: {status}: {out}"
+        out = machine.succeed("runuser -u ${owner} -- bxctl selftest")
+        assert "selftest: ok" in out and "boxmaker-selftest@.service, as loopd's user" in out, out
+        assert "loopd finds inferproxy" in out, out
+        machine.succeed("runuser -u ${owner} -- journalctl --no-pager RUNBOOK=socket-peer-refused --grep refused")
+        assert machine.succeed("stat -c '%a %U %G' ${units.keysDir}").strip() == "700 root root"
+        prompt = "${units.systemPromptPath "/var/lib/boxmaker"}"
+        assert machine.succeed(f"stat -c '%a %U' {prompt}").strip() == "600 bx-loop", prompt
+        assert machine.succeed(f"cat {prompt}").strip() == "${systemPrompt}", prompt
+
+    with subtest("egress: a unit's IPAddressDeny= and SocketBindDeny= refuse its own processes"):
+        for d in ["gatewayd", "inferproxy"]:
+            cg = machine.succeed(f"systemctl show -p ControlGroup --value boxmaker-{d}.service").strip()
+            got = json.loads(machine.succeed(f"${pkgs.python3}/bin/python3 ${./egress-probe.py} /sys/fs/cgroup{cg}"))
+            assert got["control"] == {"tcp": "ok", "udp": "ok"}, got
+            u = got["unit"]
+            assert u["udp"] == "EPERM" and u["tcp"] != "ok" and u["bind"] == "EPERM", f"boxmaker-{d}.service: {got}"
 
     with subtest("a configuration loopd refuses fails the switch, and the good one comes back"):
         status, out = machine.execute("/run/booted-system/specialisation/refused/bin/switch-to-configuration test 2>&1")
@@ -98,7 +127,7 @@ in
         assert "needs Landlock ABI" not in out and "test result: ok" in out, out
 
     with subtest("the serving notices are in the journal"):
-        for d in json.loads('${builtins.toJSON units.daemonNames}'):
+        for d in json.loads('${builtins.toJSON running}'):
             machine.wait_until_succeeds(f"journalctl SYSLOG_IDENTIFIER={d} --grep 'serving'", timeout=30)
   '';
 }

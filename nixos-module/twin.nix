@@ -11,11 +11,16 @@
 # twin's installed binaries; configurations live where the module puts them, /etc/boxmaker.
 #
 # `matrix` (a JSON string, empty for none): { homeserver, user, owners, rooms } of a Matrix
-# channel on a homeserver the twin reaches (the host's Synapse on loopback), whose token
-# twin.sh writes to /etc/boxmaker/matrix-token; without it the twin has no channeld.
+# channel on a homeserver the twin reaches (the host's Synapse, through the twin's loopback),
+# whose token twin.sh puts where a key placed by hand goes (/var/lib/boxmaker-keys/matrix-token);
+# without it the twin has no channeld. `systemPrompt` and `install` (twin.sh gives both; empty:
+# offline.nix's placeholders): the owner's system prompt as a file in the twin's store and the
+# coreutils `install` loopd's unit copies it with.
 {
   package,
   matrix ? "",
+  systemPrompt ? "",
+  install ? "",
 }:
 let
   channel = if matrix == "" then null else builtins.fromJSON matrix;
@@ -26,11 +31,16 @@ let
   ownerGroup = "users";
   inherit (defaults) home;
 
+  defaultScript = "${package}/share/boxmaker/inferproxy-default-script.toml";
+
+  # The units exactly as the module renders them (offline.nix: units.nix's renderDevice on the
+  # configurations below, as NixOS's options, written as systemd-lib writes them).
   unitTexts = import ./offline.nix {
     bindir = "${package}/bin";
-    inherit confdir;
-    twin = true;
+    inherit confdir defaultScript;
     matrix = channel;
+    systemPrompt = if systemPrompt == "" then null else systemPrompt;
+    install = if install == "" then null else install;
   };
 
   lines = builtins.concatStringsSep "";
@@ -49,13 +59,15 @@ let
   configs = import ./configs.nix {
     inherit home ownerUser;
     inherit (defaults) inference tools;
-    defaultScript = "${package}/share/boxmaker/inferproxy-default-script.toml";
+    inherit defaultScript;
     matrix = channel;
   };
+  # The owner's groups the module adds (default.nix's ownerReadsJournal).
+  ownerGroups = if defaults.ownerReadsJournal then [ "systemd-journal" ] else [ ];
 in
 {
   units = unitTexts;
-  inherit tmpfiles sysusers configs;
+  inherit tmpfiles sysusers configs ownerGroups;
   manifest = units.deviceManifest {
     inherit home ownerUser ownerGroup;
     configFile = d: "${confdir}/${d}.toml";

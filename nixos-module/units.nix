@@ -49,6 +49,49 @@ let
     ];
   };
 
+  # The device check's unit (boxmaker-check@.service), the one unit that runs as root: it
+  # takes each socket's client's ids (setresuid/setresgid per thread: CAP_SETUID, CAP_SETGID),
+  # connects as root where the peer check must refuse root and reads the 0700 directories
+  # (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), and reads every daemon's /proc (so no
+  # ProtectProc=). It writes nothing and uses no IP. It runs systemctl, journalctl and
+  # systemd-analyze, wherever the system keeps them, so it has no NoExecPaths=.
+  checkHardening = {
+    CapabilityBoundingSet = "CAP_SETUID CAP_SETGID CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH";
+    AmbientCapabilities = "";
+    NoNewPrivileges = true;
+    ProtectSystem = "strict";
+    ProtectHome = true;
+    PrivateTmp = true;
+    PrivateDevices = true;
+    PrivateMounts = true;
+    PrivateNetwork = true;
+    ProtectKernelTunables = true;
+    ProtectKernelModules = true;
+    ProtectKernelLogs = true;
+    ProtectClock = true;
+    ProtectHostname = true;
+    ProtectControlGroups = true;
+    RestrictNamespaces = true;
+    RestrictRealtime = true;
+    RestrictSUIDSGID = true;
+    LockPersonality = true;
+    MemoryDenyWriteExecute = true;
+    KeyringMode = "private";
+    PrivateIPC = true;
+    RestrictAddressFamilies = "AF_UNIX";
+    IPAddressDeny = "any";
+    SocketBindDeny = "any";
+    DevicePolicy = "closed";
+    UMask = "0077";
+    SystemCallArchitectures = "native";
+    SystemCallFilter = [
+      "@system-service"
+      "~@resources @keyring @chown @memlock"
+    ];
+    TasksMax = 32;
+    MemoryMax = "128M";
+  };
+
   # Keys no boxmaker unit may carry; the offline check fails when one appears.
   forbidden = [
     "PrivateUsers"
@@ -68,6 +111,11 @@ let
   #   - gatewayd and memoryd come with their daemons: one entry each in "daemons", and the
   #     sockets "gateway" (broker-gateway, client bx-broker) and "memory" (loop-memory,
   #     client bx-loop) in "sockets".
+  #   - "ondemand": what the owner starts by connecting to a socket of their own (no sudo, no
+  #     polkit): "selftest" runs `loopd selftest` as bx-loop, "check" the device check (`bxctl
+  #     check`) as root, each instance's output sent back on the connection.
+  #   - "device.keys": the root-only directory for keys placed by hand (docs/install.md,
+  #     "Secrets"); /run/keys is a ramfs on NixOS, gone at the next boot.
   layout = builtins.fromJSON (builtins.readFile ./layout.json);
 
   # What is wrong with a layout, as sentences; the module asserts and the offline check
@@ -128,6 +176,8 @@ let
   # Where the sockets live on the device: /run/boxmaker, not among the state under <home>
   # (bxcore::layout::DEVICE_RUN says the same; its test reads this file).
   runDir = layout.device.run;
+  keysDir = layout.device.keys;
+  inherit (layout) ondemand;
 
   daemonNames = builtins.attrNames daemons;
   socketNames = builtins.attrNames sockets;
@@ -138,6 +188,13 @@ let
   socketDir = name: "${runDir}/${sockets.${name}.dir}";
   socketPath = name: "${socketDir name}/${name}.sock";
   stateDir = home: daemon: "${home}/${daemons.${daemon}.state_dir}";
+  # The owner's own part of the system message, which loopd reads at each new session
+  # (crates/loopd/src/baseline.rs).
+  systemPromptPath = home: "${stateDir home "loopd"}/system.md";
+  ondemandSocketUnit = name: "boxmaker-${name}.socket";
+  ondemandService = name: "boxmaker-${name}@.service";
+  ondemandDir = name: "${runDir}/${ondemand.${name}.dir}";
+  ondemandSocketPath = name: "${ondemandDir name}/${name}.sock";
 
   # The user and group a socket belongs to, with "@owner" resolved.
   clientOf =
@@ -180,6 +237,12 @@ let
         user = "root";
         group = "root";
       }
+      {
+        path = keysDir;
+        mode = "0700";
+        user = "root";
+        group = "root";
+      }
     ]
     ++ builtins.concatMap (
       d:
@@ -202,7 +265,13 @@ let
         mode = "0700";
         inherit (c) user group;
       }
-    ) socketNames;
+    ) socketNames
+    ++ map (n: {
+      path = ondemandDir n;
+      mode = "0700";
+      user = ownerUser;
+      group = ownerGroup;
+    }) (builtins.attrNames ondemand);
 
   # A system user's description (its GECOS field): no `:`, which NixOS's passwdEntry type
   # and systemd-sysusers both refuse.
@@ -251,6 +320,8 @@ let
         }
       ) (runningSockets without);
       directories = directories { inherit home ownerUser ownerGroup; };
+      # The sockets the owner starts the selftest and the device check on.
+      ondemand = builtins.mapAttrs (n: _: ondemandSocketPath n) ondemand;
     };
 
   # The daemons a device runs: all of layout.json's but those left `without` (channeld when
@@ -391,6 +462,10 @@ let
   #   ipAddresses: per daemon, IPAddressAllow=/IPAddressDeny= narrowed from the module's
   #     options (inferproxy: the provider's address, ipAddressesOfProvider below; gatewayd:
   #     the local ranges denied, ipAddressesOfGateway)
+  #   without: the daemons the device does not run (their units and sockets left out)
+  #   systemPrompt, install: the owner's system prompt file in the store (null: the module
+  #     leaves systemPromptPath alone) and the `install` program that copies it there in
+  #     loopd's unit (ExecStartPre=)
   render =
     {
       home,
@@ -404,8 +479,20 @@ let
       readOnlyHome ? { },
       ipAddresses ? { },
       without ? [ ],
+      systemPrompt ? null,
+      install ? null,
     }:
     let
+      # The owner's system prompt (services.boxmaker.systemPrompt), copied into loopd's own
+      # directory as loopd's user before loopd starts: bx-loop's, 0600, replaced at each start
+      # (so at each switch that changes it, which restarts loopd).
+      systemPromptKeys =
+        daemon:
+        if daemon == "loopd" && systemPrompt != null then
+          { ExecStartPre = "${install} -m 0600 -T ${systemPrompt} ${systemPromptPath home}"; }
+        else
+          { };
+
       sandbox =
         daemon:
         sandboxKeys {
@@ -433,7 +520,7 @@ let
             StartLimitIntervalSec = 300;
             StartLimitBurst = 5;
           };
-          Service = sandbox daemon // {
+          Service = sandbox daemon // systemPromptKeys daemon // {
             # READY=1 comes once every socket is served: a start (at boot, at switch) waits
             # for it, so a daemon that refuses its configuration fails the start job.
             Type = "notify";
@@ -492,20 +579,74 @@ let
           };
         };
 
-      # `loopd selftest` as bx-loop: check the config, ping every socket loopd uses. No
-      # model request. `bxctl selftest` starts it on the device.
-      selftestUnit = {
-        name = "boxmaker-selftest.service";
+      # What the owner starts (layout.json's "ondemand"): a socket of theirs, 0600 in a 0700
+      # directory of theirs, with Accept=yes. Each connection starts one instance of the
+      # template service, at most one at a time, whose standard output is the connection:
+      # `bxctl selftest` and `bxctl check` (as the owner) connect and read the report. No sudo
+      # and no polkit: systemd starts the unit because the owner may open the socket.
+      ondemandSocketOf = name: {
+          name = ondemandSocketUnit name;
+          value = {
+            Unit = {
+              Description = "boxmaker ${name}.sock (${ownerUser} starts ${ondemand.${name}.description})";
+              After = [
+                "systemd-tmpfiles-setup.service"
+                "systemd-tmpfiles-resetup.service"
+              ];
+            };
+            Socket = {
+              ListenStream = ondemandSocketPath name;
+              SocketUser = ownerUser;
+              SocketGroup = ownerGroup;
+              SocketMode = "0600";
+              DirectoryMode = "0700";
+              Accept = true;
+              MaxConnections = 1;
+              RemoveOnStop = true;
+            };
+            Install = {
+              WantedBy = [ "sockets.target" ];
+            };
+          };
+        };
+
+      # `loopd selftest` as bx-loop, in loopd's own sandbox: check the config, ping every
+      # socket loopd uses, ask brokerd for its tools. No model request.
+      selftestService = {
+        name = ondemandService "selftest";
         value = {
           Unit = {
-            Description = "boxmaker selftest (loopd selftest)";
+            Description = "boxmaker selftest (loopd selftest), started by the owner";
             Documentation = "file:${runbook}";
             Wants = usedSocketUnits "loopd";
             After = usedSocketUnits "loopd";
           };
           Service = sandbox "loopd" // {
-            Type = "oneshot";
             ExecStart = "${exe "loopd"} selftest --config ${configFile "loopd"}";
+            StandardInput = "null";
+            StandardOutput = "socket";
+            StandardError = "journal";
+          };
+          Install = { };
+        };
+      };
+
+      # `bxctl check --json` as root: the device check reads every daemon's /proc and talks to
+      # each socket as its client and as a refused peer, which needs root's ids and these
+      # capabilities (checkHardening); its report goes back to the owner on the connection.
+      checkService = {
+        name = ondemandService "check";
+        value = {
+          Unit = {
+            Description = "boxmaker device check (bxctl check), started by the owner";
+            Documentation = "file:${runbook}";
+          };
+          Service = checkHardening // {
+            ExecStart = "${exe "bxctl"} check --json";
+            StandardInput = "null";
+            StandardOutput = "socket";
+            StandardError = "journal";
+            SyslogIdentifier = "bxctl-check";
           };
           Install = { };
         };
@@ -514,7 +655,230 @@ let
     builtins.listToAttrs (
       map serviceUnitOf (runningDaemons without)
       ++ map socketUnitOf (runningSockets without)
-      ++ [ selftestUnit ]
+      ++ map ondemandSocketOf (builtins.attrNames ondemand)
+      ++ [
+        selftestService
+        checkService
+      ]
+    );
+
+  hasPrefix = p: str: builtins.substring 0 (builtins.stringLength p) str == p;
+  hasSuffix =
+    x: str:
+    let
+      ls = builtins.stringLength str;
+      lx = builtins.stringLength x;
+    in
+    ls >= lx && builtins.substring (ls - lx) lx str == x;
+
+  # Every unit of the box as the module renders it, from what the module's options hold: the
+  # module (default.nix), the offline check (offline.nix) and the twin (twin.nix) all call
+  # this, so no caller decides a unit's keys on its own.
+  #   settings        each daemon's configuration as the module writes it (settings.<daemon>)
+  #   apiKeyFile      services.boxmaker.inference.apiKeyFile (null: none)
+  #   honcho          services.boxmaker.memory.honcho ({ url, apiKeyFile })
+  #   credentialFiles services.boxmaker.gateway.credentialFiles (name -> file)
+  #   matrixTokenFile services.boxmaker.channels.matrix.tokenFile (null: none)
+  #   without         the daemons the device does not run (channeld without the Matrix channel)
+  #   systemPrompt    services.boxmaker.systemPrompt's text as a file in the store (null: the
+  #                   module leaves system.md alone), and install the coreutils `install` that
+  #                   copies it for loopd
+  # and home, runbook, ownerUser, ownerGroup, exe, configFile as `render` takes them.
+  renderDevice =
+    {
+      home,
+      runbook,
+      ownerUser,
+      ownerGroup,
+      exe,
+      configFile,
+      settings,
+      apiKeyFile ? null,
+      honcho ? { },
+      credentialFiles ? { },
+      matrixTokenFile ? null,
+      without ? [ ],
+      systemPrompt ? null,
+      install ? null,
+    }:
+    let
+      roots = ((settings.brokerd or { }).workspace or { }).roots or [ ];
+      underHome = p: builtins.any (h: p == h || hasPrefix "${h}/" p) [ "/home" "/root" "/run/user" ];
+      honchoUrl = honcho.url or null;
+      honchoKey = honcho.apiKeyFile or null;
+      homeserver = ((settings.channeld or { }).matrix or { }).homeserver or "";
+    in
+    render {
+      inherit
+        home
+        runbook
+        ownerUser
+        ownerGroup
+        exe
+        configFile
+        without
+        systemPrompt
+        install
+        ;
+      credentials = {
+        inferproxy = if apiKeyFile == null then [ ] else [ "api_key:${apiKeyFile}" ];
+        memoryd = if honchoKey == null then [ ] else [ "honcho_key:${honchoKey}" ];
+        gatewayd = map (n: "${n}:${credentialFiles.${n}}") (builtins.attrNames credentialFiles);
+        channeld = if matrixTokenFile == null then [ ] else [ "matrix_token:${matrixTokenFile}" ];
+      };
+      ipAddresses = {
+        inferproxy = ipAddressesOfProvider (((settings.inferproxy or { }).provider or { }).base_url or null);
+        gatewayd = ipAddressesOfGateway (gatewayAllows (settings.gatewayd or { }));
+        # channeld reaches its homeserver only: its address when the URL names one, else all
+        # but link-local; no homeserver configured, no IP at all.
+        channeld = ipAddressesOfProvider (if homeserver == "" then null else homeserver);
+        # memoryd has no network (layout.json) unless Honcho is configured; then IP to it only,
+        # as inferproxy to its provider.
+        memoryd =
+          if honchoUrl == null then
+            { }
+          else
+            {
+              RestrictAddressFamilies = "AF_UNIX AF_INET AF_INET6";
+              PrivateNetwork = false;
+            }
+            // ipAddressesOfProvider honchoUrl;
+      };
+      extraReadWritePaths.brokerd = map (r: r.path) (builtins.filter (r: r.writable or false) roots);
+      readOnlyHome.brokerd = builtins.any (r: underHome r.path) roots;
+    };
+
+  # A rendered unit as NixOS's options for it (systemd.services.<name>, systemd.sockets.<name>),
+  # each key where nixpkgs has an option for it: description, documentation, requires, wants,
+  # after, startLimitIntervalSec, startLimitBurst, notSocketActivated, listenStreams and
+  # wantedBy; unitConfig, serviceConfig and socketConfig hold only what has none.
+  #   nixos rendered -> { services = { <name> = ...; }; sockets = { <name> = ...; }; }
+  unitOptionKeys = {
+    Requires = "requires";
+    Wants = "wants";
+    After = "after";
+    Before = "before";
+  };
+  toNixos =
+    u:
+    let
+      unit = u.Unit or { };
+      listed = builtins.listToAttrs (
+        map (k: {
+          name = unitOptionKeys.${k};
+          value = unit.${k};
+        }) (builtins.filter (k: unit ? ${k}) (builtins.attrNames unitOptionKeys))
+      );
+      rest = removeAttrs unit (
+        builtins.attrNames unitOptionKeys
+        ++ [
+          "Description"
+          "Documentation"
+          "StartLimitIntervalSec"
+          "StartLimitBurst"
+        ]
+      );
+    in
+    {
+      description = unit.Description;
+      wantedBy = (u.Install or { }).WantedBy or [ ];
+    }
+    // listed
+    // (if unit ? Documentation then { documentation = [ unit.Documentation ]; } else { })
+    // (if unit ? StartLimitIntervalSec then { startLimitIntervalSec = unit.StartLimitIntervalSec; } else { })
+    // (if unit ? StartLimitBurst then { startLimitBurst = unit.StartLimitBurst; } else { })
+    // (if rest == { } then { } else { unitConfig = rest; })
+    // (
+      if u ? Service then
+        { serviceConfig = removeAttrs u.Service [ "X-NotSocketActivated" ]; }
+        // (if u.Service.X-NotSocketActivated or false then { notSocketActivated = true; } else { })
+      else
+        {
+          listenStreams = [ u.Socket.ListenStream ];
+          socketConfig = removeAttrs u.Socket [ "ListenStream" ];
+        }
+    );
+  nixos =
+    rendered:
+    let
+      of =
+        suffix:
+        builtins.listToAttrs (
+          map (n: {
+            name = builtins.substring 0 (builtins.stringLength n - builtins.stringLength suffix) n;
+            value = toNixos rendered.${n};
+          }) (builtins.filter (hasSuffix suffix) (builtins.attrNames rendered))
+        );
+    in
+    {
+      services = of ".service";
+      sockets = of ".socket";
+    };
+
+  # A unit's file from its NixOS options, as nixpkgs' systemd-lib writes it (serviceToUnit,
+  # socketToUnit, commonUnitText; the [Unit] keys of the typed options as its unitConfig
+  # adds them): one section per kind, keys sorted, a list one line per item except the
+  # dependency lists, which systemd-lib joins with spaces; booleans "true"/"false". What NixOS
+  # adds on top (Environment=PATH, X-Restart-Triggers) carries no hardening and is left out.
+  unitText =
+    kind: o:
+    let
+      value =
+        v:
+        if builtins.isBool v then
+          (if v then "true" else "false")
+        else
+          toString v;
+      section =
+        name: keys:
+        let
+          lines = builtins.concatLists (
+            map (
+              k:
+              let
+                v = keys.${k};
+              in
+              map (x: "${k}=${value x}\n") (if builtins.isList v then v else [ v ])
+            ) (builtins.attrNames keys)
+          );
+        in
+        if lines == [ ] then "" else "[${name}]\n" + builtins.concatStringsSep "" lines + "\n";
+      joined = k: opt: if (o.${opt} or [ ]) == [ ] then { } else { ${k} = toString o.${opt}; };
+      unitKeys =
+        (o.unitConfig or { })
+        // { Description = o.description; }
+        // joined "Requires" "requires"
+        // joined "Wants" "wants"
+        // joined "After" "after"
+        // joined "Before" "before"
+        // (if (o.documentation or [ ]) == [ ] then { } else { Documentation = toString o.documentation; })
+        // (if o ? startLimitIntervalSec then { StartLimitIntervalSec = o.startLimitIntervalSec; } else { })
+        // (if o ? startLimitBurst then { StartLimitBurst = o.startLimitBurst; } else { });
+    in
+    section "Unit" unitKeys
+    + (
+      if kind == "service" then
+        section "Service" (
+          (if o.notSocketActivated or false then { X-NotSocketActivated = true; } else { })
+          // o.serviceConfig
+        )
+      else
+        section "Socket" (o.socketConfig // { ListenStream = o.listenStreams; })
+    )
+    + (if o.wantedBy == [ ] then "" else "[Install]\nWantedBy=${toString o.wantedBy}\n");
+
+  # Every unit's file, by file name, from `nixos`'s options.
+  unitFiles =
+    n:
+    builtins.listToAttrs (
+      map (k: {
+        name = "${k}.service";
+        value = unitText "service" n.services.${k};
+      }) (builtins.attrNames n.services)
+      ++ map (k: {
+        name = "${k}.socket";
+        value = unitText "socket" n.sockets.${k};
+      }) (builtins.attrNames n.sockets)
     );
 in
 {
@@ -535,6 +899,7 @@ in
     socketDir
     socketPath
     stateDir
+    systemPromptPath
     clientOf
     directories
     securityThreshold
@@ -547,5 +912,12 @@ in
     ipAddressesOfGateway
     gatewayAllows
     render
+    renderDevice
+    nixos
+    unitFiles
+    keysDir
+    ondemand
+    ondemandSocketPath
+    checkHardening
     ;
 }

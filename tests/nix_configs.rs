@@ -168,7 +168,7 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
     args["inference"] = json!({
         "provider": "openai",
         "baseUrl": "http://127.0.0.1:8080/v1",
-        "apiKeyFile": "/run/keys/boxmaker-api-key",
+        "apiKeyFile": "/var/lib/boxmaker-keys/api-key",
         "script": null,
         "slots": {
             "main": { "model": "qwen2.5-32b-instruct", "maxTokens": 4096, "contextTokens": 32768, "temperature": 0.7 },
@@ -208,4 +208,245 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
     });
     let refused = check_all(home.path(), &configs, &settings, Some(&creds));
     assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
+
+/// The CA bundle the module hands the build-time check (pkgs.cacert's there; a test CA here).
+fn ca_bundle() -> PathBuf {
+    repo().join("crates/bxtls/tests/ca.pem")
+}
+
+/// What `nixos-module/validation.nix` makes of `daemon`'s configuration `settings` for the
+/// build-time check (default.nix's validated configurations): the configuration with its
+/// device files moved under the stand-in root, and the stand-ins to make.
+fn validation(daemon: &str, settings: &Value, credentials: &[&str]) -> Value {
+    let module = repo().join("nixos-module");
+    let expr = format!(
+        "{{ args }}: let a = builtins.fromJSON args; in import {}/validation.nix \
+         {{ inherit (a) daemon settings credentials caBundle defaultScript; }}",
+        module.display()
+    );
+    let args = json!({
+        "daemon": daemon,
+        "settings": settings,
+        "credentials": credentials,
+        "caBundle": ca_bundle(),
+        "defaultScript": repo().join("crates/inferproxy/scripts/default.toml"),
+    });
+    let out = Command::new("nix-instantiate")
+        .args([
+            "--eval", "--strict", "--json", "-E", &expr, "--argstr", "args",
+        ])
+        .arg(args.to_string())
+        .output_bounded()
+        .expect("nix-instantiate runs");
+    assert!(
+        out.status.success(),
+        "nix-instantiate on validation.nix failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("nix-instantiate prints JSON")
+}
+
+/// `nixos-module/validate-config.sh` on `daemon`'s configuration as `validation` prepared it,
+/// with the daemons on PATH, as the module's derivation runs it; `Err` with what it said.
+fn validate(dir: &Path, daemon: &str, v: &Value) -> Result<String, String> {
+    let value = toml::Value::try_from(&v["settings"]).expect("the configuration is TOML-shaped");
+    let file = dir.join(format!("{daemon}-checked.toml"));
+    fs::write(&file, toml::to_string(&value).unwrap()).unwrap();
+    let lines = |k: &str| {
+        v[k].as_array()
+            .expect("a list")
+            .iter()
+            .map(|x| x.as_str().expect("a string").to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let path = format!(
+        "{}:{}",
+        bin_dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .arg(repo().join("nixos-module/validate-config.sh"))
+        .arg(daemon)
+        .arg(&file)
+        .env("PATH", path)
+        .env("TMPDIR", dir)
+        .env("fakeDirs", lines("dirs"))
+        .env("fakeFiles", lines("files"))
+        .env("fakeCredentials", lines("credentials"))
+        .env_remove("CREDENTIALS_DIRECTORY")
+        .output_bounded()
+        .expect("bash runs");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(said)
+    } else {
+        Err(said)
+    }
+}
+
+#[test]
+fn the_build_time_check_passes_a_devices_configurations_with_its_files_stood_in_for() {
+    if !have_nix() {
+        bxtest::skip("nix-instantiate is not installed");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let mut args = device(home.path());
+    args["inference"] = json!({
+        "provider": "openai",
+        "baseUrl": "https://api.openai.com/v1",
+        "apiKeyFile": "/var/lib/boxmaker-keys/api-key",
+        "script": null,
+        "slots": { "main": { "model": "gpt-4o-mini", "maxTokens": 4096, "contextTokens": 128000, "temperature": null } }
+    });
+    args["honcho"] = json!({ "url": "http://127.0.0.1:8765", "workspace": "boxmaker" });
+    // The Matrix channel on an https homeserver (an address: no name is looked up).
+    args["matrix"] = json!({
+        "homeserver": "https://127.0.0.1:8448",
+        "user": "@box:example.org",
+        "owners": ["@alice:example.org"],
+        "rooms": ["!abc:example.org"]
+    });
+    let configs = render(&args);
+    // Files that exist only on the device, none of them on this machine: the workspace roots,
+    // a gateway host's secret file, Honcho's key file, the Matrix token file, CA bundles
+    // outside the store.
+    let gone = format!("/nonexistent-{}", bxtest::unique_name("device"));
+    let settings = json!({
+        "brokerd": { "workspace": { "roots": [
+            { "path": format!("{gone}/projects"), "class": "private", "writable": true }
+        ] } },
+        "inferproxy": { "provider": { "ca_file": format!("{gone}/provider-ca.pem") } },
+        "gatewayd": {
+            "hosts": [ { "name": "api.example.org", "header": "authorization", "prefix": "Bearer ",
+                         "secret_file": format!("{gone}/keys/example-token") } ],
+            "dns": { "servers": [ "9.9.9.9:53" ] },
+            "tls": { "ca_file": format!("{gone}/ca.pem") }
+        },
+        "memoryd": { "honcho": { "key_file": format!("{gone}/keys/honcho") } },
+        "channeld": {
+            "matrix": { "token_file": format!("{gone}/keys/matrix-token") },
+            "tls": { "ca_file": format!("{gone}/matrix-ca.pem") }
+        }
+    });
+    let credentials: [(&str, &[&str]); 6] = [
+        ("loopd", &[]),
+        ("brokerd", &[]),
+        ("inferproxy", &["api_key"]),
+        ("memoryd", &[]),
+        ("gatewayd", &[]),
+        ("channeld", &["matrix_token"]),
+    ];
+    let mut refused = Vec::new();
+    for (daemon, creds) in credentials {
+        let mut cfg = configs[daemon].clone();
+        merge(&mut cfg, &settings[daemon]);
+        let v = validation(daemon, &cfg, creds);
+        // Each device file has its stand-in (or, a CA bundle, is left out), none is checked
+        // where it is not.
+        let checked = v["settings"].to_string();
+        assert!(
+            !checked.contains(&format!("\"{gone}")),
+            "{daemon}: {checked}"
+        );
+        if let Err(said) = validate(home.path(), daemon, &v) {
+            refused.push(format!("{daemon}: {said}"));
+        }
+    }
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+    // The https provider is checked with a CA bundle from the store: the build's sandbox has
+    // no /etc/ssl, and inferproxy refuses an https provider without a bundle.
+    let mut inferproxy = configs["inferproxy"].clone();
+    merge(&mut inferproxy, &settings["inferproxy"]);
+    let v = validation("inferproxy", &inferproxy, &["api_key"]);
+    assert_eq!(
+        v["settings"]["provider"]["ca_file"],
+        json!(ca_bundle()),
+        "{v}"
+    );
+    let mut bare = inferproxy.clone();
+    bare["provider"].as_object_mut().unwrap().remove("ca_file");
+    let v = validation("inferproxy", &bare, &["api_key"]);
+    assert_eq!(
+        v["settings"]["provider"]["ca_file"],
+        json!(ca_bundle()),
+        "{v}"
+    );
+    // channeld's https homeserver too, and its token as the credential the module's unit loads
+    // (no token_file: what channels.matrix writes).
+    let mut channeld = configs["channeld"].clone();
+    merge(&mut channeld, &settings["channeld"]);
+    let v = validation("channeld", &channeld, &["matrix_token"]);
+    assert_eq!(v["settings"]["tls"]["ca_file"], json!(ca_bundle()), "{v}");
+    let module = configs["channeld"].clone();
+    let v = validation("channeld", &module, &["matrix_token"]);
+    assert_eq!(v["settings"]["tls"]["ca_file"], json!(ca_bundle()), "{v}");
+    validate(home.path(), "channeld", &v).unwrap();
+    // Without the credential's stand-in channeld would refuse it: no token to read.
+    let bare = validation("channeld", &module, &[]);
+    let said = validate(home.path(), "channeld", &bare)
+        .expect_err("channeld passed a configuration without a token");
+    assert!(
+        said.contains("credentials/matrix_token") && said.contains("channel-token-missing"),
+        "{said}"
+    );
+    // And without the stand-ins the check would not pass: brokerd refuses a missing root.
+    let mut brokerd = configs["brokerd"].clone();
+    merge(&mut brokerd, &settings["brokerd"]);
+    let mut bare = validation("brokerd", &brokerd, &[]);
+    bare["dirs"] = json!([]);
+    assert!(
+        validate(home.path(), "brokerd", &bare).is_err(),
+        "brokerd passed a workspace root that exists nowhere"
+    );
+}
+
+#[test]
+fn the_build_time_check_stands_the_packages_script_in_for_one_only_the_device_has() {
+    if !have_nix() {
+        bxtest::skip("nix-instantiate is not installed");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let configs = render(&device(home.path()));
+    let mut cfg = configs["inferproxy"].clone();
+    let gone = format!("/nonexistent-{}/turns.toml", bxtest::unique_name("script"));
+    merge(&mut cfg, &json!({ "provider": { "script": gone } }));
+    let v = validation("inferproxy", &cfg, &[]);
+    assert_eq!(
+        v["settings"]["provider"]["script"],
+        json!(repo().join("crates/inferproxy/scripts/default.toml")),
+        "{v}"
+    );
+    assert!(v["settings"]["provider"].get("ca_file").is_none(), "{v}");
+    validate(home.path(), "inferproxy", &v).unwrap();
+}
+
+#[test]
+fn the_build_time_check_fails_a_configuration_its_daemon_refuses() {
+    if !have_nix() {
+        bxtest::skip("nix-instantiate is not installed");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let configs = render(&device(home.path()));
+    let mut cfg = configs["loopd"].clone();
+    merge(&mut cfg, &json!({ "loop": { "no_such_key": true } }));
+    let said = validate(home.path(), "loopd", &validation("loopd", &cfg, &[]))
+        .expect_err("validate-config.sh passed a key loopd does not know");
+    assert!(said.contains("no_such_key"), "{said}");
+    assert!(
+        said.contains("loopd refuses the configuration services.boxmaker.settings.loopd makes"),
+        "{said}"
+    );
+    assert!(
+        said.contains("see docs/runbook.md#module-config-refused"),
+        "{said}"
+    );
 }

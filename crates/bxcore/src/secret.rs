@@ -176,6 +176,9 @@ mod tests {
 
     fn file(dir: &Path, bytes: &[u8], mode: u32) -> PathBuf {
         let p = dir.join("key");
+        // A fresh file each time: the last one may be 0400, which only root could write again
+        // (the package's check phase runs as an unprivileged build user).
+        let _ = std::fs::remove_file(&p);
         std::fs::write(&p, bytes).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
         p

@@ -130,8 +130,9 @@ pub enum Command {
         #[command(flatten)]
         json: Json,
     },
-    /// Every socket answers, every daemon is confined, the model answers one minimal request,
-    /// the audit chain verifies, loopd's own selftest passes; exit 1 unless all of them did.
+    /// Every socket answers, every daemon is confined, the model answers one minimal request
+    /// (not on the device), the audit chain verifies, loopd's own selftest passes; exit 1
+    /// unless all of them did.
     Selftest {
         /// How long the model has to answer, in seconds.
         #[arg(long, default_value_t = 120, value_name = "SECONDS")]
@@ -161,8 +162,9 @@ pub enum Command {
     /// Print the man page bxctl(1) in roff, generated from this command line (the package
     /// installs it).
     Man,
-    /// The device check, as root after each `nixos-rebuild switch`: units, sandboxes, modes,
-    /// peers, answers, the audit chain and each unit's exposure; exit 1 on any failure.
+    /// The device check, after each `nixos-rebuild switch`: units, sandboxes, modes, peers,
+    /// answers, the audit chain and each unit's exposure; exit 1 on any failure. As the owner it
+    /// runs as root in the owner's check unit and prints its report here.
     Check {
         /// What the module installed [default: /etc/boxmaker/device.json].
         #[arg(long, value_name = "PATH")]

@@ -28,6 +28,7 @@ pub mod logs;
 pub mod marks;
 pub mod memory;
 pub mod model;
+pub mod ondemand;
 pub mod output;
 pub mod procfs;
 pub mod prompt;

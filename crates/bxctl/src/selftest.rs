@@ -3,10 +3,15 @@
 //! needs (`health` on loop.sock: inferproxy, the model provider, brokerd, memoryd), the model
 //! answers one minimal request through inferproxy, the audit chain verifies, and `loopd
 //! selftest` finds the sockets loopd's configuration names answering as loopd's user (how it
-//! runs is the box's own: [`Target::loopd_selftest`]). The checks are `crate::health`'s, as
-//! `status` and the device check make them. A check that could not run (a socket that is not
-//! the caller's to reach) is `skipped`, and a skipped check is never `ok`: the verdict is `ok`
-//! only when every check passed. Each check is named for what it checked.
+//! runs is the box's own: [`Target::loopd_selftest`]; on the device through the owner's
+//! on-demand unit, `boxmaker-selftest@.service`, which runs it as loopd's user). The sockets
+//! it asks itself are those the box lets it ([`Target::selftest_asks`]): on the device the
+//! owner's (loop.sock among them, so `health` runs there too), loopd's selftest those that are
+//! loopd's user's, and no model request is made there (the device check, `bxctl check`, reaches
+//! every socket as its client). The checks are `crate::health`'s, as `status` and the device
+//! check make them. A check that could not run (a socket that is not the caller's to reach) is
+//! `skipped`, and a skipped check is never `ok`: the verdict is `ok` only when every check
+//! passed. Each check is named for what it checked.
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -20,7 +25,10 @@ use serde::Serialize;
 use crate::done::{Done, Ended, Failure};
 use crate::health::{self, ANSWER, Check, Form, JsonCheck};
 use crate::model::{self, ModelLine};
-use crate::target::{self, Target};
+use crate::target::{self, SelftestRun, Target};
+
+/// How long loopd's selftest unit has for its report on the device.
+const UNIT_DEADLINE: Duration = Duration::from_secs(120);
 
 /// How long the model has to answer the minimal request, unless `--model-timeout` says.
 pub const MODEL_DEADLINE: Duration = Duration::from_secs(120);
@@ -106,6 +114,9 @@ pub fn run(target: &dyn Target, opts: SelftestOptions, out: &mut dyn Write) -> E
         }
     }
     for spec in SOCKETS {
+        if !target.selftest_asks(&spec) {
+            continue;
+        }
         if let Some(pinged) = health::ping_socket(target, &spec) {
             check(health::socket_check(&spec, &pinged), out);
         }
@@ -123,7 +134,11 @@ pub fn run(target: &dyn Target, opts: SelftestOptions, out: &mut dyn Write) -> E
         }
         Err(why) => check(Check::failed("loopd answers health", why), out),
     }
-    check(model_answers(target, &model, opts.model_timeout), out);
+    // Where infer.sock is loopd's user's alone the selftest asks no model (loopd's `health`
+    // above says whether loopd reaches inferproxy and the model provider).
+    if target.selftest_asks(&layout::INFER) {
+        check(model_answers(target, &model, opts.model_timeout), out);
+    }
     let admin = target.socket(&layout::ADMIN);
     check(
         health::audit_check(&health::verify_audit(&admin, None, ANSWER)),
@@ -192,19 +207,34 @@ fn model_answers(
 /// `loopd selftest` as the box runs it ([`Target::loopd_selftest`]): what it checked, or why it
 /// failed.
 fn loopd_selftest(target: &dyn Target) -> Result<String, String> {
-    let mut run = target.loopd_selftest()?;
-    let output = run
-        .command
+    let selftest = target.loopd_selftest()?;
+    // What it checked: the sockets loopd's configuration names, as loopd's user (not loopd
+    // itself, which `loopd finds ...` is about).
+    let passed = format!(
+        "{}, as loopd's user: every socket its configuration names answers",
+        selftest.what
+    );
+    let mut command = match selftest.run {
+        SelftestRun::Command(command) => command,
+        SelftestRun::OnDemand(socket) => {
+            let text = crate::ondemand::report(&socket, UNIT_DEADLINE)?;
+            return match text.trim().lines().last() {
+                Some("selftest: ok") => Ok(passed),
+                Some(last) => Err(format!("loopd selftest: {last}")),
+                None => Err(format!(
+                    "{} said nothing (one selftest runs at a time; journalctl -u \
+                     'boxmaker-selftest@*' says why)",
+                    selftest.what
+                )),
+            };
+        }
+    };
+    let output = command
         .output()
         .map_err(|e| format!("cannot run it: {e}"))?;
     let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     if output.status.success() {
-        // What it checked: the sockets loopd's configuration names, as loopd's user (not loopd
-        // itself, which `loopd finds ...` is about).
-        Ok(format!(
-            "{}, as loopd's user: every socket its configuration names answers",
-            run.what
-        ))
+        Ok(passed)
     } else {
         let mut text = said(&output.stderr);
         if text.is_empty() {

@@ -22,8 +22,12 @@ pub const HOME_ENV: &str = "BOXMAKER_HOME";
 /// Where the NixOS module puts the daemons' configs on the device.
 pub const DEVICE_CONFIGS: &str = "/etc/boxmaker";
 
-/// The device's unit that runs `loopd selftest` as loopd's user.
-pub const SELFTEST_UNIT: &str = "boxmaker-selftest.service";
+/// What the NixOS module installed, as the device check reads it (`crate::check::manifest`).
+pub const DEVICE_MANIFEST: &str = "/etc/boxmaker/device.json";
+
+/// The device's template unit that runs `loopd selftest` as loopd's user, one instance per
+/// connection on the owner's selftest socket (`crate::ondemand`).
+pub const SELFTEST_UNIT: &str = "boxmaker-selftest@.service";
 
 /// The daemons every box has: the dev box starts each of them and the NixOS module installs each
 /// (a user who cannot read the box's configuration still knows which sockets to try).
@@ -38,12 +42,22 @@ pub enum Log {
     Journal(String),
 }
 
-/// How loopd's own selftest runs on a box: the command, and what it is called in the check's
-/// line.
+/// How loopd's own selftest runs on a box: how it is started, and what it is called in the
+/// check's line.
 #[derive(Debug)]
 pub struct LoopdSelftest {
-    pub command: Command,
+    pub run: SelftestRun,
     pub what: String,
+}
+
+/// How `loopd selftest` is started.
+#[derive(Debug)]
+pub enum SelftestRun {
+    /// A command whose exit status and standard error say how it went.
+    Command(Command),
+    /// An on-demand socket of the owner's: connecting starts one instance of a unit that runs
+    /// it, and the connection carries back what it printed (`crate::ondemand`).
+    OnDemand(PathBuf),
 }
 
 /// A box, as the commands that are not `dev` see it.
@@ -78,6 +92,14 @@ pub trait Target: fmt::Debug {
 
     /// How `loopd selftest` runs here, as loopd's user; `Err` says why it cannot.
     fn loopd_selftest(&self) -> Result<LoopdSelftest, String>;
+
+    /// Whether `selftest` asks `spec`'s socket itself (`ping`, and the model through
+    /// infer.sock): on a box where a socket whose client is a daemon's user is that user's
+    /// alone, those are left to loopd's selftest and to the device check.
+    fn selftest_asks(&self, spec: &SocketSpec) -> bool {
+        let _ = spec;
+        true
+    }
 }
 
 /// `f` as the client of `spec`'s socket of `target` ([`Target::client_ids`]), else as this
@@ -182,13 +204,20 @@ impl Target for Device {
         Log::Journal(unit(daemon))
     }
 
-    /// Its oneshot unit, which runs `loopd selftest` as `bx-loop`.
+    /// The owner's selftest socket the module installed (`/etc/boxmaker/device.json`), on
+    /// which systemd starts [`SELFTEST_UNIT`], `loopd selftest` as `bx-loop` in loopd's sandbox:
+    /// the owner needs neither sudo nor polkit.
     fn loopd_selftest(&self) -> Result<LoopdSelftest, String> {
-        let mut command = Command::new("systemctl");
-        command.args(["start", SELFTEST_UNIT]);
+        let sockets = crate::ondemand::of_device(Path::new(DEVICE_MANIFEST))?;
         Ok(LoopdSelftest {
-            command,
+            run: SelftestRun::OnDemand(sockets.selftest),
             what: SELFTEST_UNIT.to_string(),
         })
+    }
+
+    /// The owner's sockets only: every other socket is its daemon client's user's alone (0600 in
+    /// a 0700 directory), reached by loopd's selftest and the device check as that user.
+    fn selftest_asks(&self, spec: &SocketSpec) -> bool {
+        spec.client == layout::OWNER
     }
 }

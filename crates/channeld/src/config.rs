@@ -8,7 +8,7 @@
 //! [matrix]
 //! homeserver = "https://matrix.example.org"   # or http://127.0.0.1:8008 on loopback
 //! user = "@box:example.org"                    # the bot's own account
-//! token_file = "/run/keys/matrix-token"        # or credential = "matrix_token" (systemd)
+//! token_file = "/var/lib/boxmaker-keys/matrix-token"   # or credential = "matrix_token" (systemd)
 //! owners = ["@me:example.org"]                 # who may pair (bxctl channel pair) and invite
 //! rooms = ["!abcdef:example.org"]              # the only rooms it serves
 //! ```

@@ -135,8 +135,9 @@ impl Brokerd {
         Brokerd { daemon, log }
     }
 
-    /// Start it and wait until all three sockets answer `ping` and the admin socket answers a
-    /// request (which happens only after the notices are printed).
+    /// Start it and wait until all three sockets answer `ping`, the admin socket answers a
+    /// request, and its start-up notices are in the log (they come after its sockets are
+    /// served, so an answer alone does not say they are there).
     pub fn start(home: &Home) -> Brokerd {
         let mut b = Brokerd::spawn(home);
         b.wait_serving(home);
@@ -156,6 +157,9 @@ impl Brokerd {
             matches!(r.last().map(|e| &e.msg), Some(Message::Approvals(_))),
             "{r:?}"
         );
+        // The last of the notices (brokerd::daemon::describe), printed once every socket is
+        // served.
+        self.wait_log("brokerd: serving the channel's decisions on ");
         // Every test that starts brokerd runs it under its seccomp list with `KillProcess` as
         // the default action (even with `require = false`): a system call missing from the list
         // kills the daemon and fails the test.

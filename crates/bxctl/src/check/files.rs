@@ -255,6 +255,7 @@ mod tests {
             services: vec![],
             sockets: vec![],
             directories: vec![dir(&home, "0711"), dir(&home.join("loop"), "0700")],
+            ondemand: None,
         };
         (tmp, m)
     }

@@ -8,7 +8,7 @@ use nix::unistd::{Gid, Group, Uid, User};
 use serde::Deserialize;
 
 /// Where the module installs the manifest.
-pub const DEFAULT_PATH: &str = "/etc/boxmaker/device.json";
+pub const DEFAULT_PATH: &str = crate::target::DEVICE_MANIFEST;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -21,7 +21,13 @@ pub struct Manifest {
     pub services: Vec<Service>,
     pub sockets: Vec<Socket>,
     pub directories: Vec<Directory>,
+    /// The sockets the owner starts the selftest and the device check on (`crate::ondemand`);
+    /// absent in a manifest written before they were.
+    #[serde(default)]
+    pub ondemand: Option<OnDemand>,
 }
+
+pub use crate::ondemand::OnDemand;
 
 /// A user and group, by name.
 #[derive(Debug, Clone, Deserialize)]

@@ -1,5 +1,7 @@
-//! `bxctl check`: the device check. The owner runs it as root after each `nixos-rebuild
-//! switch`; the NixOS VM test and the device twin (`make twin`) run the same. It reads what the
+//! `bxctl check`: the device check. The owner runs it after each `nixos-rebuild switch`, as
+//! themselves (the checks then run as root in the owner's on-demand unit,
+//! `boxmaker-check@.service`, and the report comes back on its socket: `crate::ondemand`) or as
+//! root; the NixOS VM test and the device twin (`make twin`) run the same. It reads what the
 //! module installed (`/etc/boxmaker/device.json`: the units, sockets, directories and owners)
 //! and checks the running box against it, one line per check: `ok`, `FAIL` with why, or `skip`
 //! with why (a skipped check is never counted as passed). Exit 1 on any failure.
@@ -168,32 +170,45 @@ pub fn run(m: &Manifest) -> Report {
     r
 }
 
-/// Why the device check could not run: a usage error (exit 2).
+/// How long the device check's unit has for its report when the owner asks for it.
+pub const UNIT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Why the device check could not run: a usage error (exit 2), or its unit sent no report
+/// (exit 1).
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
     #[error(
-        "bxctl check reads every daemon's /proc and talks to each socket as its client: \
-         run it as root (sudo bxctl check)"
+        "bxctl check reads every daemon's /proc and talks to each socket as its client, and \
+         this device has no check unit for its owner: run it as root (sudo bxctl check)"
     )]
     NotRoot,
     #[error(transparent)]
     Manifest(#[from] manifest::ManifestError),
+    /// The owner's check unit could not be reached or sent no report.
+    #[error("{0}")]
+    Unit(String),
 }
 
 impl From<CheckError> for Failure {
     fn from(e: CheckError) -> Failure {
-        Failure::usage(format!("bxctl: {e}"))
+        match e {
+            CheckError::Unit(why) => Failure::failed(format!("bxctl: {why}")),
+            e => Failure::usage(format!("bxctl: {e}")),
+        }
     }
 }
 
 /// `bxctl check`: load the manifest, run the checks, print them and the verdict; a failure
-/// has said everything on `out` already.
+/// has said everything on `out` already. As anyone but root, the checks run in the owner's
+/// on-demand unit (`boxmaker-check@.service`, as root: `crate::ondemand`) and its report is
+/// printed here the same way.
 pub fn main(manifest: &std::path::Path, json: bool, out: &mut dyn Write) -> Ended {
-    if !nix::unistd::geteuid().is_root() {
-        return Err(CheckError::NotRoot.into());
-    }
     let m = Manifest::load(manifest).map_err(CheckError::from)?;
-    let report = run(&m);
+    let report = if nix::unistd::geteuid().is_root() {
+        run(&m)
+    } else {
+        through_unit(&m)?
+    };
     if json {
         let _ = writeln!(out, "{}", report.to_json());
     } else {
@@ -206,9 +221,63 @@ pub fn main(manifest: &std::path::Path, json: bool, out: &mut dyn Write) -> Ende
     }
 }
 
+/// The device check as its unit runs it: connect to the owner's check socket and read the JSON
+/// report (`bxctl check --json`, as root).
+fn through_unit(m: &Manifest) -> Result<Report, CheckError> {
+    let Some(socket) = m.ondemand.as_ref().map(|o| o.check.clone()) else {
+        return Err(CheckError::NotRoot);
+    };
+    let text = crate::ondemand::report(&socket, UNIT_DEADLINE).map_err(CheckError::Unit)?;
+    serde_json::from_str::<serde_json::Value>(text.trim())
+        .map_err(|e| e.to_string())
+        .and_then(|v| Report::from_json(&v))
+        .map_err(|why| {
+            CheckError::Unit(format!(
+                "the device check's unit sent no report ({why}): journalctl -u 'boxmaker-check@*' \
+                 says why"
+            ))
+        })
+}
+
+impl Report {
+    /// The report `to_json` wrote.
+    pub fn from_json(v: &serde_json::Value) -> Result<Report, String> {
+        let checks = v["checks"]
+            .as_array()
+            .ok_or("no \"checks\" list in the report")?;
+        let mut r = Report::default();
+        for c in checks {
+            let field = |k: &str| {
+                c[k].as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("a check without \"{k}\": {c}"))
+            };
+            let detail = field("detail")?;
+            let state = match field(FORM.json_key)?.as_str() {
+                w if w == FORM.json_words[0] => State::Ok,
+                w if w == FORM.json_words[1] => State::Failed,
+                w if w == FORM.json_words[2] => State::Skipped,
+                other => return Err(format!("a check whose result is `{other}`")),
+            };
+            r.add(Check::new(field("check")?, state, detail));
+        }
+        Ok(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_report_read_back_from_its_json_renders_the_same() {
+        let mut r = report();
+        r.add(Check::failed("directory /x", "mode 0755, not 0700"));
+        let back = Report::from_json(&r.to_json()).unwrap();
+        assert_eq!(back.render(), r.render());
+        assert_eq!(back.to_json(), r.to_json());
+        assert!(Report::from_json(&serde_json::json!({"ok": true})).is_err());
+    }
 
     fn report() -> Report {
         let mut r = Report::default();

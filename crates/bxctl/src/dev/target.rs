@@ -12,7 +12,7 @@ use nix::unistd::{User, geteuid};
 
 use super::home::DevHome;
 use super::{procs, user};
-use crate::target::{self, Log, LoopdSelftest, Target};
+use crate::target::{self, Log, LoopdSelftest, SelftestRun, Target};
 use crate::thread_ids::Ids;
 
 /// The dev box's home when none is named: `$XDG_STATE_HOME/boxmaker-dev`, else
@@ -97,7 +97,7 @@ impl Target for DevHome {
             command.uid(ids.uid).gid(ids.gid);
         }
         Ok(LoopdSelftest {
-            command,
+            run: SelftestRun::Command(command),
             what: "loopd selftest".to_string(),
         })
     }

@@ -977,7 +977,9 @@ fn activated() -> Outcome {
     )
     .is_err()
     {
-        return Outcome::Fail(
+        // A skip, not a failure: the package's check phase (Nix's build sandbox) has no
+        // systemd on PATH; under CI=true a skip fails unless .ci/allowed-skips lists it.
+        return Outcome::Skip(
             "systemd-socket-activate is not installed (apt-get install systemd)".into(),
         );
     }
