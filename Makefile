@@ -89,9 +89,10 @@ package-check: nix-check
 # check inside it, the owner's first boot, the units' egress rules, kills, socket activation, a
 # refused configuration that fails the switch, two chat turns; ends `twin: ok`. It says
 # `skipped: <why>` where systemd-nspawn cannot run (a failure under CI=true). Runs after
-# package-check in the gate, whose install it boots.
+# package-check in the gate, whose install it boots, with the peers' Synapse (target/peers.env)
+# for its Matrix channel.
 twin: package-check
-	nixos-module/twin.sh
+	if [ -f $(PEERS_ENV) ]; then set -a && . ./$(PEERS_ENV) && set +a; fi && nixos-module/twin.sh
 
 # The gate as CI runs it on a fresh machine: first remove what earlier runs left behind (the dev
 # box users, venvs under target/, old temporary homes), then `.ci/run` with CI=true, where a

@@ -224,8 +224,12 @@ version="$(jq -r .version "$attrs")"
 mapfile -t programs < <(nixeval -E "(import $repo/nixos-module/units.nix).daemonNames ++ [ \"bxctl\" ]" | jq -r '.[]')
 for p in "${programs[@]}"; do
   [[ -x "$out/bin/$p" ]] || fail "the package installs no bin/$p"
-  said="$(as_builder "$out/bin/$p" --version 2>&1)" || fail "$p --version as installed: $said"
-  [[ "$said" == "$p $version" ]] || fail "$p --version said '$said', not '$p $version'"
+  # The answer is stdout's; stderr holds the daemon's log (a descriptor it closed, say), kept
+  # for the failure's text.
+  said="$(as_builder "$out/bin/$p" --version 2>"$work/version.err")" ||
+    fail "$p --version as installed: $said $(cat "$work/version.err")"
+  [[ "$said" == "$p $version" ]] ||
+    fail "$p --version said '$said', not '$p $version' (stderr: $(cat "$work/version.err"))"
 done
 for f in share/doc/boxmaker/runbook.md share/boxmaker/inferproxy-default-script.toml \
   share/man/man1/bxctl.1 share/bash-completion/completions/bxctl.bash; do
