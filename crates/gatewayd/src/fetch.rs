@@ -103,6 +103,10 @@ pub enum FetchError {
     Trust(#[from] bxtls::CaError),
 }
 
+/// How a refusal names a hop whose URL a redirect chose: its path and query are the server's
+/// words, so they are never quoted back to the caller.
+const REDIRECTED_URL: &str = "the URL a redirect led to";
+
 /// What a redirect led to, by category: the refusal of a redirect never quotes its `Location`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Redirected {
@@ -630,6 +634,13 @@ impl Gateway {
                 }
             }
             let addrs = self.resolve(&target, entry, until).map_err(redirected)?;
+            // How a failure names this hop: the URL the call named is the caller's own; one a
+            // redirect chose is the server's text, and a refusal never carries it back.
+            let said = if named_hop {
+                quote(&target.as_str())
+            } else {
+                REDIRECTED_URL.to_string()
+            };
             let _pin = PinGuard::set(&target.host, target.port, addrs);
 
             let mut rb = ureq::http::Request::builder()
@@ -663,7 +674,7 @@ impl Gateway {
                 .build();
             let response = agent.run(request).map_err(|e| {
                 *reached |= !before_contact(&e);
-                self.transport(e, &target, until)
+                self.transport(e, &said, until)
             })?;
             *reached = true;
 
@@ -694,7 +705,7 @@ impl Gateway {
                     continue;
                 }
             }
-            return self.read(response, &target, max, until, method == Method::HEAD);
+            return self.read(response, &target, &said, max, until, method == Method::HEAD);
         }
     }
 
@@ -707,9 +718,10 @@ impl Gateway {
 
     /// A failure of the client, by category: its own text may carry what the server sent (a
     /// certificate's names, the bytes of a broken answer), which never reaches the caller.
-    fn transport(&self, e: ureq::Error, t: &Target, until: Instant) -> FetchError {
+    /// `said` names the hop as a refusal may (see `fetch`).
+    fn transport(&self, e: ureq::Error, said: &str, until: Instant) -> FetchError {
         let unreachable = |why: &'static str| FetchError::Unreachable {
-            url: quote(&t.as_str()),
+            url: said.to_string(),
             why,
         };
         match e {
@@ -734,6 +746,7 @@ impl Gateway {
         &self,
         response: ureq::http::Response<ureq::Body>,
         t: &Target,
+        said: &str,
         max: u64,
         until: Instant,
         head: bool,
@@ -772,7 +785,7 @@ impl Gateway {
                     }
                     Err(_) => {
                         return Err(FetchError::Unreachable {
-                            url: quote(&t.as_str()),
+                            url: said.to_string(),
                             why: "the body broke off",
                         });
                     }

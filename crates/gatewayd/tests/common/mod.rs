@@ -217,6 +217,14 @@ fn serve_one(
             "text/plain",
             "",
         )
+    } else if path.starts_with("/broken") {
+        // A head that promises more than the body sends, then the connection ends.
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 1000\r\n\r\nshort";
+        let _ = tls.write_all(head.as_bytes());
+        let _ = tls.flush();
+        tls.conn.send_close_notify();
+        let _ = tls.flush();
+        return;
     } else if path == "/loop" {
         whole("302 Found", "location: /loop\r\n", "text/plain", "")
     } else if path == "/huge" || path == "/drip" {
