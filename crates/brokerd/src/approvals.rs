@@ -142,14 +142,24 @@ pub enum Verdict {
     Withdrawn,
 }
 
+/// The runbook entry of a decision on an approval that no longer waits.
+pub const NOT_PENDING_ANCHOR: &str = "approval-not-pending";
+
 /// Why a decision was refused (`error forbidden`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecideError {
     /// Not pending: never was, decided already, or its call is over.
-    #[error("no such pending approval: {0}")]
+    #[error(
+        "no such pending approval: {0} (answered already, withdrawn when its turn ended, or \
+         never asked; `bxctl approvals` lists those that wait); {pointer}",
+        pointer = bxcore::runbook::pointer(NOT_PENDING_ANCHOR)
+    )]
     NotPending(ApprovalId),
     /// Its time ran out before the decision came.
-    #[error("the approval {0} expired before the decision came; the call was denied")]
+    #[error(
+        "the approval {0} expired before the decision came; the call was denied; {pointer}",
+        pointer = bxcore::runbook::pointer(NOT_PENDING_ANCHOR)
+    )]
     Expired(ApprovalId),
 }
 

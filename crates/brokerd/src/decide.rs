@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use bxcore::layout::DecideRequest;
 use bxcore::{ApprovalDecision, ErrorCode, Message, SessionId, WireError};
 
-use crate::approvals::By;
+use crate::approvals::{By, DecideError};
 use crate::broker::{Broker, send};
 use crate::config::Config;
 
@@ -97,7 +97,7 @@ fn decide(broker: &Broker, d: ApprovalDecision, uid: u32) -> Message {
                 d.approval
             ));
         }
-        None => return forbidden(format!("no such pending approval: {}", d.approval)),
+        None => return forbidden(DecideError::NotPending(d.approval).to_string()),
     }
     let by = By {
         uid,

@@ -152,7 +152,14 @@ fn a_decision_for_an_unknown_id_is_forbidden() {
     match decide(&h, &ApprovalId::new("0123456789abcdef").unwrap(), true) {
         Message::Error(e) => {
             assert_eq!(e.code, ErrorCode::Forbidden);
-            assert_eq!(e.detail, "no such pending approval: 0123456789abcdef");
+            assert!(
+                e.detail
+                    .starts_with("no such pending approval: 0123456789abcdef (answered already")
+                    && e.detail
+                        .ends_with("see docs/runbook.md#approval-not-pending"),
+                "{}",
+                e.detail
+            );
         }
         o => panic!("{o:?}"),
     }

@@ -238,6 +238,14 @@ fn one_huge_pending_write_does_not_hide_another_sessions_request() {
     let (code, out, err) = bxctl(&b, &["approvals", "show", &big_id]);
     assert_eq!(code, 1);
     assert!(err.contains("no such pending approval"), "{out}{err}");
+    // It says why it may be gone and where to read on, once.
+    assert!(err.contains("answered already"), "{err}");
+    assert_eq!(
+        err.matches("see docs/runbook.md#approval-not-pending")
+            .count(),
+        1,
+        "{err}"
+    );
 }
 
 #[test]

@@ -157,7 +157,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            timeout_ms: 120_000,
+            // loopd's own deadline for a whole model call (`[inference] timeout_ms`): a
+            // small device's model streams a long reply for minutes, and the shorter of the two
+            // would cut it.
+            timeout_ms: 300_000,
             retries: 2,
             backoff_ms: 500,
         }
@@ -481,7 +484,7 @@ context_tokens = 100000
         );
         assert_eq!(c.own_dir(), Path::new("/var/lib/boxmaker/infer"));
         assert_eq!(c.limits, Limits::default());
-        assert_eq!(c.limits.timeout_ms, 120_000);
+        assert_eq!(c.limits.timeout_ms, 300_000);
         assert_eq!(c.limits.retries, 2);
         assert!(c.sandbox.require);
         assert_eq!(c.slots["main"].temperature, None);

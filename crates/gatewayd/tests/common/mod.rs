@@ -219,7 +219,8 @@ fn serve_one(
         )
     } else if path.starts_with("/broken") {
         // A head that promises more than the body sends, then the connection ends.
-        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 1000\r\n\r\nshort";
+        let head =
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 1000\r\n\r\nshort";
         let _ = tls.write_all(head.as_bytes());
         let _ = tls.flush();
         tls.conn.send_close_notify();
