@@ -371,7 +371,12 @@ impl Call<'_> {
             untrusted: state.untrusted,
             rule: rule.as_str().to_string(),
             reason: reason.clone(),
-            lease_scope: lease_scope(&self.tool, &scope, rule),
+            lease_scope: lease_scope(
+                &self.tool,
+                &scope,
+                rule,
+                Duration::from_millis(broker.cfg.approvals.lease_ttl_ms),
+            ),
             requested: now,
             expires: now.plus_millis(ttl),
         };
@@ -643,8 +648,10 @@ impl Call<'_> {
     }
 }
 
-/// What a lease given with an approval would cover, for a person.
-pub fn lease_scope(tool: &str, scope: &str, rule: AskRule) -> String {
+/// What a lease given with an approval would cover, and for how long, for a person: a lease
+/// lives `ttl` (`[approvals] lease_ttl_ms`) unless the session ends or the owner revokes it
+/// first, and the owner is told that, not "for ever".
+pub fn lease_scope(tool: &str, scope: &str, rule: AskRule, ttl: Duration) -> String {
     let place = if scope == "any" {
         format!("any call of {tool}")
     } else {
@@ -655,7 +662,17 @@ pub fn lease_scope(tool: &str, scope: &str, rule: AskRule) -> String {
         AskRule::Always => "that always ask the owner",
         AskRule::WhileUntrusted => "that ask while the session has read third-party content",
     };
-    format!("{place} {when}, for the rest of this session")
+    format!("{place} {when}, in this session for {}", for_person(ttl))
+}
+
+/// `ttl` as a person says it: `1 h`, `90 min`, `45 s`.
+fn for_person(ttl: Duration) -> String {
+    let s = ttl.as_secs().max(1);
+    match s {
+        _ if s % 3600 == 0 => format!("{} h", s / 3600),
+        _ if s % 60 == 0 => format!("{} min", s / 60),
+        _ => format!("{s} s"),
+    }
 }
 
 /// What the chain holds about a failure: the digest and length of its message, never the text,

@@ -499,8 +499,8 @@ impl Approval {
 }
 
 /// `approval_decision {approval, allow, lease, approver}`: `lease: true` with `allow: true` also
-/// allows the calls like this one (the approval's `lease_scope`) for the rest of the session,
-/// until the lease expires or is revoked; on decide.sock `approver` says who, in the channel's
+/// allows the calls like this one (the approval's `lease_scope`) in the session until the lease
+/// expires or is revoked; on decide.sock `approver` says who, in the channel's
 /// terms, decided (a Matrix user id), which brokerd records in the audit chain beside the
 /// peer's uid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

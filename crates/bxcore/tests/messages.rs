@@ -362,7 +362,7 @@ fn an_approval() -> Approval {
         untrusted: true,
         rule: "untrusted_effect".into(),
         reason: "the session has read untrusted content".into(),
-        lease_scope: "workspace_write calls in root notes, for the rest of this session".into(),
+        lease_scope: "workspace_write calls in root notes, in this session for 1 h".into(),
         requested: Timestamp(1764489000000),
         expires: Timestamp(1764489600000),
     }
@@ -382,7 +382,7 @@ fn approvals() {
             "approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write",
             "args_bytes":29,"digest":"ab".repeat(32),"taint":"private",
             "untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content",
-            "lease_scope":"workspace_write calls in root notes, for the rest of this session",
+            "lease_scope":"workspace_write calls in root notes, in this session for 1 h",
             "requested":1764489000000u64,"expires":1764489600000u64}]}}),
     );
 }
@@ -407,7 +407,7 @@ fn approval() {
             "approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write",
             "args":{"path":"/w/a","content":"x"},"digest":"ab".repeat(32),"taint":"private",
             "untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content",
-            "lease_scope":"workspace_write calls in root notes, for the rest of this session",
+            "lease_scope":"workspace_write calls in root notes, in this session for 1 h",
             "requested":1764489000000u64,"expires":1764489600000u64}}),
     );
 }
@@ -794,9 +794,9 @@ fn the_documented_example_frames_parse() {
         r#"{"v":1,"id":3,"final":false,"msg":{"kind":"tool_response","outcome":"pending_approval","approval":"9f2c4a1b0d3e5f67","expires":1764489600000}}"#,
         r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"result","content":"...","class":"private","untrusted":false}}"#,
         r#"{"v":1,"id":3,"final":true,"msg":{"kind":"tool_response","outcome":"denied","reason":"the owner denied it"}}"#,
-        r#"{"v":1,"id":5,"final":true,"msg":{"kind":"approvals","pending":[{"approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args_bytes":29,"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","lease_scope":"workspace_write calls in root notes while the session has read third-party content, for the rest of this session","requested":1764489000000,"expires":1764489600000}]}}"#,
+        r#"{"v":1,"id":5,"final":true,"msg":{"kind":"approvals","pending":[{"approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args_bytes":29,"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","lease_scope":"workspace_write calls in root notes while the session has read third-party content, in this session for 1 h","requested":1764489000000,"expires":1764489600000}]}}"#,
         r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval_show","approval":"9f2c4a1b0d3e5f67"}}"#,
-        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval","approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args":{"path":"/w/a","content":"x"},"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","lease_scope":"workspace_write calls in root notes while the session has read third-party content, for the rest of this session","requested":1764489000000,"expires":1764489600000}}"#,
+        r#"{"v":1,"id":7,"final":true,"msg":{"kind":"approval","approval":"9f2c4a1b0d3e5f67","session":"s1","call":3,"tool":"workspace_write","args":{"path":"/w/a","content":"x"},"digest":"<64 hex>","taint":"private","untrusted":true,"rule":"untrusted_effect","reason":"the session has read untrusted content","lease_scope":"workspace_write calls in root notes while the session has read third-party content, in this session for 1 h","requested":1764489000000,"expires":1764489600000}}"#,
         r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state","session":"s1"}}"#,
         r#"{"v":1,"id":9,"final":true,"msg":{"kind":"session_state_reply","class":"secret","untrusted":true}}"#,
         r#"{"v":1,"id":0,"final":true,"msg":{"kind":"error","code":"bad_message","detail":"expected value at line 1 column 1"}}"#,

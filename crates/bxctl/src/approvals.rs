@@ -245,7 +245,7 @@ pub fn show_one(ctx: &Context, id: &str) -> Ended {
 /// What the owner answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {
-    /// Run it; with `lease`, also the calls like it for the rest of the session.
+    /// Run it; with `lease`, also the calls like it for the lease's time in this session.
     Allow {
         lease: bool,
     },

@@ -80,7 +80,7 @@ pub enum Command {
     Approve {
         /// The approval's id (16 hex digits, from `bxctl approvals`).
         id: String,
-        /// Also allow the calls like it for the rest of the session (what the approval's
+        /// Also allow the calls like it in this session for the lease's time (what the approval's
         /// `lease` line says), until the lease expires or you revoke it.
         #[arg(long)]
         lease: bool,

@@ -28,7 +28,8 @@ type a message and Enter to send it to the session; the turn's events show as th
 Ctrl-C cancels a turn in flight; at the prompt it clears the line.
 Up and Down recall earlier messages; Ctrl-R searches them.
 A call that needs your approval asks `approve? [y/n/l/show]`: y runs it, n denies it, l runs it
-and allows the calls like it for the rest of the session (a lease; `bxctl approvals --leases`),
+and allows the calls like it in this session for a time (a lease: its `lease` line says which
+calls and how long; `bxctl approvals --leases` lists leases, `bxctl approvals revoke` ends one),
 show prints it whole (arguments, digest, the rule that asked). Anything else, or Enter, leaves it
 unanswered: it waits for `bxctl approve` or `bxctl deny` until it expires.";
 
@@ -177,8 +178,8 @@ impl Prompt {
                 Ok(Message::ApprovalAck(_)) => match answer {
                     Answer::Allow { lease: false } => "approved: it runs".to_string(),
                     Answer::Allow { lease: true } => {
-                        "approved: it runs, and so do the calls like it for the rest of the \
-                         session (bxctl approvals --leases)"
+                        "approved: it runs, and so do the calls like it while the lease lives \
+                         (bxctl approvals --leases)"
                             .to_string()
                     }
                     Answer::Deny => "denied".to_string(),

@@ -129,8 +129,8 @@ pub fn post(ch: &Channel, room: &str, id: &ApprovalId, expires: Timestamp, sourc
                  Session: {session} (taint {taint}{untrusted})\n\
                  Why: {reason} (rule {rule})\n\
                  Expires: {expires}\n\
-                 React ✅ to approve, 🔁 to approve this and the calls like it for the rest of \
-                 the session ({lease}), or ❌ to deny; or reply yes, always or no to this message.",
+                 React ✅ to approve, 🔁 to approve this and the calls like it ({lease}), or ❌ \
+                 to deny; or reply yes, always or no to this message.",
                 tool = render::shown(&a.tool, Mode::Line),
                 lease = render::shown(&a.lease_scope, Mode::Line),
                 args = args_summary(&a.args),
@@ -198,7 +198,7 @@ fn fail(line: &str) {
 /// What the owner said to an approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Said {
-    /// Run it; with `lease`, the calls like it too, for the rest of the session.
+    /// Run it; with `lease`, the calls like it too, for the lease's time in this session.
     Allow {
         lease: bool,
     },
@@ -319,7 +319,8 @@ fn answer(ch: &Channel, room: &str, sender: &str, target: &str, answer: Said, sa
     let who = render::shown(sender, Mode::Line);
     let text = match decided {
         Ok(Message::ApprovalAck(_)) if lease => format!(
-            "Approved [{}] by {who}, with the calls like it for the rest of the session.",
+            "Approved [{}] by {who}, with the calls like it for the lease's time in this \
+             session (bxctl approvals --leases; bxctl approvals revoke ends it).",
             p.code
         ),
         Ok(Message::ApprovalAck(_)) if allow => format!("Approved [{}] by {who}.", p.code),
