@@ -94,11 +94,15 @@ pub fn forget(ctx: &SocketContext, session: &SessionId) -> Ended {
                 json_line(&f);
             } else if f.queued {
                 println!(
-                    "session {}: {} turn(s) hidden now; the remote store deletes them later",
+                    "session {}: {} turn(s) hidden now; the remote store deletes them later; \
+                     its later turns are filed nowhere",
                     f.session, f.turns
                 );
             } else {
-                println!("session {}: {} turn(s) deleted", f.session, f.turns);
+                println!(
+                    "session {}: {} turn(s) deleted; its later turns are filed nowhere",
+                    f.session, f.turns
+                );
             }
             Ok(Done)
         }

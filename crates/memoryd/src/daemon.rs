@@ -18,6 +18,7 @@ use bxharden::{Profile, SeccompProfile, serve};
 
 use crate::config::Config;
 use crate::filer::{Filer, ask_state};
+use crate::forgotten::Forgotten;
 use crate::outbox::Outbox;
 use crate::store::{HonchoStore, LocalStore, Store, Stores, within_tokens, words};
 
@@ -107,11 +108,17 @@ pub fn open_outbox(cfg: &Config) -> Result<Outbox, StartError> {
     })
 }
 
+/// The list of forgotten sessions in memoryd's directory, read.
+pub fn open_forgotten(cfg: &Config) -> Result<Forgotten, StartError> {
+    Forgotten::open(&cfg.own_dir()).map_err(|e| StartError::anchored(&e))
+}
+
 /// The filer: the outbox, the stores and the routes, shared by both sockets and its thread.
-pub fn filer(cfg: &Config, outbox: Outbox, stores: Stores) -> Filer {
+pub fn filer(cfg: &Config, outbox: Outbox, stores: Stores, forgotten: Forgotten) -> Filer {
     Filer {
         outbox,
         stores,
+        forgotten,
         routes: cfg.routes(),
         state_socket: cfg.sockets.state.clone(),
         state_timeout: cfg.state_timeout(),
@@ -185,16 +192,24 @@ pub fn handle_memory(
             if let Err(why) = check_record(&record) {
                 return refuse(&mut stream, id, ErrorCode::BadMessage, why);
             }
-            match filer.outbox.put(&record) {
-                Ok(()) => answer(
-                    &mut stream,
-                    id,
-                    Message::TurnFiled(TurnFiled {
-                        session: record.session,
-                        turn: record.turn,
-                    }),
-                ),
-                Err(e) => fail(&mut stream, id, &e),
+            let filed = Message::TurnFiled(TurnFiled {
+                session: record.session.clone(),
+                turn: record.turn,
+            });
+            match filer
+                .forgotten
+                .unless_forgotten(&record.session, || filer.outbox.put(&record))
+            {
+                Some(Ok(())) => answer(&mut stream, id, filed),
+                Some(Err(e)) => fail(&mut stream, id, &e),
+                // Answered as filed, so the sender lets go of it: the owner forgot its session.
+                None => {
+                    bxharden::log::notice(&format!(
+                        "turn {} of session {} filed nowhere: the owner forgot the session",
+                        record.turn, record.session
+                    ));
+                    answer(&mut stream, id, filed)
+                }
             }
         }
         MemoryRequest::MemoryRecall(q) => recall(&mut stream, id, filer, cfg, &q),

@@ -20,6 +20,7 @@ use bxcore::client::{self, ClientError};
 use bxcore::runbook::Anchored;
 use bxcore::{Label, Message, SessionId, SessionQuery};
 
+use crate::forgotten::Forgotten;
 use crate::outbox::Outbox;
 use crate::routes::Routes;
 use crate::store::{Filing, StoreError, Stores};
@@ -78,6 +79,8 @@ pub enum FileError {
     Outbox { dir: PathBuf, error: std::io::Error },
     #[error(transparent)]
     Queue(#[from] bxcore::queue::QueueError),
+    #[error(transparent)]
+    Forgotten(#[from] crate::forgotten::ForgottenError),
 }
 
 impl Anchored for FileError {
@@ -87,6 +90,7 @@ impl Anchored for FileError {
             FileError::Store(e) => e.anchor(),
             FileError::Outbox { .. } => crate::outbox::UNWRITABLE_ANCHOR,
             FileError::Queue(e) => e.anchor(),
+            FileError::Forgotten(e) => e.anchor(),
         }
     }
 }
@@ -98,6 +102,7 @@ impl FileError {
             FileError::State(_) => STATE_ANCHOR,
             FileError::Store(_) => crate::store::STORE_ANCHOR,
             FileError::Outbox { .. } | FileError::Queue(_) => crate::outbox::UNWRITABLE_ANCHOR,
+            FileError::Forgotten(_) => crate::forgotten::FORGOTTEN_ANCHOR,
         }
     }
 }
@@ -113,6 +118,8 @@ pub struct Filer {
     /// Held while one record is filed and removed, and while a session is forgotten, so a
     /// forgotten session's turn cannot be filed again behind the owner's back.
     pub filing: Mutex<()>,
+    /// The sessions the owner forgot, whose later turns are filed nowhere.
+    pub forgotten: Forgotten,
     /// Why the oldest record waits, while it waits (for `bxctl status`).
     pub waiting: Mutex<Option<String>>,
 }
@@ -178,8 +185,10 @@ impl Filer {
         }
     }
 
-    /// Forget `session`: its waiting records and every turn the stores hold.
+    /// Forget `session`: its waiting records and every turn the stores hold, and, recorded
+    /// first, every turn of it still to come (`forgotten`).
     pub fn forget(&self, session: &SessionId) -> Result<crate::store::Forgotten, FileError> {
+        self.forgotten.add(session)?;
         let _g = self.filing.lock().unwrap_or_else(|p| p.into_inner());
         let waiting = self
             .outbox

@@ -72,7 +72,8 @@ impl Table for Memoryd {
         }
         let outbox = daemon::open_outbox(s.cfg())?;
         let stores = daemon::open_stores(s.cfg(), remote)?;
-        let filer = daemon::filer(s.cfg(), outbox, stores);
+        let forgotten = daemon::open_forgotten(s.cfg())?;
+        let filer = daemon::filer(s.cfg(), outbox, stores, forgotten);
         let memory = s.listen(&s.cfg().sockets.memory.clone())?;
         let memories = s.listen(&s.cfg().sockets.memories.clone())?;
         Ok(Prepared {

@@ -201,3 +201,66 @@ fn forget_deletes_the_sessions_turns_and_those_still_waiting() {
         "the forgotten text is overwritten in the file, not just unlinked"
     );
 }
+
+#[test]
+fn a_forgotten_sessions_later_turn_is_let_go_and_filed_nowhere_even_after_a_restart() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let config = "[limits]\nbackoff_ms = 50\nmax_backoff_ms = 200\n";
+    let mut m = memoryd(&h, config);
+    hand_over(&h, &record("s1", 1, "first", "ok"));
+    wait_drained(&h);
+    match call(
+        &h.memories_sock(),
+        Message::MemoryForget(bxcore::MemoryForget {
+            session: session("s1"),
+        }),
+    ) {
+        Ok(Message::MemoryForgotten(f)) => assert_eq!(f.turns, 1),
+        other => panic!("{other:?}"),
+    }
+    // A turn that waited in loopd's own outbox meanwhile comes now: it is answered, so loopd
+    // lets go of it, and it is filed nowhere.
+    hand_over(&h, &record("s1", 2, "waited in loopd's outbox", "ok"));
+    assert_eq!(h.outbox_depth(), 0);
+    m.wait_log("turn 2 of session s1 filed nowhere: the owner forgot the session");
+    hand_over(&h, &record("s2", 1, "another session", "ok"));
+    wait_drained(&h);
+    let sessions = |h: &Home| -> Vec<String> {
+        recent(h, None)
+            .into_iter()
+            .map(|m| m.session.to_string())
+            .collect()
+    };
+    assert_eq!(sessions(&h), vec!["s2".to_string()]);
+    // The forget outlives memoryd.
+    m.kill();
+    let _m = memoryd(&h, config);
+    hand_over(&h, &record("s1", 3, "after the restart", "ok"));
+    assert_eq!(h.outbox_depth(), 0);
+    assert_eq!(sessions(&h), vec!["s2".to_string()]);
+    let db = std::fs::read(h.store_file()).unwrap();
+    assert!(!db.windows(7).any(|w| w == b"waited "), "never written");
+}
+
+#[test]
+fn a_damaged_list_of_forgotten_sessions_stops_memoryd_with_its_pointer() {
+    let h = Home::new();
+    let dir = h.home.join("memory");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("forgotten.json"), b"{\"v\":1,\"sessions\":[").unwrap();
+    let config = h.memoryd_config("");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("forgotten.json"), "{err}");
+    assert!(
+        err.contains("see docs/runbook.md#memoryd-forgotten-unreadable"),
+        "{err}"
+    );
+}
