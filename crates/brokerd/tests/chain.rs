@@ -276,3 +276,89 @@ fn check_reports_a_broken_chain_and_exits_1() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("the audit chain is broken at 2"), "{out}");
 }
+
+/// brokerd under `RLIMIT_FSIZE` of `limit` bytes, with `SIGXFSZ` ignored (as it is inherited
+/// across exec), so a write past the limit fails with `EFBIG` as on a full file system.
+fn under_file_size_limit(h: &Home, limit: u64) -> Brokerd {
+    use std::os::unix::process::CommandExt;
+    let log = h.log(900);
+    let mut cmd = bxtest::daemon_command(
+        std::path::Path::new(brokerd_bin()),
+        "serve",
+        &h.config,
+        &log,
+    );
+    // SAFETY: between fork and exec only async-signal-safe calls: setrlimit and signal.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rl = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let daemon = bxtest::Daemon::spawn_command(&mut cmd, &log);
+    let mut b = Brokerd { daemon, log };
+    b.wait_serving(h);
+    b
+}
+
+#[test]
+fn a_chain_that_cannot_be_written_refuses_every_later_call_with_its_pointer() {
+    let h = filled();
+    let size = fs::metadata(h.chain()).unwrap().len();
+    // Room for the start record and a few calls, not for many.
+    let b = under_file_size_limit(&h, size + 4096);
+    let call = |i: u64| {
+        let r = request(
+            &h.broker_sock(),
+            100 + i,
+            Message::ToolRequest(ToolRequest {
+                session: SessionId::new("full").unwrap(),
+                call: CallId(100 + i),
+                tool: "no_such".into(),
+                args: json!({}),
+            }),
+        );
+        format!("{:?}", r.last().map(|e| &e.msg))
+    };
+    let mut first_refused = None;
+    for i in 0..200 {
+        let said = call(i);
+        if said.contains("audit-write-failed") {
+            first_refused = Some(i);
+            break;
+        }
+    }
+    let first = first_refused.expect("the chain filled within 200 calls");
+    // Every later call is refused the same way, and nothing more is written.
+    let len = fs::metadata(h.chain()).unwrap().len();
+    for i in first + 1..first + 4 {
+        let said = call(i);
+        assert!(
+            said.contains("see docs/runbook.md#audit-write-failed"),
+            "{said}"
+        );
+    }
+    assert_eq!(fs::metadata(h.chain()).unwrap().len(), len);
+    b.wait_log("audit-write-failed");
+    drop(b);
+    // With room again, the chain verifies (a torn tail, if the failed write left one, is
+    // recovered) and holds every call answered before the failure.
+    let _b = Brokerd::start(&h);
+    let report = request(&h.admin_sock(), 1, Message::AuditVerify {});
+    match report.last().map(|e| &e.msg) {
+        Some(Message::AuditReport(AuditReport { ok, records, .. })) => {
+            assert!(*ok, "{report:?}");
+            // filled()'s seven, the start record, two per call answered before the failure,
+            // and the second start's record.
+            assert!(*records >= 8 + 2 * first, "{report:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
