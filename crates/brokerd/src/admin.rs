@@ -79,11 +79,12 @@ pub(crate) fn decide(broker: &Broker, d: ApprovalDecision, by: By) -> Message {
     let lease = match (d.allow && d.lease, broker.approvals().pending(&d.approval)) {
         (true, Some(a)) => match grant(broker, &a, &by) {
             Ok(l) => Some(l),
-            Err(why) => {
+            Err((why, anchor)) => {
                 return forbidden(format!(
                     "the approval {} was not decided: the lease could not be granted ({why}); \
-                     approve it without a lease, or revoke a lease first",
-                    d.approval
+                     approve it without a lease, or revoke a lease first; {}",
+                    d.approval,
+                    bxcore::runbook::pointer(&anchor)
                 ));
             }
         },
@@ -249,8 +250,9 @@ fn clear(broker: &Broker, r: &MarkRef, by: u32) -> Message {
     }
 }
 
-/// A lease for the calls like `a`, granted by `by` and recorded in the chain before it counts.
-fn grant(broker: &Broker, a: &Approval, by: &By) -> Result<Lease, String> {
+/// A lease for the calls like `a`, granted by `by` and recorded in the chain before it counts;
+/// or why not, and its runbook entry.
+fn grant(broker: &Broker, a: &Approval, by: &By) -> Result<Lease, (String, String)> {
     let rule = a.rule.as_str();
     let scope = broker.place(&a.tool, &a.args);
     let covers = Covers {
@@ -263,7 +265,7 @@ fn grant(broker: &Broker, a: &Approval, by: &By) -> Result<Lease, String> {
     let lease = broker
         .leases()
         .grant(&covers, &by)
-        .map_err(|e| e.pointed().to_string())?;
+        .map_err(|e| (e.to_string(), e.anchor().to_string()))?;
     let record = Draft {
         session: Some(a.session.clone()),
         call: Some(a.call),
@@ -281,7 +283,7 @@ fn grant(broker: &Broker, a: &Approval, by: &By) -> Result<Lease, String> {
     if let Err(e) = broker.ledger().record(vec![record]) {
         broker.leases().revoke(&lease.lease);
         bxharden::log::fail(&e);
-        return Err(e.pointed().to_string());
+        return Err((e.to_string(), e.anchor().to_string()));
     }
     Ok(lease)
 }

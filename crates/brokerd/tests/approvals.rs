@@ -398,3 +398,47 @@ fn an_approval_given_for_one_reason_is_asked_again_when_the_policy_now_asks_for_
         ]
     );
 }
+
+#[test]
+fn a_lease_the_table_has_no_room_for_leaves_the_approval_pending_and_says_why() {
+    let h = Home::with_notes("[approvals]\nmax_leases = 1\nmax_leases_per_session = 1\n");
+    let _b = Brokerd::start(&h);
+    let with_lease = |id: &ApprovalId| {
+        request(
+            &h.admin_sock(),
+            6,
+            Message::ApprovalDecision(ApprovalDecision {
+                approval: id.clone(),
+                allow: true,
+                lease: true,
+                approver: None,
+            }),
+        )[0]
+        .msg
+        .clone()
+    };
+    let (s1, first) = pending_write(&h, "s1", 4, "a.txt");
+    assert!(matches!(with_lease(&first), Message::ApprovalAck(_)));
+    assert!(matches!(final_of(&s1), ToolResponse::Result { .. }));
+    let (s2, second) = pending_write(&h, "s2", 5, "b.txt");
+    match with_lease(&second) {
+        Message::Error(e) => {
+            assert_eq!(e.code, ErrorCode::Forbidden);
+            assert!(
+                e.detail.contains("1 leases are held already"),
+                "{}",
+                e.detail
+            );
+            assert!(
+                e.detail.ends_with("see docs/runbook.md#leases-full"),
+                "{}",
+                e.detail
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing was decided: the approval waits, and is answered without a lease.
+    assert_eq!(pending(&h).len(), 1);
+    assert!(matches!(decide(&h, &second, true), Message::ApprovalAck(_)));
+    assert!(matches!(final_of(&s2), ToolResponse::Result { .. }));
+}

@@ -393,3 +393,30 @@ fn a_run_that_can_see_a_file_an_untrusted_session_wrote_is_untrusted() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_program_that_cannot_be_started_fails_with_the_step_and_the_owner_gets_its_pointer() {
+    let h = home("[run]\n");
+    let tool = h.home.join("notes/tool.sh");
+    // An executable file whose interpreter is nowhere: execve fails in the child, after every
+    // check before it passed.
+    fs::write(&tool, "#!/nonexistent/interpreter\necho ran\n").unwrap();
+    fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let b = Brokerd::start(&h);
+    let notes = h.home.join("notes").display().to_string();
+    let tool = tool.display().to_string();
+    match call(&h, "s", 1, "run", json!({"argv": [tool], "cwd": notes})) {
+        ToolResponse::Failed { message: reason } => {
+            assert!(reason.contains("could not be started"), "{reason}");
+            assert!(
+                reason.contains("execve: No such file or directory"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?} {}", b.stderr()),
+    }
+    assert_eq!(events(&h, "s", 1), ["requested", "allowed", "failed"]);
+    // The owner's line says the same, with its pointer.
+    let log = b.wait_log("see docs/runbook.md#run-start-failed");
+    assert!(log.contains("could not be started: execve"), "{log}");
+}

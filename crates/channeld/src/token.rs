@@ -114,7 +114,7 @@ mod tests {
         assert_eq!(format!("{t:?}"), "Token(redacted)");
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = Token::read(&p).unwrap_err();
-        assert_eq!(e.anchor(), TOKEN_OPEN_ANCHOR);
+        assert_eq!(e.anchor(), "channel-token-open");
         assert!(!e.to_string().contains("syt_abc"));
         std::fs::write(&p, "a b\n").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();

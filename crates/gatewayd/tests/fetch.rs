@@ -616,3 +616,36 @@ fn html_that_cannot_be_reduced_to_text_fails_the_fetch_and_is_never_passed_raw()
     );
     assert!(!detail.contains("steal()"), "{detail}");
 }
+
+#[test]
+fn a_request_the_gateway_does_not_make_is_refused_before_anything_leaves() {
+    if !in_own_netns("a_request_the_gateway_does_not_make_is_refused_before_anything_leaves") {
+        return;
+    }
+    let (origin, dns, g) = world("", &[]);
+    let url = format!("https://origin.test:{}/page", origin.port);
+    for (method, headers, what) in [
+        (
+            "TRACE",
+            vec![],
+            "the method TRACE is not one the gateway makes",
+        ),
+        (
+            "GET",
+            vec![("host", "elsewhere.test")],
+            "the header host is set by the gateway alone",
+        ),
+        ("GET", vec![("bad name", "x")], "is not a header name"),
+    ] {
+        let w = refused(g.ask(method, &url, &headers, "", 0));
+        says(
+            &g,
+            &w,
+            ErrorCode::BadMessage,
+            what,
+            "gateway-request-refused",
+        );
+    }
+    assert_eq!(dns.lookups("origin.test"), 0, "nothing was looked up");
+    assert!(origin.seen().is_empty(), "nothing was sent");
+}

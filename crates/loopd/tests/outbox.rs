@@ -85,6 +85,20 @@ fn a_full_outbox_refuses_the_turn_with_loopd_s_own_anchor() {
 }
 
 #[test]
+fn a_turn_the_outbox_cannot_write_is_refused_with_loopd_s_own_anchor() {
+    use bxcore::runbook::Anchored;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outbox");
+    let o = Outbox::open(&path, 100).unwrap();
+    // The directory gone, and a file where it was: no write can land (root or not).
+    std::fs::remove_dir_all(&path).unwrap();
+    std::fs::write(&path, "not a directory").unwrap();
+    let e = o.put(&record("a", 1)).unwrap_err();
+    assert_eq!(e.anchor(), "loopd-outbox-unwritable", "{e}");
+    assert!(e.to_string().contains("outbox"), "{e}");
+}
+
+#[test]
 fn a_record_is_deleted_only_when_memoryd_files_it() {
     let dir = tempfile::tempdir().unwrap();
     let o = Outbox::open(&dir.path().join("outbox"), 100).unwrap();
