@@ -20,6 +20,10 @@ pub const CONFIG_ANCHOR: &str = "memoryd-config-invalid";
 pub const MAX_RECALL_TOKENS: u32 = 32_768;
 /// The most records the outbox holds before `turn_record` is answered `unavailable`.
 pub const MAX_OUTBOX: usize = 100_000;
+/// The bounds of `max_turn_bytes`: a turn's text, at least 1 KiB, at most 1 MiB.
+pub const TURN_BYTES: std::ops::RangeInclusive<usize> = 1024..=1 << 20;
+/// The bounds of `max_store_bytes`: at least 1 MiB, at most 1 TiB.
+pub const STORE_BYTES: std::ops::RangeInclusive<u64> = 1 << 20..=1 << 40;
 /// The longest wait accepted for any one timeout: an hour.
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
@@ -75,6 +79,11 @@ pub struct Limits {
     pub max_recall_tokens: u32,
     /// The most records waiting in the outbox; past it `turn_record` is `unavailable`.
     pub max_outbox: usize,
+    /// The most of a turn's text memoryd takes (`intake`): longer turns are cut, with a note.
+    pub max_turn_bytes: usize,
+    /// The largest the embedded store's file may grow (its free pages not counted); a turn
+    /// past it waits in the outbox (`memory-store-full`).
+    pub max_store_bytes: u64,
 }
 
 impl Default for Limits {
@@ -85,6 +94,8 @@ impl Default for Limits {
             max_backoff_ms: 30_000,
             max_recall_tokens: 4_096,
             max_outbox: 10_000,
+            max_turn_bytes: 64 * 1024,
+            max_store_bytes: 1 << 30,
         }
     }
 }
@@ -196,6 +207,22 @@ impl bxharden::daemon::DaemonConfig for Config {
             return Err(format!(
                 "[limits] max_outbox = {} is not between 1 and {MAX_OUTBOX}",
                 l.max_outbox
+            ));
+        }
+        if !TURN_BYTES.contains(&l.max_turn_bytes) {
+            return Err(format!(
+                "[limits] max_turn_bytes = {} is not between {} and {}",
+                l.max_turn_bytes,
+                TURN_BYTES.start(),
+                TURN_BYTES.end()
+            ));
+        }
+        if !STORE_BYTES.contains(&l.max_store_bytes) {
+            return Err(format!(
+                "[limits] max_store_bytes = {} is not between {} and {}",
+                l.max_store_bytes,
+                STORE_BYTES.start(),
+                STORE_BYTES.end()
             ));
         }
         if let Some(routes) = &self.routes {

@@ -37,7 +37,8 @@ pub fn read_remote(cfg: &Config) -> Result<Option<HonchoStore>, StartError> {
 
 /// The stores: the embedded one, opened (made) in its directory, and the remote one read.
 pub fn open_stores(cfg: &Config, remote: Option<HonchoStore>) -> Result<Stores, StartError> {
-    let local = LocalStore::open(&cfg.local_dir()).map_err(|e| StartError::anchored(&e))?;
+    let local = LocalStore::open(&cfg.local_dir(), cfg.limits.max_store_bytes)
+        .map_err(|e| StartError::anchored(&e))?;
     Ok(match remote {
         None => Stores::local(Box::new(local)),
         Some(remote) => Stores::with_remote(Box::new(local), Box::new(remote)),
@@ -192,6 +193,7 @@ pub fn handle_memory(
             if let Err(why) = check_record(&record) {
                 return refuse(&mut stream, id, ErrorCode::BadMessage, why);
             }
+            let record = crate::intake::taken(&record, cfg.limits.max_turn_bytes);
             let filed = Message::TurnFiled(TurnFiled {
                 session: record.session.clone(),
                 turn: record.turn,

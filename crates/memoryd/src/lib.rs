@@ -14,6 +14,7 @@ pub mod config;
 pub mod daemon;
 pub mod filer;
 pub mod forgotten;
+pub mod intake;
 pub mod outbox;
 pub mod routes;
 pub mod store;

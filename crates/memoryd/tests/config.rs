@@ -85,6 +85,9 @@ fn unknown_keys_relative_paths_and_bounds_out_of_range_are_refused() {
     for (extra, says) in [
         ("[limits]\nnope = 1\n", "unknown field"),
         ("[limits]\nmax_outbox = 0\n", "max_outbox"),
+        ("[limits]\nmax_turn_bytes = 10\n", "max_turn_bytes"),
+        ("[limits]\nmax_turn_bytes = 2000000\n", "max_turn_bytes"),
+        ("[limits]\nmax_store_bytes = 0\n", "max_store_bytes"),
         (
             "[limits]\nmax_recall_tokens = 1000000\n",
             "max_recall_tokens",

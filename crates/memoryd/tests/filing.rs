@@ -264,3 +264,81 @@ fn a_damaged_list_of_forgotten_sessions_stops_memoryd_with_its_pointer() {
         "{err}"
     );
 }
+
+#[test]
+fn a_turn_over_the_bound_is_kept_cut_with_a_note_and_its_tool_traffic_not_at_all() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let _m = memoryd(&h, "[limits]\nmax_turn_bytes = 4096\n");
+    let mut r = record("big", 1, &"q".repeat(900 * 1024), "a short answer");
+    r.messages.insert(
+        1,
+        bxcore::ChatMessage::Tool {
+            call: bxcore::CallId(1),
+            text: "tool output".repeat(1000),
+        },
+    );
+    hand_over(&h, &r);
+    wait_drained(&h);
+    let filed = recent(&h, None);
+    assert_eq!(filed.len(), 1);
+    let text = &filed[0].text;
+    assert!(text.len() <= 4096 + 64, "{} bytes", text.len());
+    assert!(text.contains("[cut by memoryd: "), "{text}");
+    assert!(text.ends_with("assistant: a short answer"), "{text}");
+    assert!(!text.contains("tool output"), "{text}");
+}
+
+#[test]
+fn a_store_at_its_bound_keeps_the_turn_waiting_and_files_it_once_there_is_room() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let m = memoryd(
+        &h,
+        "[limits]\nbackoff_ms = 50\nmax_backoff_ms = 200\nmax_turn_bytes = 65536\n\
+         max_store_bytes = 1048576\n",
+    );
+    // Words that do not repeat, so the full-text index grows with the text.
+    let words = |seed: u64| -> String {
+        (0..6000)
+            .map(|i| format!("w{seed}x{i} "))
+            .collect::<String>()
+    };
+    let mut turn = 0;
+    while h.outbox_depth() == 0 || !m.log_text().contains("memory-store-full") {
+        turn += 1;
+        assert!(turn < 200, "the store never filled");
+        hand_over(&h, &record("fill", turn, &words(turn), "ok"));
+        if h.outbox_depth() == 0 {
+            continue;
+        }
+        wait_until("the turn to file or the store to say it is full", || {
+            h.outbox_depth() == 0 || m.log_text().contains("memory-store-full")
+        });
+    }
+    let line = m.wait_log("see docs/runbook.md#memory-store-full");
+    assert!(line.contains("max_store_bytes"), "{line}");
+    hand_over(
+        &h,
+        &record("later", 1, "a turn after the store filled", "ok"),
+    );
+    assert!(h.outbox_depth() >= 1, "it waits");
+    // The owner makes room: the waiting turns are filed, none lost.
+    match call(
+        &h.memories_sock(),
+        Message::MemoryForget(bxcore::MemoryForget {
+            session: session("fill"),
+        }),
+    ) {
+        Ok(Message::MemoryForgotten(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    wait_drained(&h);
+    let left: Vec<String> = recent(&h, None)
+        .into_iter()
+        .map(|m| m.session.to_string())
+        .collect();
+    assert_eq!(left, vec!["later".to_string()]);
+}

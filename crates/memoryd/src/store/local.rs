@@ -67,6 +67,8 @@ const COLUMNS: &str = "t.session, t.turn, t.route, t.class, t.untrusted, t.filed
 pub struct LocalStore {
     path: PathBuf,
     db: Mutex<Connection>,
+    /// `[limits] max_store_bytes`.
+    max_bytes: u64,
 }
 
 fn failed(why: impl std::fmt::Display) -> StoreError {
@@ -78,7 +80,7 @@ fn failed(why: impl std::fmt::Display) -> StoreError {
 
 impl LocalStore {
     /// Open (creating it, 0600, if absent) the store in `dir`, which must exist.
-    pub fn open(dir: &Path) -> Result<LocalStore, StoreError> {
+    pub fn open(dir: &Path, max_bytes: u64) -> Result<LocalStore, StoreError> {
         let path = dir.join(FILE);
         let at = |e: &dyn std::fmt::Display| failed(format!("{}: {e}", path.display()));
         // Made here so it is the owner's only; SQLite gives its journal the same mode.
@@ -114,6 +116,7 @@ impl LocalStore {
         Ok(LocalStore {
             path,
             db: Mutex::new(db),
+            max_bytes,
         })
     }
 
@@ -198,6 +201,19 @@ impl Store for LocalStore {
     fn file(&self, filing: &Filing<'_>) -> Result<(), StoreError> {
         let r = filing.record;
         let text = turn_text(r);
+        let used = self.with(|db| {
+            let pages: i64 = db.pragma_query_value(None, "page_count", |r| r.get(0))?;
+            let free: i64 = db.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
+            let size: i64 = db.pragma_query_value(None, "page_size", |r| r.get(0))?;
+            Ok(u64::try_from((pages - free).max(0) * size).unwrap_or(u64::MAX))
+        })?;
+        if used.saturating_add(text.len() as u64) > self.max_bytes {
+            return Err(StoreError::Full {
+                store: NAME,
+                used,
+                max: self.max_bytes,
+            });
+        }
         self.with(|db| {
             db.execute(
                 "INSERT INTO turns (session, turn, route, class, untrusted, filed, text)

@@ -77,12 +77,26 @@ pub enum StoreError {
     /// (`honcho-unavailable`, `honcho-auth`, ...).
     #[error("the Honcho store: {0}")]
     Honcho(#[from] ::honcho::Error),
+    /// The embedded store is at `[limits] max_store_bytes`: the turn waits in the outbox.
+    #[error(
+        "the {store} store holds {used} bytes, at its bound of {max} ([limits] \
+         max_store_bytes); the turn waits in the outbox"
+    )]
+    Full {
+        store: &'static str,
+        used: u64,
+        max: u64,
+    },
 }
+
+/// The runbook entry of a store at its bound.
+pub const FULL_ANCHOR: &str = "memory-store-full";
 
 impl bxcore::runbook::Anchored for StoreError {
     fn anchor(&self) -> &str {
         match self {
             StoreError::Honcho(e) => e.anchor(),
+            StoreError::Full { .. } => FULL_ANCHOR,
             _ => STORE_ANCHOR,
         }
     }
