@@ -381,6 +381,12 @@ fn a_wrong_flag_on_a_new_home_is_refused_before_anything_is_written() {
         assert!(!out.status.success(), "{flags:?}: {}", said(&out));
         let (_, err) = text(&out);
         assert!(err.contains(says), "{flags:?}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(
+            err.trim_end()
+                .ends_with("see docs/runbook.md#devbox-refused"),
+            "{flags:?}: {err}"
+        );
         assert!(
             !b.beside("parent").exists(),
             "{flags:?}: nothing is made, not even the parent"

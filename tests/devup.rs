@@ -76,6 +76,12 @@ fn refused_before_anything_is_written(text: &str, mode: u32, says: &str) {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", said(&out));
     assert!(said(&out).contains(says), "{}", said(&out));
+    assert_eq!(
+        said(&out).matches("see docs/runbook.md#").count(),
+        1,
+        "one pointer: {}",
+        said(&out)
+    );
     assert!(!b.home().exists(), "nothing was made");
 }
 

@@ -53,6 +53,7 @@ pub fn failed_at(json: bool, asked: &Asked<'_>, what: &str, e: &ClientError) -> 
         Shown(what, Mode::Line),
         Shown(&detail, Mode::Line)
     );
+    let mut anchor = None;
     if matches!(e, ClientError::Connect { .. }) {
         text.push_str(&format!(
             "\nbxctl: is {} running, and is {} yours? (--home or {} name another)",
@@ -60,8 +61,9 @@ pub fn failed_at(json: bool, asked: &Asked<'_>, what: &str, e: &ClientError) -> 
             asked.socket.display(),
             asked.flag
         ));
+        anchor = Some(crate::chat::UNREACHABLE_ANCHOR);
     }
-    Failure::failed(text).json_if(
+    Failure::failed(text).pointing(anchor).json_if(
         json,
         json!({"error": {"code": code, "detail": detail, "what": what}}),
     )

@@ -1,7 +1,7 @@
 //! The interactive chat: a line editor with history (rustyline, a maintained crate, rather than
 //! hand-written terminal handling: arrow keys, Ctrl-R, editing within the line), the commands
 //! `/help`, `/quit` and `/sessions`, which never reach the model, and approvals answered where
-//! they are asked: `approve? [y/N/show]`.
+//! they are asked: `approve? [y/n/l/show]`.
 
 use std::fs;
 use std::io::Write;

@@ -75,10 +75,25 @@ pub fn verdict(checks: &[Check]) -> Result<(), Failed> {
             _ => format!("{}: {}", c.check, c.detail),
         })
         .collect();
-    if bad.is_empty() {
-        Ok(())
-    } else {
-        Err(Failed(bad.join("; ")))
+    let names: Vec<&str> = checks
+        .iter()
+        .filter(|c| !c.is_ok())
+        .map(|c| c.check.as_str())
+        .collect();
+    match bad.len() {
+        0 => Ok(()),
+        1 => Err(Failed(bad.join("; "))),
+        // Each is said above with its cause; the verdict names them and the first cause.
+        n => Err(Failed(format!(
+            "{n} of {} checks did not pass{}, each said above; the first: {}",
+            checks.len(),
+            if n <= 4 {
+                format!(" ({})", names.join(", "))
+            } else {
+                String::new()
+            },
+            bad[0]
+        ))),
     }
 }
 
@@ -234,12 +249,13 @@ fn loopd_selftest(target: &dyn Target) -> Result<String, String> {
         .map_err(|e| format!("cannot run it: {e}"))?;
     let said = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     if output.status.success() {
-        Ok(passed)
-    } else {
-        let mut text = said(&output.stderr);
-        if text.is_empty() {
-            text = said(&output.stdout);
-        }
-        Err(format!("loopd selftest {}: {text}", output.status))
+        return Ok(passed);
     }
+    // Its verdict is its last line (`selftest: FAILED: ...`, with its pointer); the lines
+    // before it say what it would serve, which is not why it failed.
+    let text = [said(&output.stderr), said(&output.stdout)]
+        .into_iter()
+        .find_map(|t| t.lines().last().map(str::to_string))
+        .unwrap_or_else(|| "it said nothing".to_string());
+    Err(format!("loopd selftest ({}): {text}", output.status))
 }

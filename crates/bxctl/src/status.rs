@@ -348,16 +348,25 @@ pub fn render(s: &Status) -> String {
     out
 }
 
-/// The failure of a box that is not healthy: every problem on one line, with its pointer.
+/// The failure of a box that is not healthy, on one line with its pointer: its one problem, or
+/// how many (each listed above) and the first.
 pub fn verdict(s: &Status) -> Ended {
     if s.healthy {
         return Ok(Done);
     }
-    Err(Failure::failed(format!(
-        "status: DEGRADED: {}",
-        Shown(&s.problems.join("; "), Mode::Line)
-    ))
-    .pointing(Some(DEGRADED_ANCHOR)))
+    let said = match s.problems.as_slice() {
+        [one] => one.clone(),
+        // Each is listed above; the verdict counts them and names the first.
+        [first, ..] => format!(
+            "{} problems, listed above; the first: {first}",
+            s.problems.len()
+        ),
+        [] => "no problem was named".to_string(),
+    };
+    Err(
+        Failure::failed(format!("status: DEGRADED: {}", Shown(&said, Mode::Line)))
+            .pointing(Some(DEGRADED_ANCHOR)),
+    )
 }
 
 /// The runbook entry of a box that is not healthy.

@@ -82,13 +82,19 @@ impl UpArgs {
 }
 
 /// A dev command that failed: a flag that is wrong, or does not go with the others, is a usage
-/// error (exit 2, as clap's own, each a line of bxctl's); anything else is a refusal or a box
-/// that did not come up (exit 1), its line pointing at its runbook entry.
+/// error (exit 2, as clap's own), its line pointing at the entry that lists the flags' rules;
+/// anything else is a refusal or a box that did not come up (exit 1), its line pointing at its
+/// runbook entry.
 impl From<DevError> for Failure {
     fn from(e: DevError) -> Failure {
         match &e {
-            DevError::Usage(_) => Failure::usage(format!("bxctl: {e}")),
-            DevError::Honcho(_) => Failure::usage(format!("bxctl: {e}")).pointing(Some(e.anchor())),
+            // A flag refused by what it names (a key file open to others) points there already.
+            DevError::Usage(text) if bxcore::runbook::split_pointer(text).is_some() => {
+                Failure::usage(format!("bxctl: {e}"))
+            }
+            DevError::Usage(_) | DevError::Honcho(_) => {
+                Failure::usage(format!("bxctl: {e}")).pointing(Some(e.anchor()))
+            }
             _ => Failure::anchored(&e),
         }
     }

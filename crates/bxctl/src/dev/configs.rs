@@ -203,17 +203,20 @@ impl ModelFlags {
             }
             v.as_str().map(str::to_string)
         };
-        let had = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+        let differs = |flag: &str, asked: &str, was: Option<String>| match was {
+            Some(was) => format!("{flag} {asked}, not {was}"),
+            None => format!("{flag} {asked}, which it was made without"),
+        };
         if let Some(url) = &self.base_url {
             let was = get(&["provider", "base_url"]);
             if was.as_deref() != Some(url.as_str()) {
-                out.push(format!("--base-url {url}, not {}", had(was)));
+                out.push(differs("--base-url", url, was));
             }
         }
         if let Some(model) = &self.model {
             let was = get(&["slots", "main", "model"]).filter(|_| provider != Provider::Script);
             if was.as_deref() != Some(model.as_str()) {
-                out.push(format!("--model {model}, not {}", had(was)));
+                out.push(differs("--model", model, was));
             }
         }
         if let Some(key) = &self.api_key_file {
@@ -223,7 +226,7 @@ impl ModelFlags {
                 .display()
                 .to_string();
             if was.as_deref() != Some(key.as_str()) {
-                out.push(format!("--api-key-file {key}, not {}", had(was)));
+                out.push(differs("--api-key-file", &key, was));
             }
         }
         if let Some(script) = &self.script {
