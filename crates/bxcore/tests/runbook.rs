@@ -149,7 +149,6 @@ fn source_files(root: &Path) -> Vec<(String, String)> {
 /// comes with its test.
 const UNTESTED: &[&str] = &[
     "loopd-outbox-damaged",
-    "devbox-refused",
     "device-check-failed",
     "matrix-auth-refused",
     "channel-state-damaged",

@@ -2,6 +2,7 @@
 //! the CA bundle, the script), what it says it serves, its sandbox, and the handler of its one
 //! socket.
 
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -100,20 +101,30 @@ pub fn handle(mut stream: UnixStream, id: u64, request: InferRequests, inference
 }
 
 fn answer(stream: &mut UnixStream, id: u64, req: &InferRequest, inference: &Inference) {
-    let mut alive = true;
-    let result = inference.infer(req, &mut |text| {
-        // A peer that went away is not written to again; the reply is finished quietly.
-        if alive {
-            alive = serve::send(
-                stream,
-                id,
-                false,
-                Message::InferDelta(InferDelta {
-                    text: text.to_string(),
-                }),
-            );
-        }
-    });
+    let alive = std::cell::Cell::new(true);
+    let fd = stream.as_raw_fd();
+    // loopd shuts the connection down when the owner cancels the turn: then the provider's
+    // answer is left unread and its connection closed, so a local model stops generating
+    // rather than finishing a reply nobody reads.
+    let gone = || !alive.get() || peer_closed(fd);
+    let result = inference.infer_while(
+        req,
+        &mut |text| {
+            // A peer that went away is not written to again.
+            if alive.get() {
+                alive.set(serve::send(
+                    stream,
+                    id,
+                    false,
+                    Message::InferDelta(InferDelta {
+                        text: text.to_string(),
+                    }),
+                ));
+            }
+        },
+        &gone,
+    );
+    let alive = alive.get();
     match result {
         Ok(reply) => {
             let calls = match &reply.message {
@@ -150,6 +161,18 @@ fn answer(stream: &mut UnixStream, id: u64, req: &InferRequest, inference: &Infe
                 log_failure(&req.slot, &e);
             }
         }
+    }
+}
+
+/// Whether the peer on `fd` closed its end: a read that would find its end of file, peeked
+/// without waiting (the request was read whole, and loopd sends nothing more on it).
+fn peer_closed(fd: std::os::fd::RawFd) -> bool {
+    use nix::sys::socket::{MsgFlags, recv};
+    let mut one = [0u8; 1];
+    match recv(fd, &mut one, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT) {
+        Ok(0) => true,
+        Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => false,
+        Err(_) => true,
     }
 }
 

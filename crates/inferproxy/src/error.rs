@@ -24,6 +24,8 @@ pub const STOPPED_ANCHOR: &str = "inference-stopped";
 pub const SLOT_ANCHOR: &str = "inference-slot";
 /// The `script` provider has no reply for this request.
 pub const SCRIPT_ANCHOR: &str = "inference-script-exhausted";
+/// loopd went away before the reply's end: the provider's answer was left unread.
+pub const ABANDONED_ANCHOR: &str = "inference-abandoned";
 
 /// One inference's failure. Its runbook entry is its [`Anchored::anchor`]; the frame's detail is
 /// its text with the pointer ([`Anchored::pointed`]).
@@ -81,6 +83,13 @@ pub enum InferError {
     /// The script has no reply for this request.
     #[error("the script has no reply: {0}")]
     ScriptExhausted(String),
+    /// loopd went away (its turn was cancelled) before the reply's end: inferproxy stopped
+    /// reading and closed the provider's connection, so the provider stops generating.
+    #[error(
+        "loopd went away before the reply's end (its turn was cancelled): the provider's answer \
+         was abandoned and its connection closed"
+    )]
+    Abandoned,
 }
 
 impl Anchored for InferError {
@@ -97,6 +106,7 @@ impl Anchored for InferError {
             InferError::Malformed(_) => MALFORMED_ANCHOR,
             InferError::Stopped(_) => STOPPED_ANCHOR,
             InferError::ScriptExhausted(_) => SCRIPT_ANCHOR,
+            InferError::Abandoned => ABANDONED_ANCHOR,
         }
     }
 
@@ -156,6 +166,7 @@ impl InferError {
             InferError::Malformed(s) => InferError::Malformed(t(s)),
             InferError::Stopped(s) => InferError::Stopped(t(s)),
             InferError::ScriptExhausted(s) => InferError::ScriptExhausted(t(s)),
+            InferError::Abandoned => InferError::Abandoned,
         }
     }
 
@@ -226,6 +237,7 @@ mod tests {
             InferError::malformed("cut"),
             InferError::Stopped("content_filter".into()),
             InferError::ScriptExhausted("done".into()),
+            InferError::Abandoned,
         ];
         for e in all {
             let s = e.pointed().to_string();

@@ -203,13 +203,15 @@ impl Http {
         v.to_string().into_bytes()
     }
 
-    /// One request, retried by the rules in the module doc.
+    /// One request, retried by the rules in the module doc; given up once `gone` says the
+    /// caller went away.
     fn infer(
         &self,
         req: &InferRequest,
         slot: &Slot,
         limits: &Limits,
         deliver: &mut dyn FnMut(&str),
+        gone: &dyn Fn() -> bool,
     ) -> Result<InferReply, InferError> {
         let until = Instant::now()
             .checked_add(limits.timeout())
@@ -233,7 +235,7 @@ impl Http {
                         deliver(&out);
                     }
                 };
-                self.attempt(&body, slot.max_tokens, until, limits, &mut forward)
+                self.attempt(&body, slot.max_tokens, until, limits, &mut forward, gone)
             };
             let failure = match result {
                 Ok(draft) => {
@@ -249,7 +251,7 @@ impl Http {
                 Err(f) => f,
             };
             let error = with_attempts(failure.error, attempt).redacted(&redactor);
-            if !failure.retryable || forwarded || attempt > limits.retries {
+            if !failure.retryable || forwarded || attempt > limits.retries || gone() {
                 return Err(error);
             }
             let wait = failure
@@ -279,6 +281,7 @@ impl Http {
         until: Instant,
         limits: &Limits,
         deliver: &mut dyn FnMut(&str),
+        gone: &dyn Fn() -> bool,
     ) -> Result<Draft, Failure> {
         let resp = self.send(body, until, limits)?;
         let status = resp.status().as_u16();
@@ -318,6 +321,7 @@ impl Http {
             key: &self.key,
             until,
             timeout_ms: limits.timeout_ms,
+            gone,
         };
         if json {
             self.read_whole(reader, max_tokens, &read, deliver)
@@ -441,6 +445,11 @@ impl Http {
                     if parser.event(&ev, deliver)? == Flow::Done {
                         return parser.finish();
                     }
+                    // A caller that went away reads no more: the response is dropped, which
+                    // closes the provider's connection, and a local server stops generating.
+                    if (read.gone)() {
+                        return Err(Failure::fatal(InferError::Abandoned));
+                    }
                     if Instant::now() >= read.until {
                         return Err(timeout(read.timeout_ms, "reading the stream"));
                     }
@@ -509,6 +518,8 @@ struct Reading<'k> {
     key: &'k ApiKey,
     until: Instant,
     timeout_ms: u64,
+    /// Whether the caller went away.
+    gone: &'k dyn Fn() -> bool,
 }
 
 impl Reading<'_> {
@@ -674,6 +685,17 @@ impl Inference {
         req: &InferRequest,
         deliver: &mut dyn FnMut(&str),
     ) -> Result<InferReply, InferError> {
+        self.infer_while(req, deliver, &|| false)
+    }
+
+    /// The same, given up (`Abandoned`) once `gone` says the caller went away: checked after
+    /// each event of a stream and before a retry.
+    pub fn infer_while(
+        &self,
+        req: &InferRequest,
+        deliver: &mut dyn FnMut(&str),
+        gone: &dyn Fn() -> bool,
+    ) -> Result<InferReply, InferError> {
         let slot = self
             .slots
             .get(&req.slot)
@@ -692,7 +714,7 @@ impl Inference {
         }
         match &self.provider {
             Provider::Script(s) => s.infer(req, deliver),
-            Provider::Http(h) => h.infer(req, slot, &self.limits, deliver),
+            Provider::Http(h) => h.infer(req, slot, &self.limits, deliver, gone),
         }
     }
 }

@@ -63,6 +63,12 @@ pub enum Answer {
     /// `200` event-stream headers, then one byte every `every` for ever (until the client
     /// goes away or a minute has passed).
     Trickle { every: Duration },
+    /// A model that streams for a minute: an OpenAI text chunk every `every`, until the client
+    /// goes away (then `ended` is set) or the minute has passed.
+    Drip {
+        every: Duration,
+        ended: Arc<std::sync::atomic::AtomicBool>,
+    },
 }
 
 impl Answer {
@@ -233,6 +239,26 @@ fn serve(
                 }
                 out.write_all(b"0\r\n\r\n")?;
                 out.flush()?;
+            }
+            Answer::Drip { every, ended } => {
+                out.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                      transfer-encoding: chunked\r\n\r\n",
+                )?;
+                let chunk = "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\
+                             \"choices\":[{\"index\":0,\"delta\":{\"content\":\"word \"}}]}\n\n";
+                let start = Instant::now();
+                while start.elapsed() < Duration::from_secs(60) {
+                    let sent = out
+                        .write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes())
+                        .and_then(|()| out.flush());
+                    if sent.is_err() {
+                        ended.store(true, std::sync::atomic::Ordering::SeqCst);
+                        return Ok(());
+                    }
+                    thread::sleep(every);
+                }
+                return Ok(());
             }
             Answer::Trickle { every } => {
                 out.write_all(
