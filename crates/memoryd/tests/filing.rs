@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bxcore::{DataClass, MemoryRoute, Message};
+use bxtest::OutputBounded;
 use support::*;
 
 #[test]
@@ -254,7 +255,7 @@ fn a_damaged_list_of_forgotten_sessions_stops_memoryd_with_its_pointer() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_memoryd"))
         .args(["serve", "--config"])
         .arg(&config)
-        .output()
+        .output_bounded()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
