@@ -249,11 +249,18 @@ impl<T: Serialize + DeserializeOwned> Queue<T> {
     /// The waiting records, oldest first. A file that does not parse is renamed `*.damaged`
     /// (kept for the owner, never handed on) and logged.
     pub fn pending(&self) -> Result<Vec<Entry<T>>, QueueError> {
+        self.oldest(usize::MAX)
+    }
+
+    /// The `max` oldest waiting records, read: what a consumer takes in one round, so that
+    /// what it holds in memory is bounded by the round and not by the queue's depth.
+    pub fn oldest(&self, max: usize) -> Result<Vec<Entry<T>>, QueueError> {
         let waiting: Vec<(u64, String)> = {
             let index = self.lock();
             let mut w: Vec<(u64, String)> =
                 index.keys.iter().map(|(k, s)| (*s, k.clone())).collect();
             w.sort();
+            w.truncate(max);
             w
         };
         let mut out = Vec::with_capacity(waiting.len());

@@ -208,90 +208,91 @@ impl fmt::Display for SeccompProfile {
 /// time, randomness, memory, signals for its own threads.
 const SERVER: &[&str] = &[
     // files
-    "read",
-    "write",
-    "readv",
-    "writev",
-    "pread64",
-    "pwrite64",
-    "lseek",
-    "openat",
-    "close",
-    "fstat",
-    "newfstatat",
-    "statx",
-    "getdents64",
-    "fcntl",
-    "flock",
-    "fsync",
-    "fdatasync",
-    "ftruncate",
-    "fallocate",
-    "mkdirat",
-    "unlinkat",
-    "renameat",
-    "renameat2",
-    "linkat",
-    "readlinkat",
-    "faccessat",
-    "faccessat2",
-    "fchmod",
-    "fchmodat",
-    "utimensat",
-    "getcwd",
-    "pipe2",
-    "dup",
-    "dup3",
+    "read",       // frames on every socket, configurations, state files, stdin of a CLI
+    "write",      // frames, durable writes, the log on stderr
+    "readv",      // std's vectored reads (BufReader over a socket, rustls)
+    "writev",     // std's vectored writes: a frame's header and body in one call
+    "pread64",    // SQLite's pages (memoryd); the audit chain read back at an offset (brokerd)
+    "pwrite64",   // SQLite's pages and journal (memoryd)
+    "lseek",      // a file read again from its start: the chain's tail, a queue record
+    "openat",     // every file open (glibc's open on both architectures)
+    "close",      // every descriptor a request or a file used
+    "fstat",      // std's File::metadata: sizes and owners of opened files
+    "newfstatat", // std's fs::metadata and symlink_metadata (glibc's stat on x86_64 too)
+    "statx",      // std's metadata on kernels that have it (tried first)
+    "getdents64", // fs::read_dir: the outboxes and queues, sessions, /proc/self/fd at start
+    "fcntl",      // FD_CLOEXEC and status flags; SQLite's POSIX locks (memoryd)
+    "flock",      // the one-daemon-per-home lock; the audit chain's lock (brokerd)
+    "fsync",      // bxcore::durable::replace: a state file is on disk before it counts
+    "fdatasync",  // the audit chain's group commit (brokerd); SQLite's journal (memoryd)
+    "ftruncate",  // a torn tail of the chain or a session log cut back; SQLite's journal
+    "fallocate",  // SQLite growing its file in one step (memoryd)
+    "mkdirat",    // a daemon's own state directories, made 0700 at start
+    "unlinkat",   // a queue record done, a temporary file of a failed write, a stale socket
+    "renameat",   // durable::replace's rename over the file (glibc's rename, aarch64)
+    "renameat2",  // the same, where glibc calls the newer form
+    "linkat",     // std's fs::hard_link: never called by a daemon, kept for glibc's
+    // tmpfile helpers the skeleton measured; it cannot reach past Landlock's rules
+    "readlinkat", // /proc/self/fd/N named in the descriptor-inherited line; std's read_link
+    "faccessat",  // glibc's access: a socket's directory checked before bind
+    "faccessat2", // the same, where glibc calls the newer form
+    "fchmod",     // a socket made 0600 (or 0660 for its group) after bind
+    "fchmodat",   // a state directory made 0700; fs::set_permissions
+    "utimensat",  // SQLite touching its journal (memoryd); never a daemon's own code
+    "getcwd",     // std resolving a relative path in an error message
+    "pipe2",      // the stop pipe a signal handler writes to end the accept loops
+    "dup",        // std's try_clone of a stream: a reader and a writer of one connection
+    "dup3",       // the same, where a descriptor is put at a number (aarch64's dup2)
     // memory
-    "brk",
-    "mmap",
-    "munmap",
-    "mprotect",
-    "mremap",
-    "madvise",
+    "brk",      // the allocator's heap
+    "mmap",     // the allocator's large blocks, thread stacks; PROT_EXEC refused (filters)
+    "munmap",   // the same, given back
+    "mprotect", // thread stack guard pages; PROT_EXEC refused (filters)
+    "mremap",   // a large Vec grown in place
+    "madvise",  // the allocator giving pages back (bxharden::heap::give_back)
     // threads and signals within the process
-    "clone3",
-    "futex",
-    "set_robust_list",
-    "rseq",
-    "set_tid_address",
-    "sched_yield",
-    "sched_getaffinity",
-    "rt_sigaction",
-    "rt_sigprocmask",
-    "rt_sigreturn",
-    "sigaltstack",
-    "restart_syscall",
-    "exit",
-    "exit_group",
+    "clone3",          // std::thread::spawn: a thread per connection, the filer, the sender
+    "futex",           // every Mutex, Condvar and thread join
+    "set_robust_list", // glibc at each thread's start
+    "rseq",            // glibc at each thread's start (restartable sequences)
+    "set_tid_address", // glibc at each thread's start
+    "sched_yield",     // std's spin before a futex wait
+    "sched_getaffinity", // glibc and std asking how many CPUs (thread pools, nproc)
+    "rt_sigaction",    // the SIGTERM and SIGINT handlers (bxharden::stop); SIGPIPE ignored
+    "rt_sigprocmask",  // glibc blocking signals around a thread's start
+    "rt_sigreturn",    // the return from a signal handler
+    "sigaltstack",     // std's stack for reporting a stack overflow, per thread
+    "restart_syscall", // the kernel restarting a sleep a signal interrupted
+    "exit",            // a thread's end
+    "exit_group",      // the process's end
     // who and when
-    "getpid",
-    "gettid",
-    "getuid",
-    "geteuid",
-    "getgid",
-    "getegid",
-    "clock_gettime",
-    "clock_getres",
-    "gettimeofday",
-    "nanosleep",
-    "clock_nanosleep",
-    "getrandom",
-    "uname",
+    "getpid",          // the pid in a log line, in LISTEN_PID and NOTIFY checks
+    "gettid",          // glibc's raise; tracing's thread ids
+    "getuid",          // the daemon's own uid, checked against its peers and its files
+    "geteuid",         // the same, effective
+    "getgid",          // its own gid, for a socket's group
+    "getegid",         // the same, effective
+    "clock_gettime",   // every deadline (Instant) and every timestamp (SystemTime)
+    "clock_getres",    // std at start
+    "gettimeofday",    // glibc's time, where the vDSO does not answer
+    "nanosleep",       // backoff between retries (std::thread::sleep)
+    "clock_nanosleep", // the same, where glibc calls the newer form
+    "getrandom",       // approval, lease and session ids; std's HashMap keys; rustls
+    "uname",           // glibc at start; the kernel release in a Landlock line
     // Unix sockets, already bound: accept, talk, connect to a peer daemon
-    "accept",
-    "accept4",
-    "connect",
-    "getsockname",
-    "getpeername",
-    "getsockopt",
-    "setsockopt",
-    "sendto",
-    "recvfrom",
-    "sendmsg",
-    "recvmsg",
-    "shutdown",
-    "ppoll",
+    "accept",      // glibc's accept on aarch64 builds that do not use accept4
+    "accept4",     // a connection on a listening socket (SOCK_CLOEXEC)
+    "connect",     // a client of a peer daemon's socket; a TCP daemon's upstream
+    "getsockname", // the address a listener is bound to, at start
+    "getpeername", // the peer's address, for a log line
+    "getsockopt",  // SO_PEERCRED: the peer's uid, checked against [peers]
+    "setsockopt",  // SO_RCVTIMEO and SO_SNDTIMEO: every read and write has a deadline
+    "sendto",      // a frame sent (std's send); the journal's datagram
+    "recvfrom",    // a frame received (std's recv); a peek for a peer that went away
+    "sendmsg",     // the journal's native protocol (tracing-journald); sd_notify
+    "recvmsg",     // glibc's name service over a socket; sockets passed with SCM_RIGHTS
+    "shutdown",    // a connection ended both ways: a cancelled turn, a bounded answer
+    "ppoll",       // a wait with a deadline on a socket (glibc's poll on aarch64)
 ];
 
 /// The system calls of the skeleton that act on a process named by its pid: allowed only on

@@ -226,17 +226,23 @@ pub fn handle(mut stream: UnixStream, id: u64, request: GatewayRequest, gateway:
             }
         }
     };
-    if let Err(bxcore::FrameError::TooLarge(n)) = bxcore::write_frame(&mut stream, &answer) {
+    if let Err(bxcore::FrameError::TooLarge(_)) = bxcore::write_frame(&mut stream, &answer) {
+        // The web answered (a page of control characters, each six bytes escaped): a
+        // `fetch_failed`, so the caller treats the session as having read it, and no count the
+        // server's bytes chose.
         let _ = bxcore::write_frame(
             &mut stream,
-            &Envelope::error(
+            &Envelope::new(
                 id,
-                bxcore::ErrorCode::Unavailable,
-                format!(
-                    "the reply is {n} bytes as a frame, over the limit of {}; ask for fewer bytes; {}",
-                    bxcore::MAX_FRAME,
-                    bxcore::runbook::pointer(crate::fetch::LIMIT_ANCHOR)
-                ),
+                true,
+                Message::FetchFailed(bxcore::WireError {
+                    code: bxcore::ErrorCode::Unavailable,
+                    detail: format!(
+                        "the page, as text, is over the frame limit of {} bytes; {}",
+                        bxcore::MAX_FRAME,
+                        bxcore::runbook::pointer(crate::fetch::LIMIT_ANCHOR)
+                    ),
+                }),
             ),
         );
     }

@@ -67,12 +67,10 @@ pub enum FetchError {
     PlainHttp { host: String },
     #[error("{host}: port {port} is not allowed for this host (its entry's ports)")]
     PortNotAllowed { host: String, port: u16 },
-    #[error("{host} resolves to {addr}, {range}, which no host entry allows")]
-    AddressRefused {
-        host: String,
-        addr: IpAddr,
-        range: Range,
-    },
+    /// The range alone, never the address: for a name, the address is the name server's
+    /// choice, and its bytes would be words a zone's operator put into the model's context.
+    #[error("{host} resolves to {range}, which no host entry allows")]
+    AddressRefused { host: String, range: Range },
     #[error("the request carries the credential of {host} ({form}, in {place}); it was not sent")]
     SecretInRequest {
         host: String,
@@ -118,8 +116,8 @@ pub enum Redirected {
     PlainHttp,
     #[error("it led to port {0}, which its host's entry does not allow")]
     PortNotAllowed(u16),
-    #[error("it led to a host that resolves to {addr}, {range}, which no host entry allows")]
-    AddressRefused { addr: IpAddr, range: Range },
+    #[error("it led to a host that resolves to {range}, which no host entry allows")]
+    AddressRefused { range: Range },
     #[error("it led to a host whose name could not be looked up")]
     Lookup,
     #[error(
@@ -152,9 +150,7 @@ impl Redirected {
             FetchError::HostNotAllowed { .. } => Redirected::HostNotAllowed,
             FetchError::PlainHttp { .. } => Redirected::PlainHttp,
             FetchError::PortNotAllowed { port, .. } => Redirected::PortNotAllowed(port),
-            FetchError::AddressRefused { addr, range, .. } => {
-                Redirected::AddressRefused { addr, range }
-            }
+            FetchError::AddressRefused { range, .. } => Redirected::AddressRefused { range },
             FetchError::Lookup(_) => Redirected::Lookup,
             other => return other,
         };
@@ -502,7 +498,6 @@ impl Gateway {
                 if !e.addresses.iter().any(|b| b.contains(*ip)) {
                     return Err(FetchError::AddressRefused {
                         host: quote(&t.host),
-                        addr: *ip,
                         range,
                     });
                 }

@@ -28,6 +28,9 @@ pub const FULL_ANCHOR: &str = "loopd-outbox-full";
 
 /// The first wait after a failed send; it doubles up to `MAX_BACKOFF`.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// The most turns one round of the sender reads, so what it holds in memory is bounded by the
+/// round, not by how many turns wait.
+pub const ROUND: usize = 8;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// loopd's queue of finished turns on their way to memoryd (`bxcore::queue`).
@@ -141,8 +144,12 @@ impl Outbox {
         let mut backoff = FIRST_BACKOFF;
         let mut down = false;
         loop {
-            let failed = match self.pending() {
-                Ok(entries) => self.deliver(&entries, socket, timeout),
+            let mut full = false;
+            let failed = match self.queue.oldest(ROUND) {
+                Ok(entries) => {
+                    full = entries.len() == ROUND;
+                    self.deliver(&entries, socket, timeout)
+                }
                 Err(e) => Some(e.to_string()),
             };
             match failed {
@@ -155,7 +162,10 @@ impl Outbox {
                     }
                     down = false;
                     backoff = FIRST_BACKOFF;
-                    self.queue.wait(Duration::from_secs(60));
+                    // A full round may have left more behind it: the next round at once.
+                    if !full {
+                        self.queue.wait(Duration::from_secs(60));
+                    }
                 }
                 Some(why) => {
                     if !down {

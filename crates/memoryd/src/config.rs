@@ -225,6 +225,13 @@ impl bxharden::daemon::DaemonConfig for Config {
                 STORE_BYTES.end()
             ));
         }
+        if (l.max_turn_bytes as u64).saturating_mul(16) > l.max_store_bytes {
+            return Err(format!(
+                "[limits] max_turn_bytes = {} is more than a sixteenth of max_store_bytes = {}: \
+                 a store near its bound would hold back turns it could never take",
+                l.max_turn_bytes, l.max_store_bytes
+            ));
+        }
         if let Some(routes) = &self.routes {
             routes.check()?;
         }

@@ -27,6 +27,10 @@ use crate::store::{Filing, StoreError, Stores};
 use bxcore::TurnRecord;
 use bxcore::queue::Entry;
 
+/// The most records one round of the filer reads: at most `[limits] max_turn_bytes` each, so
+/// the filer holds a bounded amount of memory however many turns wait.
+pub const ROUND: usize = 16;
+
 /// The runbook entry of a state question brokerd did not answer.
 pub const STATE_ANCHOR: &str = "broker-state-unavailable";
 
@@ -147,9 +151,10 @@ impl Filer {
         })
     }
 
-    /// One round: every waiting record in order, until the first failure.
+    /// One round: the [`ROUND`] oldest waiting records in order, until the first failure.
+    /// What a round holds in memory is bounded by it, however deep the outbox.
     pub fn round(&self) -> Result<usize, FileError> {
-        let entries = self.outbox.pending()?;
+        let entries = self.outbox.oldest(ROUND)?;
         for e in &entries {
             self.file_one(e)?;
         }
@@ -163,13 +168,16 @@ impl Filer {
         let mut outage: Option<&'static str> = None;
         loop {
             match self.round() {
-                Ok(_) => {
+                Ok(n) => {
                     if outage.take().is_some() {
                         bxharden::log::notice("files turns again");
                     }
                     *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     backoff = first;
-                    self.outbox.wait(Duration::from_secs(60));
+                    // A full round may have left more behind it: the next round at once.
+                    if n < ROUND {
+                        self.outbox.wait(Duration::from_secs(60));
+                    }
                 }
                 Err(e) => {
                     if outage != Some(e.outage()) {

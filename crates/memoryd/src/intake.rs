@@ -11,30 +11,46 @@ use bxcore::{ChatMessage, TurnRecord};
 /// What a cut text ends with, before the count of bytes not kept.
 pub const CUT_NOTE: &str = "\n[cut by memoryd: ";
 
-/// The room a note takes, at most.
+/// The room a note takes, at most (its text, escaped, with a count of up to 20 digits).
 const NOTE_ROOM: usize = 96;
 
-/// `record` as memoryd keeps it: its user and assistant texts, within `max` bytes.
+/// `record` as memoryd keeps it: its user and assistant texts, within `max` bytes as the
+/// outbox holds them (JSON-escaped: a control character counts six). Empty texts are not kept
+/// (but for the first, the user's, which a record starts with). Past `max / (2 * NOTE_ROOM)`
+/// messages the rest are dropped, with a note on the last kept; then the longest texts are cut
+/// to one common length, each with its note, so the whole stays within `max`.
 pub fn taken(record: &TurnRecord, max: usize) -> TurnRecord {
-    let mut messages: Vec<ChatMessage> = record
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            ChatMessage::User { text } => Some(ChatMessage::User { text: text.clone() }),
+    let mut messages: Vec<ChatMessage> = Vec::new();
+    for (i, m) in record.messages.iter().enumerate() {
+        match m {
+            ChatMessage::User { text } if i == 0 || !text.is_empty() => {
+                messages.push(ChatMessage::User { text: text.clone() })
+            }
             ChatMessage::Assistant { text, .. } if !text.is_empty() => {
-                Some(ChatMessage::Assistant {
+                messages.push(ChatMessage::Assistant {
                     text: text.clone(),
                     tool_calls: Vec::new(),
                 })
             }
-            _ => None,
-        })
-        .collect();
-    let lengths: Vec<usize> = messages.iter().map(|m| text(m).len()).collect();
-    if lengths.iter().sum::<usize>() > max {
-        let cap = common_length(&lengths, max.saturating_sub(NOTE_ROOM * lengths.len()));
+            _ => {}
+        }
+    }
+    let most = (max / (2 * NOTE_ROOM)).max(1);
+    let dropped = messages.len().saturating_sub(most);
+    messages.truncate(most);
+    let lengths: Vec<usize> = messages.iter().map(|m| escaped_len(text(m))).collect();
+    let notes = NOTE_ROOM * (lengths.len() + usize::from(dropped > 0));
+    if dropped > 0 || lengths.iter().sum::<usize>() > max {
+        let cap = common_length(&lengths, max.saturating_sub(notes));
         for m in &mut messages {
             cut(text_mut(m), cap);
+        }
+    }
+    if dropped > 0 {
+        if let Some(last) = messages.last_mut() {
+            text_mut(last).push_str(&format!(
+                "{CUT_NOTE}{dropped} more messages not kept, [limits] max_turn_bytes]"
+            ));
         }
     }
     TurnRecord {
@@ -58,6 +74,20 @@ fn text_mut(m: &mut ChatMessage) -> &mut String {
     }
 }
 
+/// The bytes `c` takes in a JSON string.
+fn escaped(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// The bytes `text` takes in a JSON string, quotes left out.
+fn escaped_len(text: &str) -> usize {
+    text.chars().map(escaped).sum()
+}
+
 /// The largest length `c` such that every text cut to `c` fits in `budget` together: the
 /// shorter texts whole, the longer ones to `c`.
 fn common_length(lengths: &[usize], budget: usize) -> usize {
@@ -74,14 +104,21 @@ fn common_length(lengths: &[usize], budget: usize) -> usize {
     usize::MAX
 }
 
-/// `text` cut to at most `cap` bytes (on a character boundary) and its note, if it is longer.
+/// `text` cut to at most `cap` escaped bytes (on a character boundary), and its note, if it
+/// is longer.
 fn cut(text: &mut String, cap: usize) {
-    if text.len() <= cap {
+    let total = escaped_len(text);
+    if total <= cap {
         return;
     }
-    let mut at = cap;
-    while !text.is_char_boundary(at) {
-        at -= 1;
+    let mut kept = 0;
+    let mut at = 0;
+    for (i, c) in text.char_indices() {
+        if kept + escaped(c) > cap {
+            break;
+        }
+        kept += escaped(c);
+        at = i + c.len_utf8();
     }
     let dropped = text.len() - at;
     text.truncate(at);
@@ -162,6 +199,38 @@ mod tests {
         }
         assert_eq!(texts[1], texts[2], "one common length");
         assert!(texts.iter().map(|t| t.len()).sum::<usize>() <= max);
+    }
+
+    /// The record's size as the outbox holds it.
+    fn held(r: &TurnRecord) -> usize {
+        serde_json::to_vec(r).unwrap().len()
+    }
+
+    #[test]
+    fn many_messages_or_control_characters_cannot_make_the_record_larger_than_the_bound() {
+        let max = 65_536;
+        let many: Vec<ChatMessage> = (0..40_000).map(|_| user("ab")).collect();
+        let empty: Vec<ChatMessage> = (0..40_000).map(|_| user("")).collect();
+        let control = vec![
+            user(&"\u{1}".repeat(500_000)),
+            user(&"\u{1}".repeat(500_000)),
+        ];
+        for (what, messages) in [("many", many), ("empty", empty), ("control", control)] {
+            let r = record(messages);
+            let t = taken(&r, max);
+            // The messages' texts within the bound; the record's framing (a few bytes a
+            // message, at most max / 192 messages) besides.
+            assert!(
+                held(&t) <= max + 64 * t.messages.len() + 256,
+                "{what}: {}",
+                held(&t)
+            );
+            assert!(held(&t) < 2 * max, "{what}: {}", held(&t));
+            assert!(matches!(t.messages[0], ChatMessage::User { .. }), "{what}");
+        }
+        let t = taken(&record((0..40_000).map(|_| user("ab")).collect()), max);
+        let last = text(t.messages.last().unwrap());
+        assert!(last.contains("more messages not kept"), "{last}");
     }
 
     #[test]

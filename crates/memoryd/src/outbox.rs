@@ -124,6 +124,11 @@ impl Outbox {
         self.queue.pending()
     }
 
+    /// The `max` oldest waiting turns (a round of the filer).
+    pub fn oldest(&self, max: usize) -> Result<Vec<Entry<TurnRecord>>, QueueError> {
+        self.queue.oldest(max)
+    }
+
     /// Remove a record a store has filed.
     pub fn done(&self, entry: &Entry<TurnRecord>) -> io::Result<()> {
         self.queue.done(entry)

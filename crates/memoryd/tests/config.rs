@@ -89,6 +89,10 @@ fn unknown_keys_relative_paths_and_bounds_out_of_range_are_refused() {
         ("[limits]\nmax_turn_bytes = 2000000\n", "max_turn_bytes"),
         ("[limits]\nmax_store_bytes = 0\n", "max_store_bytes"),
         (
+            "[limits]\nmax_turn_bytes = 1048576\nmax_store_bytes = 1048576\n",
+            "a sixteenth of max_store_bytes",
+        ),
+        (
             "[limits]\nmax_recall_tokens = 1000000\n",
             "max_recall_tokens",
         ),

@@ -217,6 +217,9 @@ fn serve_one(
             "text/plain",
             "",
         )
+    } else if path == "/controls" {
+        // Text of control characters: each is six bytes once escaped in a frame.
+        whole("200 OK", "", "text/plain", &"\u{1}".repeat(256 * 1024))
     } else if path.starts_with("/broken") {
         // A head that promises more than the body sends, then the connection ends.
         let head =
