@@ -150,8 +150,8 @@ pub const NOT_PENDING_ANCHOR: &str = "approval-not-pending";
 pub enum DecideError {
     /// Not pending: never was, decided already, or its call is over.
     #[error(
-        "no such pending approval: {0} (answered already, expired, withdrawn when its turn ended, or \
-         never asked; `bxctl approvals` lists those that wait); {pointer}",
+        "no such pending approval: {0} (answered already, expired, withdrawn when its turn \
+         ended, or never asked; `bxctl approvals` lists those that wait); {pointer}",
         pointer = bxcore::runbook::pointer(NOT_PENDING_ANCHOR)
     )]
     NotPending(ApprovalId),
