@@ -122,6 +122,23 @@ fn source_files(root: &Path) -> Vec<(String, String)> {
         }
     }
     dirs.push(root.join("nixos-module"));
+    for p in walk(dirs) {
+        if matches!(
+            p.extension().and_then(|x| x.to_str()),
+            Some("rs" | "nix" | "sh")
+        ) {
+            let text = fs::read_to_string(&p).unwrap();
+            let name = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+            files.push((name, text));
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Every file under `dirs`, a directory that does not exist passed over.
+fn walk(mut dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     while let Some(dir) = dirs.pop() {
         let Ok(read) = fs::read_dir(&dir) else {
             continue;
@@ -130,17 +147,11 @@ fn source_files(root: &Path) -> Vec<(String, String)> {
             let p = e.path();
             if p.is_dir() {
                 dirs.push(p);
-            } else if matches!(
-                p.extension().and_then(|x| x.to_str()),
-                Some("rs" | "nix" | "sh")
-            ) {
-                let text = fs::read_to_string(&p).unwrap();
-                let name = p.strip_prefix(root).unwrap_or(&p).display().to_string();
-                files.push((name, text));
+            } else {
+                files.push(p);
             }
         }
     }
-    files.sort();
     files
 }
 
@@ -161,37 +172,27 @@ const UNTESTED: &[&str] = &[
 /// (`nixos-module/*.sh`, `*.nix`, `nix/package-check.sh`).
 fn test_files(root: &Path) -> Vec<(String, String)> {
     let mut files = Vec::new();
-    let mut dirs: Vec<PathBuf> = vec![root.join("tests"), root.join("nixos-module")];
+    let mut dirs = vec![root.join("tests"), root.join("nixos-module")];
     if let Ok(crates) = fs::read_dir(root.join("crates")) {
         for c in crates.flatten() {
             dirs.push(c.path().join("tests"));
             dirs.push(c.path().join("src"));
         }
     }
-    while let Some(dir) = dirs.pop() {
-        let Ok(read) = fs::read_dir(&dir) else {
+    for p in walk(dirs) {
+        let name = p.strip_prefix(root).unwrap_or(&p).display().to_string();
+        // This check names every entry it lists: it is not their test.
+        if name.ends_with("bxcore/tests/runbook.rs") {
+            continue;
+        }
+        let Ok(text) = fs::read_to_string(&p) else {
             continue;
         };
-        for e in read.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                dirs.push(p);
-                continue;
-            }
-            let name = p.strip_prefix(root).unwrap_or(&p).display().to_string();
-            // This check names every entry it lists: it is not their test.
-            if name.ends_with("bxcore/tests/runbook.rs") {
-                continue;
-            }
-            let Ok(text) = fs::read_to_string(&p) else {
-                continue;
-            };
-            let unit = name.contains("/src/") && name.ends_with(".rs");
-            match text.find("#[cfg(test)]") {
-                Some(at) if unit => files.push((name, text[at..].to_string())),
-                None if unit => {}
-                _ => files.push((name, text)),
-            }
+        let unit = name.contains("/src/") && name.ends_with(".rs");
+        match text.find("#[cfg(test)]") {
+            Some(at) if unit => files.push((name, text[at..].to_string())),
+            None if unit => {}
+            _ => files.push((name, text)),
         }
     }
     if let Ok(text) = fs::read_to_string(root.join("nix/package-check.sh")) {
