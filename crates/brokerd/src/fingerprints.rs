@@ -20,7 +20,9 @@
 //! white space too), base32, hex with or without separators, Ascii85 and gzip inside base64;
 //! each form canonical, and canonical reversed and in rot13. The decoders are scanners, not
 //! codecs: they decode every run of their alphabet at every alignment and never fail, and keep
-//! only what decodes to text.
+//! only what decodes to text; a run too short to decode to the shortest content the store holds
+//! is passed by. The first layer reads the text as it is, reversed and in rot13, so an encoding
+//! turned before it was sent is decoded turned back.
 //!
 //! **Bounded, and never open.** A release adds at most [`PER_RELEASE`] fingerprints (a longer
 //! content is sampled at a stride). Nothing is ever evicted: when the store cannot hold a release
@@ -430,6 +432,19 @@ impl Inner {
         self.set.insert(fp);
     }
 
+    /// The fewest canonical bytes a content in the store has: [`WINDOW`], or a short content's
+    /// length. A decoded form shorter than this is not looked at: a form of ASCII has no more
+    /// canonical bytes than it has bytes, so it cannot hold a fingerprint (one of other scripts
+    /// could, through a compatibility character that expands, `ﷺ` into 15 letters: what such a
+    /// form carries is a character or two, `docs/threat-model.md`).
+    fn shortest(&self) -> usize {
+        if self.short == 0 {
+            WINDOW
+        } else {
+            self.short.trailing_zeros() as usize
+        }
+    }
+
     fn contains(&self, fp: u64) -> bool {
         let slot = filter_slot(fp);
         self.filter[slot >> 6] & (1 << (slot & 63)) != 0 && self.set.contains(&fp)
@@ -446,30 +461,31 @@ impl Inner {
         // alignments is three times its length), never a compression bomb's.
         let mut budget = 12 * bytes.len() + 4096;
         // An encoding turned before it is decoded (base64 reversed, or in rot13) is decoded
-        // turned back: base64's alphabet is closed under both.
-        let reversed: Vec<u8> = bytes.iter().rev().copied().collect();
-        let rot13: Vec<u8> = bytes.iter().map(|&b| ROT13[usize::from(b)]).collect();
-        let mut layer = vec![
-            (bytes.to_vec(), None),
-            (reversed, Some(Encoding::Reversed)),
-            (rot13, Some(Encoding::Rot13)),
-        ];
+        // turned back: the first layer decodes the text as it is, reversed and in rot13.
+        let mut layer = vec![(bytes.to_vec(), None)];
+        let mut turns: &[Turn] = &[Turn::Not, Turn::Reversed, Turn::Rot13];
         for _ in 0..LAYERS {
             let mut next = Vec::new();
             for (text, turned) in &layer {
-                for (decoded, how) in decodings(text) {
+                for (decoded, how, turn) in decodings(text, self.shortest(), turns) {
                     // Fail closed: what the check cannot read whole may hide anything.
                     if how == Encoding::TooLarge || decoded.len() > budget {
                         return Some(Encoding::TooLarge);
                     }
+                    let turned = turned.or(match turn {
+                        Turn::Not => None,
+                        Turn::Reversed => Some(Encoding::Reversed),
+                        Turn::Rot13 => Some(Encoding::Rot13),
+                    });
                     let how = turned.unwrap_or(how);
                     budget -= decoded.len();
                     if let Some(e) = self.check(&decoded, how, s) {
                         return Some(e);
                     }
-                    next.push((decoded, *turned));
+                    next.push((decoded, turned));
                 }
             }
+            turns = &[Turn::Not];
             if next.is_empty() {
                 break;
             }
@@ -480,7 +496,12 @@ impl Inner {
 
     /// `text`'s canonical form, as it is, reversed and in rot13.
     fn check(&self, text: &[u8], how: Encoding, s: &mut Scratch) -> Option<Encoding> {
-        canonical_bounded(text, &mut s.canon, &mut s.bounds);
+        // Token bounds matter only to short contents.
+        if self.short == 0 {
+            canonical(text, &mut s.canon);
+        } else {
+            canonical_bounded(text, &mut s.canon, &mut s.bounds);
+        }
         let turned = |t: Turn| match t {
             Turn::Not => how,
             Turn::Reversed => Encoding::Reversed,
@@ -555,8 +576,8 @@ impl Inner {
     }
 }
 
-/// How a window was found.
-#[derive(Debug, Clone, Copy)]
+/// How a window was found, or how a text is read before it is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Turn {
     Not,
     Reversed,
@@ -578,6 +599,70 @@ static ROT13: [u8; 256] = {
     }
     t
 };
+
+/// What each byte can be part of, one bit a class, so that the decoders' scanners read one table.
+const C_PCT: u16 = 1;
+const C_AMP: u16 = 1 << 1;
+const C_UPPER: u16 = 1 << 2;
+const C_DIGIT: u16 = 1 << 3;
+const C_PUNCT: u16 = 1 << 4;
+/// Base64 of either alphabet.
+const C_B64: u16 = 1 << 5;
+const C_ALNUM: u16 = 1 << 6;
+/// Ascii85's alphabet and its `z`.
+const C_A85: u16 = 1 << 7;
+/// What a run of hex may hold: digits, `0x`/`\x` and the separators between pairs.
+const C_HEXISH: u16 = 1 << 8;
+const C_HEX: u16 = 1 << 9;
+const C_SPACE: u16 = 1 << 10;
+static CLASS: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        let mut c = 0;
+        if b == b'%' {
+            c |= C_PCT;
+        }
+        if b == b'&' {
+            c |= C_AMP;
+        }
+        if b.is_ascii_uppercase() {
+            c |= C_UPPER;
+        }
+        if b.is_ascii_digit() {
+            c |= C_DIGIT;
+        }
+        if matches!(b, b'!'..=b'/' | b':'..=b'@' | b'['..=b'`') {
+            c |= C_PUNCT;
+        }
+        if b.is_ascii_alphanumeric() {
+            c |= C_ALNUM | C_B64;
+        }
+        if matches!(b, b'+' | b'/' | b'-' | b'_') {
+            c |= C_B64;
+        }
+        if matches!(b, b'!'..=b'u' | b'z') {
+            c |= C_A85;
+        }
+        if b.is_ascii_hexdigit() {
+            c |= C_HEX | C_HEXISH;
+        }
+        if matches!(b, b'x' | b'X' | b'\\' | b':' | b'-' | b' ' | b',' | b'.') {
+            c |= C_HEXISH;
+        }
+        if b.is_ascii_whitespace() {
+            c |= C_SPACE;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+fn class(b: u8) -> u16 {
+    CLASS[usize::from(b)]
+}
 
 /// The inverse of an odd word in the ring of 64-bit words (Newton's iteration).
 fn inverse(b: u64) -> u64 {
@@ -645,8 +730,19 @@ fn distinct(w: &[u8]) -> usize {
 /// other scripts as their Latin twins, lower case, letters and digits only. Fullwidth `ｓｅｃ`,
 /// `S E C`, `s\u{200b}e\u{200b}c`, Cyrillic `ѕес` and `Sec` all become `sec`.
 pub fn canonical(bytes: &[u8], out: &mut Vec<u8>) {
-    let mut bounds = Vec::new();
-    canonical_bounded(bytes, out, &mut bounds);
+    if bytes.is_ascii() {
+        // The common case in one pass, with no bounds to keep.
+        out.clear();
+        out.extend(
+            bytes
+                .iter()
+                .filter(|b| b.is_ascii_alphanumeric())
+                .map(u8::to_ascii_lowercase),
+        );
+    } else {
+        let mut bounds = Vec::new();
+        canonical_bounded(bytes, out, &mut bounds);
+    }
 }
 
 /// [`canonical`], and where its tokens begin and end: `bounds[i]` is whether a token bound lies
@@ -806,120 +902,222 @@ fn strings(v: &Value, f: &mut impl FnMut(&str)) {
     }
 }
 
-/// One layer of encoding taken off `text`, every way that applies; only what decodes to text
-/// (or to gzip, which is then inflated) is kept.
-fn decodings(text: &[u8]) -> Vec<(Vec<u8>, Encoding)> {
+/// One layer of encoding taken off `text`, read under each of `turns` (as it is, reversed, in
+/// rot13), every way that applies; only what decodes to text (or to gzip, which is then inflated)
+/// of at least `min` bytes is kept. A run of an alphabet too short to decode to `min` bytes is not
+/// decoded at all: `min` is the shortest content the store holds, so what it would give cannot
+/// hold one (see [`Inner::shortest`]). The text is scanned once for every turn whose runs lie
+/// where its own do (reversal moves no byte out of its class, rot13 none out of base64's,
+/// base32's or the marks of escapes), and only the runs are turned.
+fn decodings(text: &[u8], min: usize, turns: &[Turn]) -> Vec<(Vec<u8>, Encoding, Turn)> {
     let mut out = Vec::new();
     // One pass says which decoders can find anything: a text without digits has no hex, no
-    // base32 and (with no upper case either) no base64 of text.
-    let (mut pct, mut amp, mut upper, mut digit, mut punct) = (false, false, false, false, false);
-    for &b in text {
-        match b {
-            b'%' => pct = true,
-            b'&' => amp = true,
-            b'A'..=b'Z' => upper = true,
-            b'0'..=b'9' => digit = true,
-            b'!'..=b'/' | b':'..=b'@' | b'['..=b'`' => punct = true,
-            _ => {}
-        }
-    }
+    // base32 and (with no upper case either) no base64 of text. Turns keep these classes.
+    let seen = text.iter().fold(0, |c, &b| c | class(b));
+    let has = |c: u16| seen & c != 0;
+    let (upper, digit, punct) = (has(C_UPPER), has(C_DIGIT), has(C_PUNCT));
     // Percent-encoding and entities are decoded in the words that hold them (a URL, a
     // query), not across a whole text that happens to hold a `%02x`.
     let escaped = |w: &[u8]| {
         w.windows(3)
             .any(|e| e[0] == b'%' && e[1].is_ascii_hexdigit() && e[2].is_ascii_hexdigit())
     };
-    if let Some(d) = pct
-        .then(|| in_words(text, escaped, percent_decode))
-        .flatten()
-    {
-        out.push((d, Encoding::UrlEncoded));
-    }
     let entity = |w: &[u8]| {
         w.iter()
             .position(|&b| b == b'&')
             .is_some_and(|at| w[at..].iter().take(12).any(|&b| b == b';'))
     };
-    if let Some(d) = amp.then(|| in_words(text, entity, html_decode)).flatten() {
-        out.push((d, Encoding::HtmlEntities));
+    for &t in turns {
+        if has(C_PCT) {
+            if let Some(d) = in_words(text, t, b'%', escaped, percent_decode) {
+                out.push((d, Encoding::UrlEncoded, t));
+            }
+        }
+        if has(C_AMP) {
+            if let Some(d) = in_words(text, t, b'&', entity, html_decode) {
+                out.push((d, Encoding::HtmlEntities, t));
+            }
+        }
     }
     if !(upper || digit || punct) {
         return out;
     }
-    for run in base64_runs(text) {
-        for skip in 0..4.min(run.len()) {
-            let d = base64_decode(&run[skip..]);
-            match gunzip(&d) {
-                Some(Inflated::Text(inflated)) => out.push((inflated, Encoding::Gzip)),
-                Some(Inflated::TooLarge) => out.push((Vec::new(), Encoding::TooLarge)),
-                None if texty(&d) => out.push((d, Encoding::Base64)),
-                None => {}
+    // Each candidate is turned into one buffer, decoded into another, and copied out only when
+    // it is text.
+    let (mut run, mut buf) = (Vec::new(), Vec::new());
+    let keep = |buf: &Vec<u8>, how, t, out: &mut Vec<(Vec<u8>, Encoding, Turn)>| {
+        if texty(buf, min) {
+            out.push((buf.clone(), how, t));
+        }
+    };
+    let base64 = base64_runs(text, (8 * min.min(18)).div_ceil(6));
+    let b32_min = (8 * min).div_ceil(5).max(8);
+    let base32 = runs(text, |b| class(b) & C_ALNUM != 0, b32_min);
+    for &t in turns {
+        for r in &base64 {
+            turn(t, r, &mut run);
+            for skip in 0..4.min(run.len()) {
+                // Six bits a character; a gzip member is at least 18 bytes.
+                if (run.len() - skip) * 6 / 8 < min.min(18) {
+                    break;
+                }
+                base64_decode(&run[skip..], &mut buf);
+                match gunzip(&buf, min) {
+                    Some(Inflated::Text(inflated)) => out.push((inflated, Encoding::Gzip, t)),
+                    Some(Inflated::TooLarge) => out.push((Vec::new(), Encoding::TooLarge, t)),
+                    None if buf.len() >= min => keep(&buf, Encoding::Base64, t, &mut out),
+                    None => {}
+                }
             }
         }
-    }
-    for run in runs(
-        text,
-        |b| b.is_ascii_alphanumeric(),
-        if digit { 8 } else { usize::MAX },
-    ) {
-        let b32 = run
-            .iter()
-            .all(|&b| b.is_ascii_alphabetic() || (b'2'..=b'7').contains(&b));
-        let cased = run.iter().all(|b| !b.is_ascii_lowercase())
-            || run.iter().all(|b| !b.is_ascii_uppercase());
-        if b32 && cased && run.iter().any(|b| (b'2'..=b'7').contains(b)) {
-            for skip in 0..8.min(run.len()) {
-                let d = base32_decode(&run[skip..]);
-                if texty(&d) {
-                    out.push((d, Encoding::Base32));
+        for r in base32.iter().filter(|_| digit) {
+            turn(t, r, &mut run);
+            let b32 = run
+                .iter()
+                .all(|&b| b.is_ascii_alphabetic() || (b'2'..=b'7').contains(&b));
+            let cased = run.iter().all(|b| !b.is_ascii_lowercase())
+                || run.iter().all(|b| !b.is_ascii_uppercase());
+            if b32 && cased && run.iter().any(|b| (b'2'..=b'7').contains(b)) {
+                for skip in 0..8.min(run.len()) {
+                    if (run.len() - skip) * 5 / 8 < min {
+                        break;
+                    }
+                    base32_decode(&run[skip..], &mut buf);
+                    keep(&buf, Encoding::Base32, t, &mut out);
                 }
             }
         }
     }
-    for run in hex_runs(if digit { text } else { &[] }) {
-        for skip in 0..2 {
-            let d = hex_decode(&run[skip.min(run.len())..]);
-            if texty(&d) {
-                out.push((d, Encoding::Hex));
+    // Hex and Ascii85 hold letters rot13 moves out of (or into) their alphabets: their runs
+    // are found again for it.
+    let (mut hex_plain, mut a85_plain) = (None, None);
+    let hex_min = (2 * min).max(8);
+    let a85_min = (5 * min).div_ceil(4).max(10);
+    for &t in turns {
+        let hexish = match digit {
+            true => runs_in_turn(text, t, C_HEXISH, hex_min, &mut hex_plain),
+            false => Vec::new(),
+        };
+        for stretch in hexish {
+            // A run lies within a stretch of what a run may hold; one with too few digits is
+            // passed by.
+            if stretch
+                .iter()
+                .filter(|&&b| class_in(t, b) & C_HEX != 0)
+                .count()
+                < hex_min
+            {
+                continue;
+            }
+            turn(t, stretch, &mut run);
+            for hex in hex_runs(&run, hex_min) {
+                for skip in 0..2 {
+                    hex_decode(&hex[skip.min(hex.len())..], &mut buf);
+                    keep(&buf, Encoding::Hex, t, &mut out);
+                }
             }
         }
-    }
-    let a85 = |b: u8| (b'!'..=b'u').contains(&b) || b == b'z';
-    for run in runs(if punct { text } else { &[] }, a85, 10) {
-        if run.iter().all(u8::is_ascii_alphanumeric) {
-            continue;
-        }
-        let run = run.strip_prefix(b"<~").unwrap_or(run);
-        for skip in 0..5.min(run.len()) {
-            let d = ascii85_decode(&run[skip..]);
-            if texty(&d) {
-                out.push((d, Encoding::Base85));
+        let a85 = match punct {
+            true => runs_in_turn(text, t, C_A85, a85_min, &mut a85_plain),
+            false => Vec::new(),
+        };
+        for r in a85 {
+            if r.iter().all(u8::is_ascii_alphanumeric) {
+                continue;
+            }
+            turn(t, r, &mut run);
+            let r = run.strip_prefix(b"<~").unwrap_or(&run);
+            for skip in 0..5.min(r.len()) {
+                if (r.len() - skip) * 4 / 5 < min {
+                    break;
+                }
+                ascii85_decode(&r[skip..], &mut buf);
+                keep(&buf, Encoding::Base85, t, &mut out);
             }
         }
     }
     out
 }
 
-/// The words of `text` (parted by white space) that `has` holds, each `decode`d, one space
-/// apart; `None` when there are none.
+/// The runs of bytes of class `c` in `text` read under `t`, at least `min` long; those of the
+/// text as it is serve its reversal too, found once into `plain`.
+fn runs_in_turn<'a>(
+    text: &'a [u8],
+    t: Turn,
+    c: u16,
+    min: usize,
+    plain: &mut Option<Vec<&'a [u8]>>,
+) -> Vec<&'a [u8]> {
+    let scan = || runs(text, |b| class_in(t, b) & c != 0, min);
+    match t {
+        Turn::Rot13 => scan(),
+        _ => plain.get_or_insert_with(scan).clone(),
+    }
+}
+
+/// The classes of `b` read under `t`: rot13 moves letters between them, reversal nothing.
+fn class_in(t: Turn, b: u8) -> u16 {
+    match t {
+        Turn::Rot13 => class(ROT13[usize::from(b)]),
+        _ => class(b),
+    }
+}
+
+/// `bytes` read under `t` into `out`.
+fn turn(t: Turn, bytes: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    match t {
+        Turn::Not => out.extend_from_slice(bytes),
+        Turn::Reversed => out.extend(bytes.iter().rev()),
+        Turn::Rot13 => out.extend(bytes.iter().map(|&b| ROT13[usize::from(b)])),
+    }
+}
+
+/// The words of `text` (parted by white space) that hold `mark`, read under `t` (reversed: the
+/// last word first), that `has` holds, each `decode`d, one space apart; `None` when there are
+/// none. Only the words around each `mark` are looked at.
 fn in_words(
     text: &[u8],
+    t: Turn,
+    mark: u8,
     has: impl Fn(&[u8]) -> bool,
     decode: impl Fn(&[u8]) -> Vec<u8>,
 ) -> Option<Vec<u8>> {
+    let mut words = Vec::new();
+    let mut from = 0;
+    while let Some(at) = memchr::memchr(mark, &text[from..]) {
+        let at = from + at;
+        let start = text[..at]
+            .iter()
+            .rposition(u8::is_ascii_whitespace)
+            .map_or(0, |i| i + 1);
+        let end = text[at..]
+            .iter()
+            .position(u8::is_ascii_whitespace)
+            .map_or(text.len(), |i| at + i);
+        words.push(&text[start..end]);
+        from = end;
+    }
+    if t == Turn::Reversed {
+        words.reverse();
+    }
     let mut out = Vec::new();
-    for w in text.split(u8::is_ascii_whitespace).filter(|w| has(w)) {
-        out.extend(decode(w));
-        out.push(b' ');
+    let mut word = Vec::new();
+    for w in words {
+        turn(t, w, &mut word);
+        if has(&word) {
+            out.extend(decode(&word));
+            out.push(b' ');
+        }
     }
     (!out.is_empty()).then_some(out)
 }
 
-/// Whether decoded bytes are text: at least [`SHORT_MIN`] of them, and three in four printable
-/// ASCII or white space, or UTF-8 without control characters. Random bytes (a run that was not
-/// an encoding) are neither.
-fn texty(d: &[u8]) -> bool {
-    if d.len() < SHORT_MIN {
+/// Whether decoded bytes are text: at least `min` of them (and [`SHORT_MIN`]), and three in four
+/// printable ASCII or white space, or UTF-8 without control characters. Random bytes (a run that
+/// was not an encoding) are neither.
+fn texty(d: &[u8], min: usize) -> bool {
+    if d.len() < min.max(SHORT_MIN) {
         return false;
     }
     let printable = d
@@ -930,29 +1128,44 @@ fn texty(d: &[u8]) -> bool {
         || std::str::from_utf8(d).is_ok_and(|s| !s.chars().any(|c| c.is_control() && c > '\r'))
 }
 
-/// The maximal runs of bytes `keep` holds, at least `min` long.
+/// The maximal runs of bytes `keep` holds, at least `min` long (and one). It reads about one
+/// byte in `min` where runs are short: a run of `min` that would start in the `min` bytes from
+/// a candidate holds the last of them, so the check starts there and goes back.
 fn runs(bytes: &[u8], keep: impl Fn(u8) -> bool, min: usize) -> Vec<&[u8]> {
-    bytes
-        .split(|&b| !keep(b))
-        .filter(|r| r.len() >= min)
-        .collect()
+    let min = min.max(1);
+    let mut out = Vec::new();
+    // A candidate start: the first byte, or one after a byte not kept.
+    let mut i = 0;
+    while i + min <= bytes.len() {
+        match (i..i + min).rev().find(|&j| !keep(bytes[j])) {
+            Some(j) => i = j + 1,
+            None => {
+                let mut end = i + min;
+                while end < bytes.len() && keep(bytes[end]) {
+                    end += 1;
+                }
+                out.push(&bytes[i..end]);
+                i = end + 1;
+            }
+        }
+    }
+    out
 }
 
 /// Runs of base64 (either alphabet) that look like an encoding (an upper-case letter or a digit
 /// in them, at least six long: four bytes), and those runs joined when only white space parts
-/// them (a base64 text split into pieces).
-fn base64_runs(text: &[u8]) -> Vec<Vec<u8>> {
-    let b64 = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_');
-    let looks = |r: &[u8]| {
+/// them (a base64 text split into pieces); of these, those at least `min` long.
+fn base64_runs(text: &[u8], min: usize) -> Vec<Vec<u8>> {
+    // Of a run's classes: an upper-case letter, a digit, or `+`/`/` (`-` and `_` are in words).
+    let looks = |r: &[u8], seen: u16| {
         r.len() >= 6
-            && r.iter()
-                .any(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || matches!(b, b'+' | b'/'))
+            && (seen & (C_UPPER | C_DIGIT) != 0 || r.iter().any(|b| matches!(b, b'+' | b'/')))
     };
     let mut out = Vec::new();
     let mut joined: Vec<u8> = Vec::new();
     let mut pieces = 0;
     let end_group = |joined: &mut Vec<u8>, pieces: &mut usize, out: &mut Vec<Vec<u8>>| {
-        if *pieces > 1 {
+        if *pieces > 1 && joined.len() >= min {
             out.push(std::mem::take(joined));
         }
         joined.clear();
@@ -960,21 +1173,26 @@ fn base64_runs(text: &[u8]) -> Vec<Vec<u8>> {
     };
     let mut i = 0;
     while i < text.len() {
-        if b64(text[i]) {
+        let c = class(text[i]);
+        if c & C_B64 != 0 {
             let start = i;
-            while i < text.len() && b64(text[i]) {
+            let mut seen = 0;
+            while i < text.len() && class(text[i]) & C_B64 != 0 {
+                seen |= class(text[i]);
                 i += 1;
             }
             let run = &text[start..i];
-            if looks(run) {
-                out.push(run.to_vec());
+            if looks(run, seen) {
+                if run.len() >= min {
+                    out.push(run.to_vec());
+                }
                 joined.extend_from_slice(run);
                 pieces += 1;
             } else {
                 end_group(&mut joined, &mut pieces, &mut out);
             }
         } else {
-            if !text[i].is_ascii_whitespace() {
+            if c & C_SPACE == 0 {
                 end_group(&mut joined, &mut pieces, &mut out);
             }
             i += 1;
@@ -985,13 +1203,13 @@ fn base64_runs(text: &[u8]) -> Vec<Vec<u8>> {
 }
 
 /// Runs of hex digits, with one separator (`:`, `-`, a space, `,`, `.`) or a `0x`/`\x` between
-/// pairs allowed, as their digits only: at least eight digits with one of them a digit.
-fn hex_runs(text: &[u8]) -> Vec<Vec<u8>> {
+/// pairs allowed, as their digits only: at least `min` digits with one of them a digit.
+fn hex_runs(text: &[u8], min: usize) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut run = Vec::new();
     let mut i = 0;
     let flush = |run: &mut Vec<u8>, out: &mut Vec<Vec<u8>>| {
-        if run.len() >= 8 && run.iter().any(u8::is_ascii_digit) {
+        if run.len() >= min && run.iter().any(u8::is_ascii_digit) {
             out.push(std::mem::take(run));
         }
         run.clear();
@@ -1093,16 +1311,19 @@ fn hex_val(b: u8) -> Option<u8> {
     (b as char).to_digit(16).map(|d| d as u8)
 }
 
-/// Pairs of hex digits as bytes; a last odd digit is dropped.
-fn hex_decode(run: &[u8]) -> Vec<u8> {
-    run.chunks_exact(2)
-        .filter_map(|p| Some(hex_val(p[0])? << 4 | hex_val(p[1])?))
-        .collect()
+/// Pairs of hex digits as bytes into `out`; a last odd digit is dropped.
+fn hex_decode(run: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend(
+        run.chunks_exact(2)
+            .filter_map(|p| Some(hex_val(p[0])? << 4 | hex_val(p[1])?)),
+    );
 }
 
-/// Characters of `bits` bits each, packed into bytes; a last partial byte is dropped.
-fn pack(run: &[u8], bits: u32, val: impl Fn(u8) -> u32) -> Vec<u8> {
-    let mut out = Vec::with_capacity(run.len() * bits as usize / 8);
+/// Characters of `bits` bits each, packed into bytes into `out`; a last partial byte is dropped.
+fn pack(run: &[u8], bits: u32, val: impl Fn(u8) -> u32, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(run.len() * bits as usize / 8);
     let mut acc = 0u32;
     let mut have = 0;
     for &b in run {
@@ -1114,33 +1335,35 @@ fn pack(run: &[u8], bits: u32, val: impl Fn(u8) -> u32) -> Vec<u8> {
             acc &= (1 << have) - 1;
         }
     }
-    out
 }
 
 /// Base64 of either alphabet (`+/` or `-_`), without padding.
-fn base64_decode(run: &[u8]) -> Vec<u8> {
-    pack(run, 6, |b| match b {
+fn base64_decode(run: &[u8], out: &mut Vec<u8>) {
+    let val = |b| match b {
         b'A'..=b'Z' => u32::from(b - b'A'),
         b'a'..=b'z' => u32::from(b - b'a') + 26,
         b'0'..=b'9' => u32::from(b - b'0') + 52,
         b'+' | b'-' => 62,
         _ => 63,
-    })
+    };
+    pack(run, 6, val, out);
 }
 
 /// Base32 (RFC 4648), either case, without padding.
-fn base32_decode(run: &[u8]) -> Vec<u8> {
-    pack(run, 5, |b| match b {
+fn base32_decode(run: &[u8], out: &mut Vec<u8>) {
+    let val = |b| match b {
         b'A'..=b'Z' => u32::from(b - b'A'),
         b'a'..=b'z' => u32::from(b - b'a'),
         _ => u32::from(b.wrapping_sub(b'2')) + 26,
-    })
+    };
+    pack(run, 5, val, out);
 }
 
 /// Ascii85 (Adobe's, `z` for four zero bytes), without its `<~ ~>` frame; a last partial group
 /// gives the bytes it holds whole.
-fn ascii85_decode(run: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(run.len() * 4 / 5);
+fn ascii85_decode(run: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(run.len() * 4 / 5);
     let mut group = [0u32; 5];
     let mut n = 0;
     for &b in run {
@@ -1166,15 +1389,14 @@ fn ascii85_decode(run: &[u8]) -> Vec<u8> {
         let v = group.iter().fold(0u64, |a, &d| a * 85 + u64::from(d));
         out.extend_from_slice(&(v as u32).to_be_bytes()[..n - 1]);
     }
-    out
 }
 
 /// The most a gzip member inflates to here.
 const GUNZIP_MAX: usize = 256 * 1024;
 
 /// A gzip member (RFC 1952) inflated, when that is text; [`Inflated::TooLarge`] when it
-/// inflates past [`GUNZIP_MAX`].
-fn gunzip(d: &[u8]) -> Option<Inflated> {
+/// inflates past [`GUNZIP_MAX`]; text shorter than `min` is not kept.
+fn gunzip(d: &[u8], min: usize) -> Option<Inflated> {
     if d.len() < 18 || d[0] != 0x1f || d[1] != 0x8b || d[2] != 8 {
         return None;
     }
@@ -1194,12 +1416,12 @@ fn gunzip(d: &[u8]) -> Option<Inflated> {
     }
     let body = d.get(at..)?;
     match miniz_oxide::inflate::decompress_to_vec_with_limit(body, GUNZIP_MAX) {
-        Ok(text) => texty(&text).then_some(Inflated::Text(text)),
+        Ok(text) => texty(&text, min).then_some(Inflated::Text(text)),
         // More than the check reads: what lies past the limit cannot be seen.
         Err(e) if e.status == miniz_oxide::inflate::TINFLStatus::HasMoreOutput => {
             Some(Inflated::TooLarge)
         }
-        Err(e) => texty(&e.output).then_some(Inflated::Text(e.output)),
+        Err(e) => texty(&e.output, min).then_some(Inflated::Text(e.output)),
     }
 }
 
@@ -1343,7 +1565,7 @@ mod tests {
             (lookalike, Encoding::Plain),
             (reversed, Encoding::Reversed),
             (rot13, Encoding::Rot13),
-            (twice, Encoding::UrlEncoded),
+            (twice.clone(), Encoding::UrlEncoded),
             (html, Encoding::HtmlEntities),
             (colons.join(":"), Encoding::Hex),
             (b32(s), Encoding::Base32),
@@ -1352,6 +1574,25 @@ mod tests {
             (split, Encoding::Base64),
             (b64(&gzip(s)), Encoding::Gzip),
             (b64(s).chars().rev().collect(), Encoding::Reversed),
+            (colons.join(":").chars().rev().collect(), Encoding::Reversed),
+            (a85(s).chars().rev().collect(), Encoding::Reversed),
+            (twice.chars().rev().collect(), Encoding::Reversed),
+            (
+                s.iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+                    .bytes()
+                    .map(|b| ROT13[usize::from(b)] as char)
+                    .collect(),
+                Encoding::Rot13,
+            ),
+            (
+                a85(s)
+                    .bytes()
+                    .map(|b| ROT13[usize::from(b)] as char)
+                    .collect(),
+                Encoding::Rot13,
+            ),
             (
                 b64(s)
                     .bytes()
@@ -1361,6 +1602,46 @@ mod tests {
             ),
         ] {
             assert_eq!(f.leak(&json!({ "content": text })), Some(how), "{text}");
+        }
+    }
+
+    /// The naive reading of [`runs`]: every maximal run, kept when long enough.
+    fn runs_naive(bytes: &[u8], keep: impl Fn(u8) -> bool, min: usize) -> Vec<&[u8]> {
+        bytes
+            .split(|&b| !keep(b))
+            .filter(|r| r.len() >= min.max(1))
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn runs_skipping_ahead_finds_every_long_run(
+            bytes in proptest::collection::vec(proptest::sample::select(b"ab c-0\n".to_vec()), 0..300),
+            min in 0usize..40,
+        ) {
+            let keep = |b: u8| b != b' ' && b != b'\n';
+            proptest::prop_assert_eq!(runs(&bytes, keep, min), runs_naive(&bytes, keep, min));
+        }
+
+        #[test]
+        fn a_text_read_turned_decodes_as_the_turned_text_does(
+            text in "[A-Za-z0-9+/%&#;:=<~!.\\- ]{0,200}",
+            min in proptest::sample::select(vec![4usize, 6, 16]),
+        ) {
+            for t in [Turn::Not, Turn::Reversed, Turn::Rot13] {
+                let mut turned = Vec::new();
+                turn(t, text.as_bytes(), &mut turned);
+                let sorted = |mut v: Vec<(Vec<u8>, Encoding, Turn)>| {
+                    let mut v: Vec<_> = v.drain(..).map(|(d, e, _)| (d, e.as_str())).collect();
+                    v.sort();
+                    v
+                };
+                proptest::prop_assert_eq!(
+                    sorted(decodings(text.as_bytes(), min, &[t])),
+                    sorted(decodings(&turned, min, &[Turn::Not])),
+                    "{:?}", t
+                );
+            }
         }
     }
 

@@ -57,6 +57,16 @@ impl FromStr for Pattern {
                  punycode for others)"
             ));
         }
+        // The leak check reads a host's last two labels as the owner's (the allow-listed name)
+        // and every label left of them as the caller's choice; below a single label, the
+        // caller would choose the second to last unread (`<secret>.io`).
+        if below && !n.contains('.') {
+            return Err(format!(
+                "{s:?} allows every name in a top-level domain: name a domain of at least two \
+                 labels (*.example.org), which the leak check can tell from the labels a \
+                 caller chooses"
+            ));
+        }
         Ok(if below {
             Pattern::Below(n)
         } else {
@@ -136,14 +146,14 @@ mod tests {
     #[test]
     fn an_exact_entry_wins_over_a_suffix_and_a_longer_suffix_over_a_shorter() {
         let hosts = [
-            entry("*.org"),
             entry("*.example.org"),
-            entry("api.example.org"),
+            entry("*.eu.example.org"),
+            entry("api.eu.example.org"),
         ];
         let name = |h: &str| hosts[entry_for(&hosts, h).unwrap()].to_string();
-        assert_eq!(name("api.example.org"), "api.example.org");
-        assert_eq!(name("www.example.org"), "*.example.org");
-        assert_eq!(name("other.org"), "*.org");
+        assert_eq!(name("api.eu.example.org"), "api.eu.example.org");
+        assert_eq!(name("www.eu.example.org"), "*.eu.example.org");
+        assert_eq!(name("other.example.org"), "*.example.org");
     }
 
     #[test]
@@ -164,6 +174,8 @@ mod tests {
             "exa/mple.org",
             "ex@mple.org",
             "*.*.org",
+            "*.org",
+            "*.lan",
         ] {
             assert!(bad.parse::<Pattern>().is_err(), "{bad:?}");
         }

@@ -177,3 +177,13 @@ fn a_credential_on_a_plain_http_entry_is_refused() {
         "a credential is never sent over plain http",
     );
 }
+
+#[test]
+fn a_wildcard_below_a_single_label_is_refused() {
+    for name in ["*.org", "*.lan"] {
+        refused(
+            &format!("[[hosts]]\nname = {name:?}\n"),
+            "allows every name in a top-level domain",
+        );
+    }
+}

@@ -269,13 +269,18 @@ pub fn check_web_host(host: &str) -> Result<(), String> {
                     && l.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             }));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
+    if !ok {
+        return Err(format!(
             "--web-host {host:?} is not a host name, an address, or *. and a domain"
-        ))
+        ));
     }
+    if host.starts_with("*.") && !name.contains('.') {
+        return Err(format!(
+            "--web-host {host:?} allows every name in a top-level domain: name a domain of at \
+             least two labels (*.example.org)"
+        ));
+    }
+    Ok(())
 }
 
 /// Who runs the daemons and who may connect to each socket.
@@ -574,4 +579,32 @@ pub fn with_workspace(text: &str, home: &DevHome) -> String {
     let dir = home.root().join("workspace").display().to_string();
     let escaped = dir.replace('\\', "\\\\").replace('"', "\\\"");
     text.replace(WORKSPACE_PLACEHOLDER, &escaped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_web_host;
+
+    #[test]
+    fn a_web_host_is_a_name_an_address_or_a_domain_of_two_labels_below_a_star() {
+        for good in [
+            "example.org",
+            "*.example.org",
+            "*.eu.example.org",
+            "10.0.0.1",
+            "::1",
+        ] {
+            assert_eq!(check_web_host(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("", "is not a host name"),
+            ("*.", "is not a host name"),
+            ("a b.org", "is not a host name"),
+            ("*.org", "every name in a top-level domain"),
+            ("*.lan", "every name in a top-level domain"),
+        ] {
+            let e = check_web_host(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
 }
