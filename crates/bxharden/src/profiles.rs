@@ -312,17 +312,33 @@ const PID_SERVER: &[&str] = &["tgkill", "prlimit64"];
 /// own children.
 const PID_PROGRAM: &[&str] = &["kill"];
 
-/// What glibc calls on x86_64 for `mkdir`, `rename`, `unlink`, `poll` and friends.
+/// What glibc calls on x86_64 for `mkdir`, `rename`, `unlink`, `poll` and friends: the older
+/// forms of calls the skeleton has, each for what its `*at` form is listed for.
 const SERVER_X86_64: &[&str] = &[
-    "open", "stat", "lstat", "access", "mkdir", "rmdir", "rename", "unlink", "readlink", "chmod",
-    "link", "poll", "pipe", "dup2",
+    "open",     // openat's older form (glibc's open64 in some builds)
+    "stat",     // newfstatat's: std's fs::metadata through glibc's stat
+    "lstat",    // the same for symlink_metadata
+    "access",   // faccessat's: a socket's directory checked before bind
+    "mkdir",    // mkdirat's: a state directory made at start
+    "rmdir",    // glibc's rmdir, measured in the skeleton; no daemon removes a directory
+    "rename",   // renameat's: durable::replace's rename over the file
+    "unlink",   // unlinkat's: a queue record done, a stale socket
+    "readlink", // readlinkat's: /proc/self/fd/N at start
+    "chmod",    // fchmodat's: a state directory made 0700
+    "link",     // linkat's (never called by a daemon; glibc's tmpfile helpers)
+    "poll",     // ppoll's: a wait with a deadline on a socket
+    "pipe",     // pipe2's: the stop pipe
+    "dup2",     // dup3's: a descriptor put at a number
 ];
 
 /// aarch64 has only the `*at` forms, which the skeleton lists already.
 const SERVER_AARCH64: &[&str] = &[];
 
 /// A TCP client resolving names: DNS over UDP too.
-const NET_CLIENT: &[&str] = &["sendmmsg", "recvmmsg"];
+const NET_CLIENT: &[&str] = &[
+    "sendmmsg", // glibc's resolver sends a name's A and AAAA queries in one call
+    "recvmmsg", // and reads their answers, where it reads more than one at once
+];
 
 /// channeld, beyond the skeleton, measured over its whole test suite (against a real Synapse)
 /// under `KillProcess`: nothing. Its HTTP client (ureq with rustls) reads and writes TCP
@@ -343,23 +359,21 @@ const BROKERD: &[&str] = &["openat2"];
 const MEMORYD: &[&str] = &["fchown"];
 
 /// brokerd with the `run` tool: start the child, which installs its own Landlock and seccomp
-/// before `execve`, then wait for it. brokerd signals only itself ([`PID_SERVER`]): a child is
-/// bounded by the limits it sets on itself before `execve` (`setrlimit`), not by a signal.
+/// before `execve`, then wait for it (`toolkit::run::spawn`). brokerd signals only itself
+/// ([`PID_SERVER`]): a child is bounded by the limits it sets on itself before `execve`
+/// (`setrlimit`), not by a signal. What the child calls besides (`fchdir`, `dup2`, `wait4` in
+/// its supervisor) is on [`PROGRAM`], which this list holds too.
 const RUN_PARENT: &[&str] = &[
-    "execve",
-    "wait4",
-    "waitid",
-    "setpgid",
-    "getpgid",
-    "prctl",
-    "seccomp",
-    "landlock_create_ruleset",
-    "landlock_add_rule",
-    "landlock_restrict_self",
-    "close_range",
-    "setrlimit",
-    "chdir",
-    "umask",
+    "execve",                  // the child becomes the program
+    "wait4",                   // brokerd reaps the supervisor (glibc's waitpid)
+    "setpgid", // the supervisor leads a group of its own, ended whole at the deadline
+    "prctl",   // PR_SET_NO_NEW_PRIVS before the child's sandbox; PR_SET_PDEATHSIG
+    "seccomp", // the child's own filter, installed before execve
+    "landlock_create_ruleset", // the child's own Landlock domain: its ruleset,
+    "landlock_add_rule", // the roots the call may reach,
+    "landlock_restrict_self", // entered before execve
+    "close_range", // the supervisor keeps only the report; the program nothing past 2
+    "setrlimit", // the program's limits, set on itself before execve
 ];
 
 /// An ordinary program under the `run` tool (a shell utility, an interpreter).
@@ -367,74 +381,74 @@ const RUN_PARENT: &[&str] = &[
 /// Not `setpgid` (nor `setsid`): a program stays in the process group its supervisor leads, so
 /// the signal that ends the group at the deadline reaches every process the program started.
 const PROGRAM: &[&str] = &[
-    "execve",
+    "execve", // a shell or `env` starting a command
     // An anonymous file a program may make (a JIT's code, a shell's here-document in newer
     // shells); no daemon makes one.
     "memfd_create",
-    "wait4",
-    "waitid",
-    "getpgid",
-    "getppid",
-    "getsid",
-    "getresuid",
-    "getresgid",
-    "getgroups",
-    "prctl",
-    "close_range",
-    "chdir",
-    "fchdir",
-    "umask",
-    "sysinfo",
-    "times",
-    "getrusage",
-    "getitimer",
-    "setitimer",
-    "sched_getparam",
-    "sched_getscheduler",
-    "pselect6",
-    "epoll_create1",
-    "epoll_ctl",
-    "epoll_pwait",
-    "eventfd2",
-    "fstatfs",
-    "statfs",
-    "fchown",
-    "fchownat",
-    "symlinkat",
-    "truncate",
-    "copy_file_range",
-    "sendfile",
-    "splice",
-    "rt_sigsuspend",
-    "rt_sigtimedwait",
-    "membarrier",
-    "get_robust_list",
-    "fadvise64",
-    "msync",
-    "mincore",
-    "getxattr",
-    "lgetxattr",
-    "fgetxattr",
-    "flistxattr",
-    "listxattr",
-    "llistxattr",
+    "wait4",              // a shell waiting for its command (waitpid)
+    "waitid",             // the same in Python's subprocess and newer shells
+    "getpgid",            // shells and job control reading a process group
+    "getppid",            // the child checking its supervisor is alive; shells ($PPID)
+    "getsid",             // shells and `ps`-like tools reading their session
+    "getresuid",          // `id`, and shells checking for set-id at start
+    "getresgid",          // the same for groups
+    "getgroups",          // `id`, `ls -l` deciding what the caller may do
+    "prctl",              // interpreters naming threads; the child's PR_SET_PDEATHSIG
+    "close_range",        // Python's subprocess closing inherited descriptors
+    "chdir",              // `cd` in a shell, `find`, `make -C`
+    "fchdir",             // the child entering its working directory; `find`'s walk
+    "umask",              // a shell's `umask`, `tar`, `install`
+    "sysinfo",            // `sort` and `free` sizing by memory; `uptime`
+    "times",              // bash at start and its `times`
+    "getrusage",          // `time`, `make`, interpreters' resource module
+    "getitimer",          // bash's `read -t`, alarms in scripts
+    "setitimer",          // the same
+    "sched_getparam",     // glibc's posix_spawn; Python's os module
+    "sched_getscheduler", // the same
+    "pselect6",           // select() in shells and scripts
+    "epoll_create1",      // event loops (Python's asyncio, node)
+    "epoll_ctl",          // the same
+    "epoll_pwait",        // the same
+    "eventfd2",           // the same, waking a loop
+    "fstatfs",            // `df`, and coreutils asking what file system holds a file
+    "statfs",             // the same by path
+    "fchown",             // `cp -p`, `tar`, `install` on the program's own files
+    "fchownat",           // the same by path
+    "symlinkat",          // `ln -s`
+    "truncate",           // `truncate`, a file cut by path
+    "copy_file_range",    // `cp` copying in the kernel
+    "sendfile",           // `cat` and older `cp` the same way
+    "splice",             // `cat` and `tee` between pipes
+    "rt_sigsuspend",      // shells waiting for a child's signal
+    "rt_sigtimedwait",    // the same with a deadline (the child's supervisor too)
+    "membarrier",         // runtimes and JITs (Go, node) at start
+    "get_robust_list",    // glibc and runtimes reading a thread's futex list
+    "fadvise64",          // `sort`, `cp`, `tail` telling the kernel how they read
+    "msync",              // programs writing mapped files (`sqlite3`, `git`)
+    "mincore",            // runtimes probing which pages are resident (Go)
+    "getxattr",           // `ls -l` (ACLs, security labels), `cp -a`
+    "lgetxattr",          // the same without following a link
+    "fgetxattr",          // the same on an open file
+    "flistxattr",         // `cp -a` copying extended attributes
+    "listxattr",          // the same by path
+    "llistxattr",         // the same without following a link
 ];
 
 /// What glibc and the loader call on x86_64 besides.
 const PROGRAM_X86_64: &[&str] = &[
-    "arch_prctl",
-    "vfork",
-    "fork",
-    "epoll_wait",
-    "select",
-    "getdents",
-    "symlink",
-    "creat",
-    "chown",
-    "lchown",
-    "getpgrp",
-    "alarm",
-    "pause",
-    "time",
-    "dup2",
+    "arch_prctl", // the loader setting a thread's TLS pointer at every program's start
+    "vfork",      // posix_spawn in shells and older glibc
+    "fork",       // shells, `make`, `xargs`
+    "epoll_wait", // epoll_pwait's older form
+    "select",     // pselect6's older form
+    "getdents",   // getdents64's older form (old static binaries)
+    "symlink",    // symlinkat's older form (`ln -s`)
+    "creat",      // openat's oldest form
+    "chown",      // fchownat's older form
+    "lchown",     // the same without following a link
+    "getpgrp",    // shells' job control
+    "alarm",      // scripts' and tools' timeouts (`timeout`-like)
+    "pause",      // a program waiting for a signal
+    "time",       // the oldest clock, where the vDSO does not answer
+    "dup2",       // a shell's redirections
 ];
