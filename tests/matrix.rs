@@ -810,3 +810,81 @@ fn killing_synapse_mid_turn_loses_and_repeats_nothing_and_status_says_why() {
     assert_eq!(c.turns_of(&room, text), 1, "{}", c.session_log(&room));
     assert_eq!(notices_with(owner, bot, &room, "Approval needed"), 1);
 }
+
+#[test]
+fn a_token_the_homeserver_refuses_is_logged_with_its_pointer_and_shown_nowhere() {
+    let Some(hs) = synapse() else { return };
+    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
+    let room = owner.create_room(&[&bot]);
+    let mut revoked = bot.clone();
+    revoked.token = "syt_Ym90_revokedrevokedrevoked_0a1b2c".to_string();
+    let c = channel_box(&hs.url, revoked, owner, &[&room], ANSWER_SCRIPT, None);
+    bxtest::wait_for("the refusal with its pointer", WAIT, || {
+        c.log("channeld")
+            .contains("see docs/runbook.md#matrix-auth-refused")
+    });
+    // The bot never joined, and the refused token is in no log, command line or environment.
+    assert_ne!(c.owner.membership(&room, &bot.id).as_deref(), Some("join"));
+    assert_no_token(&c);
+}
+
+#[test]
+fn a_damaged_channel_state_stops_channeld_with_its_pointer_and_is_left_as_it_was() {
+    let Some(hs) = synapse() else { return };
+    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
+    let room = owner.create_room(&[&bot]);
+    let c = channel_box(&hs.url, bot, owner, &[&room], ANSWER_SCRIPT, None);
+    c.wait_joined(&room);
+    let down = c.dev.down();
+    assert!(down.status.success(), "{}", said(&down));
+    let state = c.dev.home().join("channel/state.json");
+    let damaged = b"{\"since\":\"s1_2_3\",\"rooms\":{";
+    fs::write(&state, damaged).unwrap();
+    let up = c.dev.try_up(&[]);
+    let told = format!("{}{}", said(&up), c.log("channeld"));
+    assert!(
+        told.contains("see docs/runbook.md#channel-state-damaged"),
+        "{told}"
+    );
+    assert_eq!(fs::read(&state).unwrap(), damaged);
+}
+
+#[test]
+fn a_message_while_loopd_is_down_waits_with_its_pointer_and_is_one_turn_when_it_is_back() {
+    let Some(hs) = synapse() else { return };
+    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
+    let room = owner.create_room(&[&bot]);
+    let c = channel_box(&hs.url, bot, owner, &[&room], ANSWER_SCRIPT, None);
+    c.wait_joined(&room);
+    c.pair(&room);
+    kill9(c.dev.pid("loopd").unwrap());
+    c.owner.say(&room, "while the loop is down");
+    bxtest::wait_for("the outage line with its pointer", WAIT, || {
+        c.log("channeld")
+            .contains("see docs/runbook.md#channel-loopd-unavailable")
+    });
+    let up = c.dev.up(&[]);
+    assert!(up.status.success(), "{}", said(&up));
+    bxtest::wait_for("the waiting message to be one turn", WAIT, || {
+        c.turns_of(&room, "while the loop is down") == 1
+    });
+}
+
+#[test]
+fn a_decision_brokerd_cannot_take_is_logged_with_its_pointer_and_the_owner_told_where_to_decide() {
+    let Some(hs) = synapse() else { return };
+    let (c, room, asked) = turn_waiting_for_approval(&hs, None);
+    kill9(c.dev.pid("brokerd").unwrap());
+    c.owner
+        .react(&room, asked["event_id"].as_str().unwrap(), "✅");
+    bxtest::wait_for("the owner to be told where to decide", WAIT, || {
+        notices_with(&c.owner, &c.bot, &room, "decide it with bxctl approvals") == 1
+    });
+    assert!(
+        c.log("channeld")
+            .contains("see docs/runbook.md#channel-approval-failed"),
+        "{}",
+        c.log("channeld")
+    );
+    assert!(!c.dev.home().join("workspace/notes/friday.txt").exists());
+}

@@ -155,18 +155,6 @@ fn walk(mut dirs: Vec<PathBuf>) -> Vec<PathBuf> {
     files
 }
 
-/// The entries no test names yet, each a refusal whose test is still to be written. The list
-/// only shrinks: an entry a test names is taken off it (the check says so), and a new entry
-/// comes with its test.
-const UNTESTED: &[&str] = &[
-    "loopd-outbox-damaged",
-    "device-check-failed",
-    "matrix-auth-refused",
-    "channel-state-damaged",
-    "channel-loopd-unavailable",
-    "channel-approval-failed",
-];
-
 /// The tests: every file under `crates/*/tests` and `tests/`, the unit tests of the source (a
 /// file's text from its first `#[cfg(test)]` on), and the scripts that test the device
 /// (`nixos-module/*.sh`, `*.nix`, `nix/package-check.sh`).
@@ -202,37 +190,29 @@ fn test_files(root: &Path) -> Vec<(String, String)> {
     files
 }
 
-/// The entries of `runbook` no test names (by the anchor itself, as a test names a pointer),
-/// beyond `known`; and each of `known` a test does name, to be taken off the list.
-fn untested(runbook: &str, tests: &[(String, String)], known: &[&str]) -> Vec<String> {
+/// The entries of `runbook` no test names (by the anchor itself, as a test names a pointer):
+/// every refusal comes with the test that meets it.
+fn untested(runbook: &str, tests: &[(String, String)]) -> Vec<String> {
     let named = |anchor: &str| tests.iter().any(|(_, t)| t.contains(anchor));
-    let mut out = Vec::new();
-    for e in entries(runbook) {
-        match (named(&e.anchor), known.contains(&e.anchor.as_str())) {
-            (false, false) => out.push(format!(
+    entries(runbook)
+        .into_iter()
+        .filter(|e| !named(&e.anchor))
+        .map(|e| {
+            format!(
                 "## {} is named by no test: a test that meets it asserts its pointer",
                 e.anchor
-            )),
-            (true, true) => out.push(format!(
-                "## {} is named by a test now: take it off UNTESTED in this file",
-                e.anchor
-            )),
-            _ => {}
-        }
-    }
-    out
+            )
+        })
+        .collect()
 }
 
 #[test]
-fn an_entry_no_test_names_is_caught_and_one_named_is_taken_off_the_list() {
+fn an_entry_no_test_names_is_caught() {
     let tests = one("t.rs", "assert!(e.ends_with(\"#broker-unavailable\"));");
-    assert!(untested(GOOD, &tests, &[]).is_empty());
-    let found = untested(GOOD, &one("t.rs", "nothing"), &[]);
+    assert!(untested(GOOD, &tests).is_empty());
+    let found = untested(GOOD, &one("t.rs", "nothing"));
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].contains("named by no test"), "{found:?}");
-    assert!(untested(GOOD, &one("t.rs", "nothing"), &["broker-unavailable"]).is_empty());
-    let found = untested(GOOD, &tests, &["broker-unavailable"]);
-    assert!(found[0].contains("take it off UNTESTED"), "{found:?}");
 }
 
 #[test]
@@ -241,7 +221,7 @@ fn the_runbook_and_the_source_agree() {
     let runbook = fs::read_to_string(root.join("docs/runbook.md")).expect("docs/runbook.md");
     let uses = anchors_used(&source_files(&root));
     let mut found = problems(&uses, &runbook);
-    found.extend(untested(&runbook, &test_files(&root), UNTESTED));
+    found.extend(untested(&runbook, &test_files(&root)));
     assert!(
         found.is_empty(),
         "the runbook check found:\n  {}",

@@ -188,3 +188,43 @@ fn memoryd_absent_then_present_gets_every_turn_once_in_order() {
         "one line per outage"
     );
 }
+
+#[test]
+fn a_damaged_record_in_the_outbox_is_set_aside_with_its_pointer_and_the_next_one_delivered() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    let outbox = home.path().join("loop/outbox");
+    std::fs::create_dir_all(&outbox).unwrap();
+    // A torn record first, a whole one after it: the first is never guessed at, the second
+    // goes on.
+    std::fs::write(
+        outbox.join("00000000000000000001.d1.00000000000000000001.json"),
+        "{\"session\":\"d1\",\"tu",
+    )
+    .unwrap();
+    Outbox::open(&outbox, 100)
+        .unwrap()
+        .put(&record("d2", 1))
+        .unwrap();
+    let memory = FakeMemory::start(&layout.memory);
+    let extra = format!(
+        "[memory]\nsocket = {:?}\n",
+        layout.memory.display().to_string()
+    );
+    let d = Loopd::start(home.path(), &config(home.path(), &extra));
+    wait_until("the whole record to be filed", || {
+        !memory.filed().is_empty()
+    });
+    assert_eq!(memory.filed(), vec![record("d2", 1)]);
+    let log = d.log_text();
+    assert!(
+        log.contains("see docs/runbook.md#loopd-outbox-damaged"),
+        "{log}"
+    );
+    assert!(
+        outbox
+            .join("00000000000000000001.d1.00000000000000000001.damaged")
+            .exists()
+    );
+}

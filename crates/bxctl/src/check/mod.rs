@@ -311,7 +311,7 @@ mod tests {
         assert!(
             text.ends_with(&format!(
                 "check: FAILED (1 of 3 checks); {}\n",
-                pointer(FAILED_ANCHOR)
+                pointer("device-check-failed")
             )),
             "{text}"
         );
