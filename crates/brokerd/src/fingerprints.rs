@@ -20,8 +20,8 @@
 //! white space too), base32, hex with or without separators, Ascii85 and gzip inside base64;
 //! each form canonical, and canonical reversed and in rot13. The decoders are scanners, not
 //! codecs: they decode every run of their alphabet at every alignment and never fail, and keep
-//! only what decodes to text; a run too short to decode to the shortest content the store holds
-//! is passed by. The first layer reads the text as it is, reversed and in rot13, so an encoding
+//! only what decodes to text; a run too short to decode to anything that could hold a content of
+//! the store is passed by ([`Inner::decoded_floor`]). The first layer reads the text as it is, reversed and in rot13, so an encoding
 //! turned before it was sent is decoded turned back.
 //!
 //! **Bounded, and never open.** A release adds at most [`PER_RELEASE`] fingerprints (a longer
@@ -71,6 +71,14 @@ const OLD_MAGIC: &[u8; 8] = b"BXFP1\n\0\0";
 const HEAD: usize = 24;
 const FLAG_FULL: u64 = 1;
 const FLAG_OLD: u64 = 2;
+/// Every content released was ASCII once canonical (see [`Inner::decoded_floor`]). A store
+/// written before this flag was kept reads as not narrow, which only makes the check look at
+/// more.
+const FLAG_NARROW: u64 = 4;
+/// The most canonical bytes of ASCII one byte of UTF-8 becomes: `㎯` (three bytes) is `rads2`.
+/// `the_canonical_form_of_ascii_is_at_most_five_thirds_of_the_bytes` holds the canonical form
+/// to it, over every character.
+const EXPANSION: (usize, usize) = (5, 3);
 /// The prefilter's size: one bit per 2^-20 of the fingerprints' space (128 KiB, allocated with
 /// the first fingerprint).
 const FILTER_BITS: u32 = 20;
@@ -134,6 +142,8 @@ struct Inner {
     /// Bit `n` set: a content of `n` canonical bytes (`SHORT_MIN..WINDOW`) was fingerprinted
     /// whole.
     short: u16,
+    /// Every content released was ASCII once canonical.
+    narrow: bool,
     full: Option<Full>,
 }
 
@@ -224,6 +234,7 @@ impl Fingerprints {
                 set: Set::default(),
                 filter: Vec::new(),
                 short: 0,
+                narrow: true,
                 full,
             })
         };
@@ -261,6 +272,7 @@ impl Fingerprints {
                     set: Set::with_capacity_and_hasher(n, Default::default()),
                     filter: Vec::new(),
                     short,
+                    narrow: flags & FLAG_NARROW != 0,
                     full,
                 };
                 for i in 0..n {
@@ -313,6 +325,7 @@ impl Fingerprints {
             }
         }
         let total: usize = segments.iter().map(Vec::len).sum();
+        let narrow = segments.iter().all(|s| s.is_ascii());
         let mut out = Released::default();
         let mut fps = Vec::new();
         let mut short = None;
@@ -353,6 +366,9 @@ impl Fingerprints {
         }
         fps.truncate(room);
         out.added = fps.len();
+        if out.added > 0 && !narrow {
+            inner.narrow = false;
+        }
         for fp in fps {
             inner.insert(fp, short);
         }
@@ -399,7 +415,8 @@ impl Fingerprints {
             None => 0,
             Some(Full::Capacity) => FLAG_FULL,
             Some(Full::OldFormat) => FLAG_FULL | FLAG_OLD,
-        } | u64::from(inner.short) << 16;
+        } | if inner.narrow { FLAG_NARROW } else { 0 }
+            | u64::from(inner.short) << 16;
         body.extend_from_slice(&flags.to_le_bytes());
         for fp in &inner.set {
             body.extend_from_slice(&fp.to_le_bytes());
@@ -432,17 +449,22 @@ impl Inner {
         self.set.insert(fp);
     }
 
-    /// The fewest canonical bytes a content in the store has: [`WINDOW`], or a short content's
-    /// length. A decoded form shorter than this is not looked at: a form of ASCII has no more
-    /// canonical bytes than it has bytes, so it cannot hold a fingerprint (one of other scripts
-    /// could, through a compatibility character that expands, `ﷺ` into 15 letters: what such a
-    /// form carries is a character or two, `docs/threat-model.md`).
-    fn shortest(&self) -> usize {
-        if self.short == 0 {
+    /// The fewest decoded bytes that can hold a content of the store, so that a run too short
+    /// to decode to as many is not decoded at all. While every content is ASCII once canonical,
+    /// a decoded form holds one only if its canonical form has as many bytes of ASCII as the
+    /// shortest content ([`WINDOW`], or a short content's length), and no byte becomes more than
+    /// [`EXPANSION`] of them. Once a content of other scripts is in (Hangul: a syllable of three
+    /// bytes is up to nine), [`SHORT_MIN`], what the decoders always kept.
+    fn decoded_floor(&self) -> usize {
+        if !self.narrow {
+            return SHORT_MIN;
+        }
+        let shortest = if self.short == 0 {
             WINDOW
         } else {
             self.short.trailing_zeros() as usize
-        }
+        };
+        (shortest * EXPANSION.1).div_ceil(EXPANSION.0)
     }
 
     fn contains(&self, fp: u64) -> bool {
@@ -467,7 +489,7 @@ impl Inner {
         for _ in 0..LAYERS {
             let mut next = Vec::new();
             for (text, turned) in &layer {
-                for (decoded, how, turn) in decodings(text, self.shortest(), turns) {
+                for (decoded, how, turn) in decodings(text, self.decoded_floor(), turns) {
                     // Fail closed: what the check cannot read whole may hide anything.
                     if how == Encoding::TooLarge || decoded.len() > budget {
                         return Some(Encoding::TooLarge);
@@ -648,7 +670,9 @@ static CLASS: [u16; 256] = {
         if b.is_ascii_hexdigit() {
             c |= C_HEX | C_HEXISH;
         }
-        if matches!(b, b'x' | b'X' | b'\\' | b':' | b'-' | b' ' | b',' | b'.') {
+        if matches!(b, b'x' | b'X' | b'\\' | b':' | b'-' | b',' | b'.' | b';')
+            || b.is_ascii_whitespace()
+        {
             c |= C_HEXISH;
         }
         if b.is_ascii_whitespace() {
@@ -905,8 +929,8 @@ fn strings(v: &Value, f: &mut impl FnMut(&str)) {
 /// One layer of encoding taken off `text`, read under each of `turns` (as it is, reversed, in
 /// rot13), every way that applies; only what decodes to text (or to gzip, which is then inflated)
 /// of at least `min` bytes is kept. A run of an alphabet too short to decode to `min` bytes is not
-/// decoded at all: `min` is the shortest content the store holds, so what it would give cannot
-/// hold one (see [`Inner::shortest`]). The text is scanned once for every turn whose runs lie
+/// decoded at all: `min` is the fewest decoded bytes that can hold a content of the store
+/// ([`Inner::decoded_floor`]). The text is scanned once for every turn whose runs lie
 /// where its own do (reversal moves no byte out of its class, rot13 none out of base64's,
 /// base32's or the marks of escapes), and only the runs are turned.
 fn decodings(text: &[u8], min: usize, turns: &[Turn]) -> Vec<(Vec<u8>, Encoding, Turn)> {
@@ -1031,8 +1055,9 @@ fn decodings(text: &[u8], min: usize, turns: &[Turn]) -> Vec<(Vec<u8>, Encoding,
                 if (r.len() - skip) * 4 / 5 < min {
                     break;
                 }
-                ascii85_decode(&r[skip..], &mut buf);
-                keep(&buf, Encoding::Base85, t, &mut out);
+                if ascii85_decode(&r[skip..], &mut buf) {
+                    keep(&buf, Encoding::Base85, t, &mut out);
+                }
             }
         }
     }
@@ -1120,10 +1145,7 @@ fn texty(d: &[u8], min: usize) -> bool {
     if d.len() < min.max(SHORT_MIN) {
         return false;
     }
-    let printable = d
-        .iter()
-        .filter(|&&b| (0x20..0x7f).contains(&b) || matches!(b, b'\t' | b'\n' | b'\r'))
-        .count();
+    let printable = d.iter().filter(|&&b| printable(b)).count();
     4 * printable >= 3 * d.len()
         || std::str::from_utf8(d).is_ok_and(|s| !s.chars().any(|c| c.is_control() && c > '\r'))
 }
@@ -1157,8 +1179,9 @@ fn runs(bytes: &[u8], keep: impl Fn(u8) -> bool, min: usize) -> Vec<&[u8]> {
 /// them (a base64 text split into pieces); of these, those at least `min` long.
 fn base64_runs(text: &[u8], min: usize) -> Vec<Vec<u8>> {
     // Of a run's classes: an upper-case letter, a digit, or `+`/`/` (`-` and `_` are in words).
+    // A piece of a split text may be one group of four (`Y29y cmVj`); a run alone is six long.
     let looks = |r: &[u8], seen: u16| {
-        r.len() >= 6
+        r.len() >= 4
             && (seen & (C_UPPER | C_DIGIT) != 0 || r.iter().any(|b| matches!(b, b'+' | b'/')))
     };
     let mut out = Vec::new();
@@ -1183,7 +1206,7 @@ fn base64_runs(text: &[u8], min: usize) -> Vec<Vec<u8>> {
             }
             let run = &text[start..i];
             if looks(run, seen) {
-                if run.len() >= min {
+                if run.len() >= min.max(6) {
                     out.push(run.to_vec());
                 }
                 joined.extend_from_slice(run);
@@ -1202,43 +1225,55 @@ fn base64_runs(text: &[u8], min: usize) -> Vec<Vec<u8>> {
     out
 }
 
-/// Runs of hex digits, with one separator (`:`, `-`, a space, `,`, `.`) or a `0x`/`\x` between
-/// pairs allowed, as their digits only: at least `min` digits with one of them a digit.
+/// Runs of hex digits as their digits only, at least `min` digits with one of them a digit:
+/// pairs with up to three separators between them (`:`, `-`, `,`, `.`, `;`, white space) and a
+/// `0x` or `\x` before a pair, so `63:6f`, `0x63, 0x6f`, `\x63\x6f`, `od`'s output and one pair a
+/// line are each one run.
 fn hex_runs(text: &[u8], min: usize) -> Vec<Vec<u8>> {
+    let sep = |b: u8| matches!(b, b':' | b'-' | b',' | b'.' | b';') || b.is_ascii_whitespace();
+    // The length of a `0x` or `\x` at `i` that stands before a digit.
+    let prefix = |i: usize| match (text.get(i), text.get(i + 1), text.get(i + 2)) {
+        (Some(b'0'), Some(b'x' | b'X'), Some(h)) | (Some(b'\\'), Some(b'x'), Some(h))
+            if h.is_ascii_hexdigit() =>
+        {
+            2
+        }
+        _ => 0,
+    };
     let mut out = Vec::new();
     let mut run = Vec::new();
-    let mut i = 0;
     let flush = |run: &mut Vec<u8>, out: &mut Vec<Vec<u8>>| {
         if run.len() >= min && run.iter().any(u8::is_ascii_digit) {
             out.push(std::mem::take(run));
         }
         run.clear();
     };
+    let mut i = 0;
     while i < text.len() {
-        let b = text[i];
-        if b.is_ascii_hexdigit() {
-            if b == b'0' && matches!(text.get(i + 1), Some(b'x' | b'X')) && run.len() % 2 == 0 {
-                i += 2;
+        // At a pair's bound the run goes on past a prefix, or past separators and a prefix.
+        if run.len() % 2 == 0 {
+            let p = prefix(i);
+            if p > 0 {
+                i += p;
                 continue;
             }
-            run.push(b);
-            i += 1;
-            continue;
+            if !run.is_empty() && sep(text[i]) {
+                let mut j = i;
+                while j < text.len() && j - i < 3 && sep(text[j]) {
+                    j += 1;
+                }
+                let k = j + prefix(j);
+                if text.get(k).is_some_and(u8::is_ascii_hexdigit) {
+                    i = k;
+                    continue;
+                }
+            }
         }
-        let between = matches!(b, b':' | b'-' | b' ' | b',' | b'.')
-            || (b == b'\\' && text.get(i + 1) == Some(&b'x'));
-        let next_hex = text
-            .get(i + if b == b'\\' { 2 } else { 1 })
-            .is_some_and(u8::is_ascii_hexdigit);
-        if between && next_hex && !run.is_empty() && run.len() % 2 == 0 {
-            i += if b == b'\\' { 2 } else { 1 };
-            continue;
+        if text[i].is_ascii_hexdigit() {
+            run.push(text[i]);
+        } else {
+            flush(&mut run, &mut out);
         }
-        if b == b'\\' && text.get(i + 1) == Some(&b'x') && run.is_empty() {
-            i += 2;
-            continue;
-        }
-        flush(&mut run, &mut out);
         i += 1;
     }
     flush(&mut run, &mut out);
@@ -1360,10 +1395,15 @@ fn base32_decode(run: &[u8], out: &mut Vec<u8>) {
 }
 
 /// Ascii85 (Adobe's, `z` for four zero bytes), without its `<~ ~>` frame; a last partial group
-/// gives the bytes it holds whole.
-fn ascii85_decode(run: &[u8], out: &mut Vec<u8>) {
+/// gives the bytes it holds whole. `false` when it stopped early because what it gives cannot be
+/// text ([`texty`]): more than a quarter of the most it could give is not printable, and what it
+/// gave so far is not UTF-8. Most runs of ordinary text are such, and stop about halfway.
+fn ascii85_decode(run: &[u8], out: &mut Vec<u8>) -> bool {
     out.clear();
     out.reserve(run.len() * 4 / 5);
+    // The most it gives: four bytes a five characters, and four a `z`.
+    let most = run.len() * 4 / 5 + 4 * run.iter().filter(|&&b| b == b'z').count();
+    let mut unprintable = 0;
     let mut group = [0u32; 5];
     let mut n = 0;
     for &b in run {
@@ -1378,8 +1418,15 @@ fn ascii85_decode(run: &[u8], out: &mut Vec<u8>) {
         n += 1;
         if n == 5 {
             let v = group.iter().fold(0u64, |a, &d| a * 85 + u64::from(d));
-            out.extend_from_slice(&(v as u32).to_be_bytes());
+            let bytes = (v as u32).to_be_bytes();
+            out.extend_from_slice(&bytes);
             n = 0;
+            unprintable += bytes.iter().filter(|&&b| !printable(b)).count();
+            if 4 * unprintable > most
+                && std::str::from_utf8(out).is_err_and(|e| e.error_len().is_some())
+            {
+                return false;
+            }
         }
     }
     if n > 1 {
@@ -1389,6 +1436,12 @@ fn ascii85_decode(run: &[u8], out: &mut Vec<u8>) {
         let v = group.iter().fold(0u64, |a, &d| a * 85 + u64::from(d));
         out.extend_from_slice(&(v as u32).to_be_bytes()[..n - 1]);
     }
+    true
+}
+
+/// Printable ASCII or white space, as [`texty`] counts it.
+fn printable(b: u8) -> bool {
+    (0x20..0x7f).contains(&b) || matches!(b, b'\t' | b'\n' | b'\r')
 }
 
 /// The most a gzip member inflates to here.
@@ -1787,5 +1840,114 @@ mod tests {
         fs::write(d.path().join("fingerprints.bin"), old).unwrap();
         let f = Fingerprints::open(d.path()).unwrap();
         assert_eq!(f.full(), Some(Full::OldFormat));
+    }
+
+    /// NFKD splits every Hangul syllable (3 bytes) into 2 or 3 jamo of 3 bytes each, so a piece
+    /// of 5 syllables (15 bytes) is 30 to 45 canonical bytes: the decoders' floor is not 16
+    /// once such a content is in the store.
+    #[test]
+    fn a_korean_secret_in_encoded_pieces_under_sixteen_bytes_is_found() {
+        let ko = "비밀번호는 초록색 고양이 열한마리 그리고 파란 하늘";
+        let (_d, f) = store(ko);
+        let hex = |p: &str| p.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+        // One piece of three syllables: 9 bytes, 24 canonical.
+        assert!(f.leak(&json!({"content": "초록색"})).is_some());
+        for text in [b64("초록색".as_bytes()), hex("초록색")] {
+            assert!(f.leak(&json!({ "content": text })).is_some(), "{text}");
+        }
+        // The whole secret, five syllables (15 bytes) to a piece.
+        let chars: Vec<char> = ko.chars().collect();
+        let pieces: Vec<String> = chars.chunks(5).map(|c| c.iter().collect()).collect();
+        let join = |enc: &dyn Fn(&str) -> String, sep: &str| {
+            pieces.iter().map(|p| enc(p)).collect::<Vec<_>>().join(sep)
+        };
+        for text in [
+            join(&|p| b64(p.as_bytes()), "."),
+            join(&|p| b32(p.as_bytes()), "."),
+            join(&|p| hex(p), ";"),
+            join(&|p| a85(p.as_bytes()), " "),
+        ] {
+            assert!(f.leak(&json!({ "content": text })).is_some(), "{text}");
+        }
+    }
+
+    /// Base64 in groups of four (or five) parted by white space is joined.
+    #[test]
+    fn base64_in_groups_of_four_parted_by_white_space_is_found() {
+        let (_d, f) = store(SECRET);
+        for (n, sep) in [(4, " "), (5, " "), (4, "\n")] {
+            let text = b64(SECRET.as_bytes())
+                .as_bytes()
+                .chunks(n)
+                .map(|c| std::str::from_utf8(c).unwrap())
+                .collect::<Vec<_>>()
+                .join(sep);
+            assert_eq!(
+                f.leak(&json!({ "content": text })),
+                Some(Encoding::Base64),
+                "{text}"
+            );
+        }
+    }
+
+    /// Hex as a C or Python array (`0x63, 0x6f`), with two spaces, or a byte a line is one run.
+    #[test]
+    fn hex_as_an_array_or_one_line_per_byte_is_found() {
+        let (_d, f) = store(SECRET);
+        let s = SECRET.as_bytes();
+        let each = |fmt: &dyn Fn(&u8) -> String, sep: &str| {
+            s.iter().map(fmt).collect::<Vec<_>>().join(sep)
+        };
+        for text in [
+            each(&|b| format!("0x{b:02x}"), ", "),
+            each(&|b| format!("{b:02x}"), "  "),
+            each(&|b| format!("{b:02x}"), "\n"),
+        ] {
+            assert_eq!(
+                f.leak(&json!({ "content": text })),
+                Some(Encoding::Hex),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_canonical_form_of_ascii_is_at_most_five_thirds_of_the_bytes() {
+        let mut out = Vec::new();
+        let mut most = (0, 1, '\0');
+        for c in (0x80..=0x10ffff).filter_map(char::from_u32) {
+            let mut buf = [0u8; 4];
+            let bytes = c.encode_utf8(&mut buf).as_bytes();
+            canonical(bytes, &mut out);
+            if !out.is_empty() && out.is_ascii() && out.len() * most.1 > most.0 * bytes.len() {
+                most = (out.len(), bytes.len(), c);
+            }
+        }
+        assert!(
+            most.0 * EXPANSION.1 <= most.1 * EXPANSION.0,
+            "{:?} is {} canonical bytes of ASCII from {}",
+            most.2,
+            most.0,
+            most.1
+        );
+        assert_eq!(
+            most.0 * EXPANSION.1,
+            most.1 * EXPANSION.0,
+            "the bound is tight"
+        );
+    }
+
+    #[test]
+    fn a_store_that_held_other_scripts_stays_so_across_a_reopen() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let f = Fingerprints::open(dir.path()).unwrap();
+        f.release(&[SECRET], &[]).unwrap();
+        assert_eq!(f.lock().decoded_floor(), 10);
+        f.release(&["비밀번호는 초록색 고양이 열한마리"], &[])
+            .unwrap();
+        assert_eq!(f.lock().decoded_floor(), SHORT_MIN);
+        drop(f);
+        let f = Fingerprints::open(dir.path()).unwrap();
+        assert_eq!(f.lock().decoded_floor(), SHORT_MIN);
     }
 }
