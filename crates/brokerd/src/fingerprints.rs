@@ -21,8 +21,8 @@
 //! each form canonical, and canonical reversed and in rot13. The decoders are scanners, not
 //! codecs: they decode every run of their alphabet at every alignment and never fail, and keep
 //! only what decodes to text; a run too short to decode to anything that could hold a content of
-//! the store is passed by ([`Inner::decoded_floor`]). The first layer reads the text as it is, reversed and in rot13, so an encoding
-//! turned before it was sent is decoded turned back.
+//! the store is passed by ([`Inner::decoded_floor`]). The first layer reads the text as it is,
+//! reversed and in rot13, so an encoding turned before it was sent is decoded turned back.
 //!
 //! **Bounded, and never open.** A release adds at most [`PER_RELEASE`] fingerprints (a longer
 //! content is sampled at a stride). Nothing is ever evicted: when the store cannot hold a release
@@ -494,11 +494,7 @@ impl Inner {
                     if how == Encoding::TooLarge || decoded.len() > budget {
                         return Some(Encoding::TooLarge);
                     }
-                    let turned = turned.or(match turn {
-                        Turn::Not => None,
-                        Turn::Reversed => Some(Encoding::Reversed),
-                        Turn::Rot13 => Some(Encoding::Rot13),
-                    });
+                    let turned = turned.or(turn.encoding());
                     let how = turned.unwrap_or(how);
                     budget -= decoded.len();
                     if let Some(e) = self.check(&decoded, how, s) {
@@ -524,11 +520,7 @@ impl Inner {
         } else {
             canonical_bounded(text, &mut s.canon, &mut s.bounds);
         }
-        let turned = |t: Turn| match t {
-            Turn::Not => how,
-            Turn::Reversed => Encoding::Reversed,
-            Turn::Rot13 => Encoding::Rot13,
-        };
+        let turned = |t: Turn| t.encoding().unwrap_or(how);
         if let Some(t) = self.windows(&s.canon, WINDOW, None) {
             return Some(turned(t));
         }
@@ -604,6 +596,17 @@ enum Turn {
     Not,
     Reversed,
     Rot13,
+}
+
+impl Turn {
+    /// The encoding a leak found under this turn is reported as; `None` as it is.
+    fn encoding(self) -> Option<Encoding> {
+        match self {
+            Turn::Not => None,
+            Turn::Reversed => Some(Encoding::Reversed),
+            Turn::Rot13 => Some(Encoding::Rot13),
+        }
+    }
 }
 
 /// Each byte in rot13: letters turned by 13, everything else as it is.
@@ -989,8 +992,7 @@ fn decodings(text: &[u8], min: usize, turns: &[Turn]) -> Vec<(Vec<u8>, Encoding,
                 match gunzip(&buf, min) {
                     Some(Inflated::Text(inflated)) => out.push((inflated, Encoding::Gzip, t)),
                     Some(Inflated::TooLarge) => out.push((Vec::new(), Encoding::TooLarge, t)),
-                    None if buf.len() >= min => keep(&buf, Encoding::Base64, t, &mut out),
-                    None => {}
+                    None => keep(&buf, Encoding::Base64, t, &mut out),
                 }
             }
         }
@@ -1669,7 +1671,10 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn runs_skipping_ahead_finds_every_long_run(
-            bytes in proptest::collection::vec(proptest::sample::select(b"ab c-0\n".to_vec()), 0..300),
+            bytes in proptest::collection::vec(
+                proptest::sample::select(b"ab c-0\n".to_vec()),
+                0..300,
+            ),
             min in 0usize..40,
         ) {
             let keep = |b: u8| b != b' ' && b != b'\n';
