@@ -380,6 +380,16 @@ fn sha256(b: &[u8]) -> Vec<u8> {
         .collect()
 }
 
+/// A box answering with [`ANSWER_SCRIPT`], its bot joined to a room of the owner's (not yet
+/// paired).
+fn answering_box(hs: &Synapse) -> (Channel, String) {
+    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
+    let room = owner.create_room(&[&bot]);
+    let c = channel_box(&hs.url, bot, owner, &[&room], ANSWER_SCRIPT, None);
+    c.wait_joined(&room);
+    (c, room)
+}
+
 const ANSWER_SCRIPT: &str = r#"
 [[rule]]
 after = "user"
@@ -694,6 +704,73 @@ fn killing_channeld_mid_turn_loses_and_repeats_nothing() {
     assert_no_token(&c);
 }
 
+#[test]
+fn a_message_handed_off_just_before_channeld_stopped_runs_once_and_the_room_is_told() {
+    let Some(hs) = synapse() else { return };
+    let (c, room) = answering_box(&hs);
+    c.pair(&room);
+    bxtest::wait_for("the pairing to be kept", WAIT, || {
+        fs::read_to_string(c.dev.home().join("channel/state.json"))
+            .is_ok_and(|s| s.contains(&c.owner.id))
+    });
+    // The window: channeld wrote the message's frame to loopd and stopped before it kept the
+    // event as seen. Replayed exactly: channeld is stopped before it sees the message, the frame
+    // it would have written is written for it (as its user, on its socket), and the turn runs.
+    kill9(c.dev.pid("channeld").unwrap());
+    let text = "handed off once";
+    let event = c.owner.say(&room, text);
+    let bridge = bxcore::layout::BRIDGE.path(c.dev.home());
+    let frames = c.dev.as_client(&bxcore::layout::BRIDGE, || {
+        let msg = bxcore::Message::ChannelTurn(bxcore::ChannelTurn {
+            session: bxcore::SessionId::new(session_of(&room)).unwrap(),
+            resume: false,
+            text: text.to_string(),
+            key: bxcore::TurnKey::new(event.clone()).unwrap(),
+        });
+        let mut ex = bxcore::client::Exchange::start(&bridge, WAIT, 1, msg).unwrap();
+        let mut frames = Vec::new();
+        loop {
+            let env = ex.next_frame().unwrap();
+            let last = env.last;
+            frames.push(env);
+            if last {
+                return frames;
+            }
+        }
+    });
+    assert!(
+        matches!(frames.last().unwrap().msg, bxcore::Message::TurnDone(_)),
+        "{frames:?}"
+    );
+    assert_eq!(c.turns_of(&room, text), 1);
+    // Started again, channeld finds the message not seen and hands it off again: loopd knows its
+    // key, runs nothing, and the room is told why.
+    let up = c.dev.up(&[]);
+    assert!(up.status.success(), "{}", said(&up));
+    bxtest::wait_for(
+        "the note that the message ran before the restart",
+        WAIT,
+        || {
+            let events = c.owner.events(&room);
+            messages_of(&events, &c.bot.id)
+                .iter()
+                .any(|m| shown_now(&events, m).contains("does not run again"))
+        },
+    );
+    assert_eq!(c.turns_of(&room, text), 1, "{}", c.session_log(&room));
+    assert!(
+        c.log("loopd")
+            .contains("see docs/runbook.md#channel-turn-repeated"),
+        "{}",
+        c.log("loopd")
+    );
+    // The room's next message is a turn as ever.
+    c.owner.say(&room, "and the next one");
+    bxtest::wait_for("the next turn", WAIT, || {
+        c.turns_of(&room, "and the next one") == 1
+    });
+}
+
 fn kill9(pid: u32) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
@@ -831,10 +908,7 @@ fn a_token_the_homeserver_refuses_is_logged_with_its_pointer_and_shown_nowhere()
 #[test]
 fn a_damaged_channel_state_stops_channeld_with_its_pointer_and_is_left_as_it_was() {
     let Some(hs) = synapse() else { return };
-    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
-    let room = owner.create_room(&[&bot]);
-    let c = channel_box(&hs.url, bot, owner, &[&room], ANSWER_SCRIPT, None);
-    c.wait_joined(&room);
+    let (c, _room) = answering_box(&hs);
     let down = c.dev.down();
     assert!(down.status.success(), "{}", said(&down));
     let state = c.dev.home().join("channel/state.json");
@@ -852,10 +926,7 @@ fn a_damaged_channel_state_stops_channeld_with_its_pointer_and_is_left_as_it_was
 #[test]
 fn a_message_while_loopd_is_down_waits_with_its_pointer_and_is_one_turn_when_it_is_back() {
     let Some(hs) = synapse() else { return };
-    let (bot, owner) = (hs.user("bot"), hs.user("owner"));
-    let room = owner.create_room(&[&bot]);
-    let c = channel_box(&hs.url, bot, owner, &[&room], ANSWER_SCRIPT, None);
-    c.wait_joined(&room);
+    let (c, room) = answering_box(&hs);
     c.pair(&room);
     kill9(c.dev.pid("loopd").unwrap());
     c.owner.say(&room, "while the loop is down");

@@ -32,6 +32,9 @@ pub enum ErrorCode {
     Unavailable,
     /// A fault of the daemon itself: a damaged file, a failed write.
     Internal,
+    /// bridge.sock: the channel's message was a turn already (its key is in the session), so it
+    /// is not run again.
+    TurnRepeated,
     /// The requester cancelled (loop.sock: the channel shut down its writing half or went
     /// away); nothing more was started for it.
     Cancelled,
@@ -54,6 +57,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
             ErrorCode::Cancelled => "cancelled",
+            ErrorCode::TurnRepeated => "turn_repeated",
         }
     }
 }

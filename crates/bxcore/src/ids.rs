@@ -21,6 +21,9 @@ pub enum IdError {
     /// A lease id is 16 lowercase hex digits.
     #[error("a lease id is 16 lowercase hex digits, not {0:?}")]
     Lease(String),
+    /// A turn key is 1 to 255 printable ASCII characters, no space.
+    #[error("a turn key is 1 to 255 printable ASCII characters without a space, not {0:?}")]
+    TurnKey(String),
 }
 
 /// A session's name: 1 to 64 of `A-Z a-z 0-9 _ -`. It names files on disk
@@ -75,6 +78,54 @@ impl std::str::FromStr for SessionId {
 }
 
 impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a channel names one of the owner's messages by (a Matrix event id): loopd keeps it with
+/// the turn it started, so the same message handed off twice (a channel that crashed between
+/// handing it off and remembering that it did) is never a second turn. 1 to 255 of the
+/// printable ASCII characters, no space: a Matrix event id's own bounds.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TurnKey(String);
+
+impl TurnKey {
+    /// The longest key, in bytes.
+    pub const MAX_LEN: usize = 255;
+
+    /// Validate `s` as a turn key.
+    pub fn new(s: impl Into<String>) -> Result<TurnKey, IdError> {
+        let s = s.into();
+        let ok =
+            !s.is_empty() && s.len() <= Self::MAX_LEN && s.bytes().all(|b| b.is_ascii_graphic());
+        if ok {
+            Ok(TurnKey(s))
+        } else {
+            Err(IdError::TurnKey(s.chars().take(64).collect()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for TurnKey {
+    type Error = IdError;
+    fn try_from(s: String) -> Result<TurnKey, IdError> {
+        TurnKey::new(s)
+    }
+}
+
+impl From<TurnKey> for String {
+    fn from(k: TurnKey) -> String {
+        k.0
+    }
+}
+
+impl fmt::Display for TurnKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }

@@ -11,9 +11,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    ApprovalDecision, ApprovalShow, AuditHead, ChannelPair, ErrorCode, FetchRequest, InferRequest,
-    LeaseRef, MarkRef, MemoryForget, MemoryRecall, MemoryRecent, MemorySearch, Message,
-    SessionQuery, ToolRequest, Turn, TurnRecord,
+    ApprovalDecision, ApprovalShow, AuditHead, ChannelPair, ChannelTurn, ErrorCode, FetchRequest,
+    InferRequest, LeaseRef, MarkRef, MemoryForget, MemoryRecall, MemoryRecent, MemorySearch,
+    Message, SessionQuery, ToolRequest, Turn, TurnRecord,
 };
 
 /// One socket: `<run>/<dir>/<name>.sock` (see [`run_dir`]), handed over by systemd under the
@@ -238,14 +238,14 @@ socket! {
     }
 }
 socket! {
-    /// A channel daemon's turns (channeld, the Matrix channel): loop.sock's twin, the same table
-    /// and answers, on a socket of its own so that loopd knows every turn on it comes from the
+    /// A channel daemon's turns (channeld, the Matrix channel): loop.sock's twin, the same
+    /// answers, on a socket of its own so that loopd knows every turn on it comes from the
     /// channel (whose sessions carry its prefix, `docs/channels.md`) and no other user can reach
-    /// it.
+    /// it. Each turn names the owner's message it is, so a message handed off twice runs once.
     BRIDGE, BridgeRequest {
         name: "bridge", dir: "bridge-loop", server: "loopd", client: "channeld",
         wrong_kind: BadMessage, max_connections: 8,
-        accepts: { Turn(Turn) = "turn" }
+        accepts: { ChannelTurn(ChannelTurn) = "channel_turn" }
     }
 }
 

@@ -28,15 +28,15 @@ pub use frame::{
     FrameError, MAX_FRAME, PROTOCOL_VERSION, decode_body, read_frame, read_frame_body,
     read_frame_len, write_frame,
 };
-pub use ids::{ApprovalId, CallId, IdError, LeaseId, SessionId, Timestamp};
+pub use ids::{ApprovalId, CallId, IdError, LeaseId, SessionId, Timestamp, TurnKey};
 pub use label::Label;
 pub use message::{
     APPROVER_MAX, Approval, ApprovalAck, ApprovalDecision, ApprovalShow, ApprovalSummary,
-    Approvals, AuditHead, AuditReport, ChannelPair, ChannelPairing, ChannelReport, ChatMessage,
-    Envelope, FetchReply, FetchRequest, Header, HealthCheck, HealthReport, Hosts, InferDelta,
-    InferReply, InferRequest, Lease, LeaseRef, Leases, Mark, MarkCleared, MarkRef, Marks, Memories,
-    Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent, MemoryReport, MemoryRoute,
-    MemorySearch, Message, Outcome, Pong, ProviderReport, RemoteHealth, SUMMARY_TEXT_MAX,
-    SessionQuery, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn, TurnDone, TurnEvent,
-    TurnFiled, TurnRecord, Usage, WorkspaceRoot,
+    Approvals, AuditHead, AuditReport, ChannelPair, ChannelPairing, ChannelReport, ChannelTurn,
+    ChatMessage, Envelope, FetchReply, FetchRequest, Header, HealthCheck, HealthReport, Hosts,
+    InferDelta, InferReply, InferRequest, Lease, LeaseRef, Leases, Mark, MarkCleared, MarkRef,
+    Marks, Memories, Memory, MemoryForget, MemoryForgotten, MemoryRecall, MemoryRecent,
+    MemoryReport, MemoryRoute, MemorySearch, Message, Outcome, Pong, ProviderReport, RemoteHealth,
+    SUMMARY_TEXT_MAX, SessionQuery, ToolCall, ToolDef, ToolRequest, ToolResponse, Tools, Turn,
+    TurnDone, TurnEvent, TurnFiled, TurnRecord, Usage, WorkspaceRoot,
 };

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     ApprovalId, CallId, DataClass, ErrorCode, Label, LeaseId, PROTOCOL_VERSION, SessionId,
-    Timestamp, WireError,
+    Timestamp, TurnKey, WireError,
 };
 
 /// One frame's body: `{"v": 1, "id": 7, "final": true, "msg": {...}}`.
@@ -60,6 +60,8 @@ pub enum Message {
     Pong(Pong),
     /// loop.sock: one turn of a session.
     Turn(Turn),
+    /// bridge.sock: one turn of a channel's session, named by the owner's message it answers.
+    ChannelTurn(ChannelTurn),
     TurnEvent {
         event: TurnEvent,
     },
@@ -146,6 +148,7 @@ impl Message {
             Message::Ping {} => "ping",
             Message::Pong(_) => "pong",
             Message::Turn(_) => "turn",
+            Message::ChannelTurn(_) => "channel_turn",
             Message::TurnEvent { .. } => "turn_event",
             Message::TurnDone(_) => "turn_done",
             Message::ToolRequest(_) => "tool_request",
@@ -228,6 +231,38 @@ pub struct Turn {
     pub session: SessionId,
     pub resume: bool,
     pub text: String,
+}
+
+/// `channel_turn {session, resume, text, key}`: a `turn` from a channel daemon, with the key of
+/// the owner's message it is (a Matrix event id). loopd keeps the key with the turn; the same key
+/// again in that session is refused `turn_repeated` and runs nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelTurn {
+    pub session: SessionId,
+    pub resume: bool,
+    pub text: String,
+    pub key: TurnKey,
+}
+
+impl ChannelTurn {
+    /// The turn, and the key it is kept under.
+    pub fn split(self) -> (Turn, TurnKey) {
+        let ChannelTurn {
+            session,
+            resume,
+            text,
+            key,
+        } = self;
+        (
+            Turn {
+                session,
+                resume,
+                text,
+            },
+            key,
+        )
+    }
 }
 
 /// What a turn does, sent to the channel as it happens. Tagged by `type`.

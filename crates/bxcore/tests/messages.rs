@@ -68,6 +68,49 @@ fn turn() {
 }
 
 #[test]
+fn channel_turn() {
+    exact(
+        Envelope::new(
+            7,
+            true,
+            Message::ChannelTurn(ChannelTurn {
+                session: sid("matrix-00aa"),
+                resume: true,
+                text: "hello".into(),
+                key: TurnKey::new("$Yz1b:example.org").unwrap(),
+            }),
+        ),
+        json!({"v":1,"id":7,"final":true,"msg":{"kind":"channel_turn","session":"matrix-00aa","resume":true,"text":"hello","key":"$Yz1b:example.org"}}),
+    );
+}
+
+#[test]
+fn a_channel_turn_without_a_key_or_with_a_key_out_of_bounds_is_refused() {
+    let with = |key: Value| json!({"v":1,"id":7,"final":true,"msg":{"kind":"channel_turn","session":"matrix-00aa","resume":true,"text":"hi","key":key}});
+    for key in [
+        json!(""),
+        json!("$a b"),
+        json!("$a\nb"),
+        json!("$\u{e9}"),
+        json!("x".repeat(256)),
+        json!(7),
+    ] {
+        assert!(
+            serde_json::from_value::<Envelope>(with(key.clone())).is_err(),
+            "{key}"
+        );
+    }
+    let mut no_key = with(json!("$k"));
+    no_key["msg"].as_object_mut().unwrap().remove("key");
+    assert!(serde_json::from_value::<Envelope>(no_key).is_err());
+    assert!(serde_json::from_value::<Envelope>(with(json!("x".repeat(255)))).is_ok());
+    assert_eq!(
+        TurnKey::new("$a b").unwrap_err().to_string(),
+        "a turn key is 1 to 255 printable ASCII characters without a space, not \"$a b\""
+    );
+}
+
+#[test]
 fn turn_event_assistant_text() {
     exact(
         Envelope::new(
@@ -769,6 +812,7 @@ fn every_error_code_has_its_wire_name() {
         (ErrorCode::Unavailable, "unavailable"),
         (ErrorCode::Internal, "internal"),
         (ErrorCode::Cancelled, "cancelled"),
+        (ErrorCode::TurnRepeated, "turn_repeated"),
     ];
     for (code, name) in codes {
         assert_eq!(serde_json::to_value(code).unwrap(), json!(name));

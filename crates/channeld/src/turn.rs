@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use bxcore::client::{ClientError, Exchange};
 use bxcore::visible::Mode;
-use bxcore::{ErrorCode, Message, Outcome, SessionId, Turn, TurnEvent};
+use bxcore::{ChannelTurn, ErrorCode, Message, Outcome, SessionId, TurnEvent, TurnKey};
 use serde_json::Value;
 
 use crate::channel::{Channel, LOOPD_ANCHOR, Queued};
@@ -116,27 +116,51 @@ pub fn worker(ch: &Channel, room: &str) {
     }
 }
 
-/// Start the turn for `q`: the `turn` frame written to loopd is the hand-off, after which the
-/// message is never handed off again. A session loopd has (or has not) against what the state
-/// says is corrected once.
+/// How long a message waits for its session while loopd still ends the room's previous turn
+/// (one whose channel connection closed when channeld stopped), before it fails with a note.
+const BUSY_WITHIN: Duration = Duration::from_secs(120);
+
+/// What the room is told when loopd refuses a message it ran already.
+const REPEATED_NOTE: &str = "[the channel restarted just after handing this message to the box: \
+                             its turn ran then and does not run again, and its answer could not \
+                             be shown here (it is in the session log). Send the message again to \
+                             have it answered.]";
+
+/// Start the turn for `q`: the `channel_turn` frame written to loopd is the hand-off, after which
+/// the message is never handed off again; should channeld stop before it remembers that, loopd
+/// knows the message by its key and refuses it `turn_repeated`. A session loopd has (or has not)
+/// against what the state says is corrected once.
 fn hand_off(ch: &Channel, room: &str, q: &Queued) -> Result<(Exchange, String, bool), ClientError> {
     let (session, created) = ch.session_of(room);
-    let ex = start(ch, &session, created, &q.text)?;
+    let ex = start(ch, &session, created, q)?;
     ch.handed_off(&q.event);
     Ok((ex, session, created))
 }
 
-fn start(ch: &Channel, session: &str, resume: bool, text: &str) -> Result<Exchange, ClientError> {
+/// The key loopd keeps `event` under: the event id itself, or (for an id outside a key's bounds,
+/// which no homeserver sends) its digest.
+fn key_of(event: &str) -> TurnKey {
+    TurnKey::new(event).unwrap_or_else(|_| {
+        TurnKey::new(format!(
+            "sha256:{}",
+            bxcore::canonical::sha256_hex(event.as_bytes())
+        ))
+        .expect("a digest is a turn key")
+    })
+}
+
+fn start(ch: &Channel, session: &str, resume: bool, q: &Queued) -> Result<Exchange, ClientError> {
     let session = SessionId::new(session.to_string())
         .map_err(|_| ClientError::Unexpected("an invalid session name"))?;
     Exchange::start(
         &ch.cfg.sockets.bridge,
         Duration::from_millis(ch.cfg.limits.turn_ms),
         1,
-        Message::Turn(Turn {
+        Message::ChannelTurn(ChannelTurn {
             session,
             resume,
-            text: text.to_string(),
+            text: q.text.clone(),
+            key: key_of(&q.event),
         }),
     )
 }
@@ -330,7 +354,7 @@ pub fn args_summary(args: &Value) -> String {
 
 /// Read the turn's frames and stream the answer into the room.
 fn stream(ch: &Channel, room: &str, q: &Queued, started: (Exchange, String, bool)) {
-    let (mut ex, session, created) = started;
+    let (mut ex, session, mut created) = started;
     let mut reply = Reply {
         ch,
         room,
@@ -345,6 +369,8 @@ fn stream(ch: &Channel, room: &str, q: &Queued, started: (Exchange, String, bool
     reply.typing(true);
     reply.show(None, false);
     let mut retried = false;
+    let busy_until = Instant::now() + BUSY_WITHIN;
+    let mut backoff = Duration::from_millis(250);
     let end = loop {
         match ex.next_frame() {
             Ok(env) => match env.msg {
@@ -374,14 +400,29 @@ fn stream(ch: &Channel, room: &str, q: &Queued, started: (Exchange, String, bool
                 // The state and loopd disagree on whether the session exists: loopd ran nothing,
                 // so start once more the other way.
                 retried = true;
-                let resume = e.code == ErrorCode::SessionExists;
-                match start(ch, &session, resume, &q.text) {
+                created = e.code == ErrorCode::SessionExists;
+                match start(ch, &session, created, q) {
                     Ok(again) => {
-                        if resume {
+                        if created {
                             ch.created(room, &session);
                         }
                         ex = again;
                     }
+                    Err(e) => break Some(format!("[loopd could not be reached again: {e}]")),
+                }
+            }
+            Err(ClientError::Remote(e)) if e.code == ErrorCode::TurnRepeated => {
+                break Some(REPEATED_NOTE.to_string());
+            }
+            Err(ClientError::Remote(e))
+                if e.code == ErrorCode::SessionBusy && Instant::now() + backoff < busy_until =>
+            {
+                // The room's previous turn is still ending in loopd (its connection closed when
+                // channeld stopped): this message waits for it, and nothing ran for it yet.
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                match start(ch, &session, created, q) {
+                    Ok(again) => ex = again,
                     Err(e) => break Some(format!("[loopd could not be reached again: {e}]")),
                 }
             }

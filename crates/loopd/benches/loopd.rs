@@ -233,6 +233,7 @@ fn write_session(dir: &Path, name: &str, records: u64) {
         s.append(&Record::User {
             turn,
             text: "what time is it?".to_string(),
+            key: None,
         })
         .unwrap();
         s.append(&Record::Assistant {

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use bxcore::layout::{BridgeRequest, LoopRequest};
 use bxcore::{
-    Envelope, ErrorCode, FrameError, Message, SessionId, Turn, TurnDone, TurnEvent, TurnRecord,
-    write_frame,
+    Envelope, ErrorCode, FrameError, Message, SessionId, Turn, TurnDone, TurnEvent, TurnKey,
+    TurnRecord, write_frame,
 };
 
 use crate::baseline::Baseline;
@@ -177,7 +177,7 @@ fn shrink(event: TurnEvent, n: usize) -> TurnEvent {
 /// loop.sock's table, which takes `turn` and `health` and answers any other kind `bad_message`.
 pub fn handle(mut stream: UnixStream, id: u64, request: LoopRequest, ctx: &Context) {
     match request {
-        LoopRequest::Turn(turn) => serve_turn(stream, id, turn, ctx),
+        LoopRequest::Turn(turn) => serve_turn(stream, id, turn, None, ctx),
         LoopRequest::Health => {
             let report = Message::HealthReport(crate::health::report(&ctx.cfg));
             let _ = bxharden::serve::send(&mut stream, id, true, report);
@@ -185,8 +185,8 @@ pub fn handle(mut stream: UnixStream, id: u64, request: LoopRequest, ctx: &Conte
     }
 }
 
-/// One turn, steps 3 to 7.
-fn serve_turn(stream: UnixStream, id: u64, turn: Turn, ctx: &Context) {
+/// One turn, steps 3 to 7; a channel's turn with the key of the owner's message it is.
+fn serve_turn(stream: UnixStream, id: u64, turn: Turn, key: Option<&TurnKey>, ctx: &Context) {
     let mut reply = Reply {
         stream,
         id,
@@ -211,7 +211,7 @@ fn serve_turn(stream: UnixStream, id: u64, turn: Turn, ctx: &Context) {
         return;
     };
     // 4.
-    let result = run(ctx, &turn, &mut reply);
+    let result = run(ctx, &turn, key, &mut reply);
     // 5. Release before the last frame: a channel that sends its next turn the moment it reads
     // the final frame must find the session free.
     drop(busy);
@@ -238,7 +238,8 @@ pub const BRIDGE_SESSION_ANCHOR: &str = "bridge-session-refused";
 /// begin with `prefix` (`[bridge] session_prefix`); any other is refused `forbidden`, logged, and
 /// runs nothing. Everything else is loop.sock's [`handle`].
 pub fn handle_bridge(stream: UnixStream, id: u64, request: BridgeRequest, ctx: &Context) {
-    let BridgeRequest::Turn(turn) = request;
+    let BridgeRequest::ChannelTurn(turn) = request;
+    let (turn, key) = turn.split();
     let prefix = &ctx.cfg.bridge.session_prefix;
     if !turn.session.as_str().starts_with(prefix.as_str()) {
         let detail = format!(
@@ -257,7 +258,7 @@ pub fn handle_bridge(stream: UnixStream, id: u64, request: BridgeRequest, ctx: &
         );
         return;
     }
-    serve_turn(stream, id, turn, ctx);
+    serve_turn(stream, id, turn, Some(&key), ctx);
 }
 
 /// The final `error` frame's message for a turn that failed.
@@ -269,7 +270,12 @@ fn error_message(e: &TurnError) -> Message {
 }
 
 /// Open or create the session, run the turn, hand it to memory.
-fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone, TurnError> {
+fn run(
+    ctx: &Context,
+    turn: &bxcore::Turn,
+    key: Option<&TurnKey>,
+    reply: &mut Reply,
+) -> Result<TurnDone, TurnError> {
     let dir = ctx.cfg.sessions_dir();
     // What the model is offered, asked before anything is written: a broker that cannot say
     // ends the turn here, before a session is made or a model called.
@@ -301,7 +307,7 @@ fn run(ctx: &Context, turn: &bxcore::Turn, reply: &mut Reply) -> Result<TurnDone
         recall: ctx.recall.as_ref(),
         emit: &mut emit,
     };
-    let finished = run_turn(&mut rt, &mut session, &turn.text, &offer)?;
+    let finished = run_turn(&mut rt, &mut session, &turn.text, key, &offer)?;
     if let Some(outbox) = &ctx.outbox {
         let record = TurnRecord {
             session: turn.session.clone(),

@@ -11,7 +11,9 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use bxcore::runbook::pointer;
-use bxcore::{CallId, ChatMessage, ErrorCode, Outcome, SessionId, Timestamp, ToolCall, Usage};
+use bxcore::{
+    CallId, ChatMessage, ErrorCode, Outcome, SessionId, Timestamp, ToolCall, TurnKey, Usage,
+};
 use serde::{Deserialize, Serialize};
 
 /// The runbook entry for a torn last record that was cut off.
@@ -32,8 +34,14 @@ pub enum Record {
         system: String,
         created: Timestamp,
     },
-    /// A turn starts with the owner's text.
-    User { turn: u64, text: String },
+    /// A turn starts with the owner's text; a channel's turn with the key of the owner's message
+    /// it is (`channel_turn`), so that message is never a second turn.
+    User {
+        turn: u64,
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<TurnKey>,
+    },
     /// What the owner's memory recalled for the turn, just before its user text: shown to the
     /// model as a system message. `memories` names the turns it holds, so no later turn of the
     /// session is given them again.
@@ -128,6 +136,8 @@ pub struct Session {
     bytes: u64,
     /// The remembered turns recall has brought into the session so far.
     recalled: std::collections::HashSet<Recalled>,
+    /// The keys of the channel's messages that were turns here (one per turn at most).
+    keys: std::collections::HashSet<TurnKey>,
 }
 
 /// `<dir>/<id>.jsonl`.
@@ -175,6 +185,7 @@ impl Session {
             records: 0,
             bytes: 0,
             recalled: Default::default(),
+            keys: Default::default(),
         };
         let started = s
             .append(&Record::Start {
@@ -236,6 +247,7 @@ impl Session {
             records: 0,
             bytes: 0,
             recalled: Default::default(),
+            keys: Default::default(),
         };
         for (i, line) in data[..whole].split_inclusive(|&b| b == b'\n').enumerate() {
             let n = i + 1;
@@ -305,8 +317,11 @@ impl Session {
             Record::Start { system, .. } => self.messages.push(ChatMessage::System {
                 text: system.clone(),
             }),
-            Record::User { turn, text } => {
+            Record::User { turn, text, key } => {
                 self.answer_interrupted();
+                if let Some(key) = key {
+                    self.keys.insert(key.clone());
+                }
                 self.turns = self.turns.max(*turn);
                 self.messages.push(ChatMessage::User { text: text.clone() });
             }
@@ -396,6 +411,11 @@ impl Session {
             session: session.clone(),
             turn,
         })
+    }
+
+    /// Whether the channel's message `key` was a turn of this session already.
+    pub fn has_key(&self, key: &TurnKey) -> bool {
+        self.keys.contains(key)
     }
 
     /// The session's size as tokens, estimated as bytes / 4.

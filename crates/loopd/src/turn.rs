@@ -77,6 +77,12 @@ pub enum TurnError {
     /// call), since the model would be offered none of the owner's tools.
     #[error("the tool broker is unavailable ({0}); the turn did not start")]
     Broker(String),
+    /// The channel's message was a turn of this session already: it is not run again.
+    #[error(
+        "the channel's message {0} was a turn of this session already (the channel handed it off \
+         twice, across a restart); it does not run again"
+    )]
+    Repeated(bxcore::TurnKey),
 }
 
 /// What the model is shown for a tool call its turn was cancelled before: by the owner (Ctrl-C)
@@ -88,6 +94,8 @@ pub const CANCELLED_CALL: &str =
 pub const SESSION_FULL_ANCHOR: &str = "session-full";
 /// The runbook entry of a turn that used all its rounds.
 pub const TURN_LIMIT_ANCHOR: &str = "turn-limit";
+/// The runbook entry of a channel's message handed off a second time.
+pub const REPEATED_ANCHOR: &str = "channel-turn-repeated";
 
 impl TurnError {
     /// The code an `error` frame carries for this error.
@@ -101,6 +109,7 @@ impl TurnError {
             TurnError::Session(_) | TurnError::Baseline(_) => ErrorCode::Internal,
             TurnError::Cancelled => ErrorCode::Cancelled,
             TurnError::Broker(_) => ErrorCode::Unavailable,
+            TurnError::Repeated(_) => ErrorCode::TurnRepeated,
         }
     }
 
@@ -116,6 +125,7 @@ impl TurnError {
             TurnError::Baseline(e) => Some(e.anchor()),
             TurnError::Cancelled => None,
             TurnError::Broker(_) => Some(crate::broker_port::BROKER_ANCHOR),
+            TurnError::Repeated(_) => Some(REPEATED_ANCHOR),
         }
     }
 
@@ -128,6 +138,7 @@ impl TurnError {
                 | TurnError::Baseline(_)
                 | TurnError::Broker(_)
                 | TurnError::Session(SessionError::Torn { .. } | SessionError::Io(..))
+                | TurnError::Repeated(_)
         )
     }
 
@@ -143,13 +154,18 @@ impl From<SessionError> for TurnError {
     }
 }
 
-/// Run one turn of `session` with the owner's `text`, the model offered `offer`.
+/// Run one turn of `session` with the owner's `text`, the model offered `offer`; a channel's
+/// turn carries `key`, the owner's message it is, kept with the user's text.
 pub fn run_turn(
     rt: &mut Runtime<'_>,
     session: &mut Session,
     text: &str,
+    key: Option<&bxcore::TurnKey>,
     offer: &Offer,
 ) -> Result<Finished, TurnError> {
+    if let Some(key) = key.filter(|k| session.has_key(k)) {
+        return Err(TurnError::Repeated(key.clone()));
+    }
     let turn = session.turns() + 1;
     // Recall never fails the turn: without an answer in time, the turn goes on without it. It
     // comes before the user's text, so the request still ends with it, and it is not part of
@@ -166,6 +182,7 @@ pub fn run_turn(
     session.append(&Record::User {
         turn,
         text: text.to_string(),
+        key: key.cloned(),
     })?;
     let mut usage = Usage::default();
     let result = rounds(rt, session, turn, &offer.tools, &mut usage);

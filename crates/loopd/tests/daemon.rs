@@ -14,7 +14,7 @@ use support::broker::{FakeBroker, tool};
 use support::daemon::{Layout, Loopd, config, run};
 use support::infer::{ScriptedInfer, Step};
 use support::memory::FakeMemory;
-use support::{last_msg, turn};
+use support::{channel_turn, last_msg, turn};
 
 fn toml_path(p: &std::path::Path) -> String {
     format!("{:?}", p.display().to_string())
@@ -263,7 +263,7 @@ fn a_turn_on_bridge_sock_runs_only_in_a_session_of_the_channels_prefix() {
     let d = Loopd::start(home.path(), &config(home.path(), ""));
     let bridge = bxcore::layout::BRIDGE.path(home.path());
     // Another session's turn runs nothing, and says why with its pointer.
-    let frames = turn(&bridge, 3, "s1", false, "hello");
+    let frames = channel_turn(&bridge, 3, "s1", false, "hello", "$e1");
     match last_msg(&frames) {
         Message::Error(e) => {
             assert_eq!(e.code, bxcore::ErrorCode::Forbidden);
@@ -278,13 +278,76 @@ fn a_turn_on_bridge_sock_runs_only_in_a_session_of_the_channels_prefix() {
     assert!(!home.path().join("loop/sessions/s1.jsonl").exists());
     assert!(d.log_text().contains("runbook.md#bridge-session-refused"));
     // The channel's own session runs as on loop.sock.
-    let frames = turn(&bridge, 4, "matrix-00aa", false, "hello");
+    let frames = channel_turn(&bridge, 4, "matrix-00aa", false, "hello", "$e1");
     assert!(
         matches!(last_msg(&frames), Message::TurnDone(_)),
         "{:?}",
         last_msg(&frames)
     );
     assert!(home.path().join("loop/sessions/matrix-00aa.jsonl").exists());
+    // A plain `turn` is loop.sock's, not the channel's: refused, nothing run.
+    let frames = turn(&bridge, 5, "matrix-00aa", true, "hello");
+    assert_eq!(support::error_code(&frames), bxcore::ErrorCode::BadMessage);
+}
+
+#[test]
+fn a_channel_message_handed_off_twice_runs_once_and_the_second_is_refused_turn_repeated() {
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let infer = ScriptedInfer::start(
+        &layout.infer,
+        vec![
+            Step::Text("First answer.".to_string()),
+            Step::Text("Second answer.".to_string()),
+        ],
+    );
+    let mut d = Loopd::start(home.path(), &config(home.path(), ""));
+    let bridge = bxcore::layout::BRIDGE.path(home.path());
+    let frames = channel_turn(&bridge, 1, "matrix-00bb", false, "hello", "$ev1:hs");
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{frames:?}"
+    );
+    // The channel stopped before it remembered handing "$ev1:hs" off, and hands it off again.
+    let frames = channel_turn(&bridge, 2, "matrix-00bb", true, "hello", "$ev1:hs");
+    match last_msg(&frames) {
+        Message::Error(e) => {
+            assert_eq!(e.code, bxcore::ErrorCode::TurnRepeated);
+            assert!(
+                e.detail.contains("$ev1:hs")
+                    && e.detail
+                        .ends_with("see docs/runbook.md#channel-turn-repeated"),
+                "{}",
+                e.detail
+            );
+        }
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(frames.len(), 1, "nothing streamed for a repeated message");
+    assert_eq!(infer.requests().len(), 1, "the model is not asked again");
+    let log = fs::read_to_string(home.path().join("loop/sessions/matrix-00bb.jsonl")).unwrap();
+    let users = log
+        .lines()
+        .filter(|l| l.contains("\"type\":\"user\""))
+        .count();
+    assert_eq!(users, 1, "{log}");
+    assert!(log.contains("\"key\":\"$ev1:hs\""), "{log}");
+    assert!(d.log_text().contains("runbook.md#channel-turn-repeated"));
+    // The key is kept across a restart of loopd (it is in the session log), and another message
+    // of the room is a turn as ever.
+    d.kill();
+    let _d = Loopd::start(home.path(), &config(home.path(), ""));
+    let frames = channel_turn(&bridge, 3, "matrix-00bb", true, "hello", "$ev1:hs");
+    assert_eq!(
+        support::error_code(&frames),
+        bxcore::ErrorCode::TurnRepeated
+    );
+    let frames = channel_turn(&bridge, 4, "matrix-00bb", true, "again", "$ev2:hs");
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{frames:?}"
+    );
+    assert_eq!(infer.requests().len(), 2);
 }
 
 #[test]

@@ -22,6 +22,7 @@ fn tool_turn(s: &mut Session, turn: u64) {
     s.append(&Record::User {
         turn,
         text: "hi".into(),
+        key: None,
     })
     .unwrap();
     s.append(&Record::Assistant {
@@ -237,6 +238,7 @@ fn calls_a_crash_left_unanswered_are_shown_as_interrupted_and_their_ids_stay_use
     s.append(&Record::User {
         turn: 1,
         text: "hi".into(),
+        key: None,
     })
     .unwrap();
     s.append(&Record::Assistant {
@@ -255,6 +257,7 @@ fn calls_a_crash_left_unanswered_are_shown_as_interrupted_and_their_ids_stay_use
     s.append(&Record::User {
         turn: 2,
         text: "again".into(),
+        key: None,
     })
     .unwrap();
     let m = s.messages();

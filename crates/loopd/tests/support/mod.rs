@@ -56,6 +56,27 @@ pub fn turn(socket: &Path, id: u64, session: &str, resume: bool, text: &str) -> 
     read_all(&s)
 }
 
+/// The channel daemon: sends one `channel_turn` keyed `key` on bridge.sock and collects every
+/// frame of the answer.
+pub fn channel_turn(
+    socket: &Path,
+    id: u64,
+    session: &str,
+    resume: bool,
+    text: &str,
+    key: &str,
+) -> Vec<Envelope> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    let msg = Message::ChannelTurn(bxcore::ChannelTurn {
+        session: sid(session),
+        resume,
+        text: text.to_string(),
+        key: bxcore::TurnKey::new(key).unwrap(),
+    });
+    write_frame(&mut s, &Envelope::new(id, true, msg)).unwrap();
+    read_all(&s)
+}
+
 /// Every frame until the final one.
 pub fn read_all(s: &UnixStream) -> Vec<Envelope> {
     let until = Instant::now() + WAIT;
