@@ -24,6 +24,10 @@ pub const MAX_OUTBOX: usize = 100_000;
 pub const TURN_BYTES: std::ops::RangeInclusive<usize> = 1024..=1 << 20;
 /// The bounds of `max_store_bytes`: at least 1 MiB, at most 1 TiB.
 pub const STORE_BYTES: std::ops::RangeInclusive<u64> = 1 << 20..=1 << 40;
+/// The bounds of `max_session_bytes`: at least 64 KiB, at most `max_store_bytes`.
+pub const MIN_SESSION_BYTES: u64 = 64 * 1024;
+/// The longest `keep_days`: a hundred years.
+pub const MAX_KEEP_DAYS: u64 = 36_500;
 /// The longest wait accepted for any one timeout: an hour.
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
@@ -84,6 +88,20 @@ pub struct Limits {
     /// The largest the embedded store's file may grow (its free pages not counted); a turn
     /// past it waits in the outbox (`memory-store-full`).
     pub max_store_bytes: u64,
+    /// The most text one session's turns hold in the embedded store (absent: a quarter of
+    /// `max_store_bytes`); filing past it prunes the session's oldest turns (`memory-pruned`),
+    /// so one session cannot fill the store alone. See [`Limits::session_bytes`].
+    pub max_session_bytes: Option<u64>,
+    /// Turns filed more than this many days ago are pruned from the embedded store; 0 keeps
+    /// every turn until the owner forgets it.
+    pub keep_days: u64,
+}
+
+impl Limits {
+    /// `max_session_bytes`, or a quarter of `max_store_bytes` when it is not set.
+    pub fn session_bytes(&self) -> u64 {
+        self.max_session_bytes.unwrap_or(self.max_store_bytes / 4)
+    }
 }
 
 impl Default for Limits {
@@ -96,6 +114,8 @@ impl Default for Limits {
             max_outbox: 10_000,
             max_turn_bytes: 64 * 1024,
             max_store_bytes: 1 << 30,
+            max_session_bytes: None,
+            keep_days: 0,
         }
     }
 }
@@ -230,6 +250,27 @@ impl bxharden::daemon::DaemonConfig for Config {
                 "[limits] max_turn_bytes = {} is more than a sixteenth of max_store_bytes = {}: \
                  a store near its bound would hold back turns it could never take",
                 l.max_turn_bytes, l.max_store_bytes
+            ));
+        }
+        let session = l.session_bytes();
+        if session < MIN_SESSION_BYTES || session > l.max_store_bytes {
+            return Err(format!(
+                "[limits] max_session_bytes = {session} is not between {MIN_SESSION_BYTES} and \
+                 max_store_bytes = {}",
+                l.max_store_bytes
+            ));
+        }
+        if (l.max_turn_bytes as u64).saturating_mul(2) > session {
+            return Err(format!(
+                "[limits] max_turn_bytes = {} is more than half of max_session_bytes = {session}: \
+                 a session could keep no more than its newest turn",
+                l.max_turn_bytes
+            ));
+        }
+        if l.keep_days > MAX_KEEP_DAYS {
+            return Err(format!(
+                "[limits] keep_days = {} is more than {MAX_KEEP_DAYS} (0 keeps every turn)",
+                l.keep_days
             ));
         }
         if let Some(routes) = &self.routes {

@@ -37,8 +37,13 @@ pub fn read_remote(cfg: &Config) -> Result<Option<HonchoStore>, StartError> {
 
 /// The stores: the embedded one, opened (made) in its directory, and the remote one read.
 pub fn open_stores(cfg: &Config, remote: Option<HonchoStore>) -> Result<Stores, StartError> {
-    let local = LocalStore::open(&cfg.local_dir(), cfg.limits.max_store_bytes)
-        .map_err(|e| StartError::anchored(&e))?;
+    let l = &cfg.limits;
+    let bounds = crate::store::Bounds {
+        max_bytes: l.max_store_bytes,
+        max_session_bytes: l.session_bytes(),
+        keep_ms: (l.keep_days > 0).then(|| l.keep_days * crate::store::local::DAY_MS),
+    };
+    let local = LocalStore::open(&cfg.local_dir(), bounds).map_err(|e| StartError::anchored(&e))?;
     Ok(match remote {
         None => Stores::local(Box::new(local)),
         Some(remote) => Stores::with_remote(Box::new(local), Box::new(remote)),

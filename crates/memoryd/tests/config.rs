@@ -93,6 +93,19 @@ fn unknown_keys_relative_paths_and_bounds_out_of_range_are_refused() {
             "a sixteenth of max_store_bytes",
         ),
         (
+            "[limits]\nmax_session_bytes = 1000\n",
+            "max_session_bytes = 1000",
+        ),
+        (
+            "[limits]\nmax_store_bytes = 1048576\nmax_session_bytes = 2097152\n",
+            "max_session_bytes = 2097152 is not between",
+        ),
+        (
+            "[limits]\nmax_turn_bytes = 65536\nmax_session_bytes = 65536\n",
+            "more than half of max_session_bytes",
+        ),
+        ("[limits]\nkeep_days = 40000\n", "keep_days = 40000"),
+        (
             "[limits]\nmax_recall_tokens = 1000000\n",
             "max_recall_tokens",
         ),

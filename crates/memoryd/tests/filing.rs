@@ -299,7 +299,7 @@ fn a_store_at_its_bound_keeps_the_turn_waiting_and_files_it_once_there_is_room()
     let m = memoryd(
         &h,
         "[limits]\nbackoff_ms = 50\nmax_backoff_ms = 200\nmax_turn_bytes = 65536\n\
-         max_store_bytes = 1048576\n",
+         max_store_bytes = 1048576\nmax_session_bytes = 1048576\n",
     );
     // Words that do not repeat, so the full-text index grows with the text.
     let words = |seed: u64| -> String {
@@ -342,4 +342,84 @@ fn a_store_at_its_bound_keeps_the_turn_waiting_and_files_it_once_there_is_room()
         .map(|m| m.session.to_string())
         .collect();
     assert_eq!(left, vec!["later".to_string()]);
+}
+
+#[test]
+fn a_session_past_its_bound_loses_its_oldest_turns_and_no_other_session_loses_any() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let m = memoryd(
+        &h,
+        "[limits]\nmax_turn_bytes = 16384\nmax_session_bytes = 65536\n",
+    );
+    hand_over(&h, &record("other", 1, "a turn of another session", "kept"));
+    // Twelve turns of about 10 KB each: 120 KB in a session bound to 64 KiB.
+    let text = |turn: u64| format!("turn {turn} mark{turn}word {}", "x".repeat(10_000));
+    for turn in 1..=12 {
+        hand_over(&h, &record("big", turn, &text(turn), "ok"));
+    }
+    wait_drained(&h);
+    let all = recent(&h, None);
+    let big: Vec<u64> = all
+        .iter()
+        .filter(|t| t.session.as_str() == "big")
+        .map(|t| t.turn)
+        .collect();
+    let held: usize = all
+        .iter()
+        .filter(|t| t.session.as_str() == "big")
+        .map(|t| t.text.len())
+        .sum();
+    assert!(held <= 65536, "{held} bytes held");
+    assert!(big.contains(&12), "the newest turn is kept: {big:?}");
+    assert!(!big.contains(&1), "the oldest turn is pruned: {big:?}");
+    assert!(big.len() >= 5, "as many as fit are kept: {big:?}");
+    assert!(
+        all.iter().any(|t| t.session.as_str() == "other"),
+        "another session keeps its turn"
+    );
+    let line = m.wait_log("see docs/runbook.md#memory-pruned");
+    assert!(
+        line.contains("session big") && line.contains("max_session_bytes = 65536"),
+        "{line}"
+    );
+    // The pruned text is gone from the search index too; the kept text is found by it.
+    let found = |word: &str| match recall(&h, "asker", word, 4096) {
+        Ok(Message::Memories(m)) => m.memories.len(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(found("mark1word"), 0);
+    assert_eq!(found("mark12word"), 1);
+}
+
+#[test]
+fn turns_older_than_keep_days_are_pruned_when_memoryd_starts_and_newer_ones_kept() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let mut m = memoryd(&h, "");
+    hand_over(&h, &record("old", 1, "filed three days ago", "ok"));
+    hand_over(&h, &record("new", 1, "filed just now", "ok"));
+    wait_drained(&h);
+    m.kill();
+    // Three days pass for the first turn.
+    let db = rusqlite::Connection::open(h.store_file()).unwrap();
+    db.execute(
+        "UPDATE turns SET filed = filed - ?1 WHERE session = 'old'",
+        [3 * 24 * 3600 * 1000_i64],
+    )
+    .unwrap();
+    drop(db);
+    let m = memoryd(&h, "[limits]\nkeep_days = 2\n");
+    let line = m.wait_log("see docs/runbook.md#memory-pruned");
+    assert!(
+        line.contains("pruned 1 turns") && line.contains("keep_days = 2"),
+        "{line}"
+    );
+    let left: Vec<String> = recent(&h, None)
+        .into_iter()
+        .map(|t| t.session.to_string())
+        .collect();
+    assert_eq!(left, vec!["new".to_string()]);
 }

@@ -13,6 +13,12 @@
 //! `local` turns and secret sessions' turns are filed here. `forget` deletes with
 //! `secure_delete` on (and FTS5's own `secure-delete`, so the index drops the words too), so a
 //! forgotten turn's text is overwritten in the file, not just unlinked.
+//!
+//! The store is bounded three ways ([`Bounds`]): its pages in use (a turn past that waits in the
+//! outbox, `memory-store-full`), each session's text (filing a turn past it prunes that
+//! session's oldest turns, so one session cannot fill the store alone), and, when the owner sets
+//! it, the age of a turn (older turns are pruned). Pruning deletes as `forget` does and is
+//! logged (`memory-pruned`).
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
@@ -35,6 +41,9 @@ pub const RECALL_TURNS: usize = 8;
 
 const NAME: &str = "local";
 
+/// A day, in milliseconds.
+pub const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS turns (
     id INTEGER PRIMARY KEY,
@@ -48,6 +57,7 @@ CREATE TABLE IF NOT EXISTS turns (
     UNIQUE (session, turn)
 ) STRICT;
 CREATE INDEX IF NOT EXISTS turns_by_route ON turns (route, filed);
+CREATE INDEX IF NOT EXISTS turns_by_filed ON turns (filed);
 CREATE VIRTUAL TABLE IF NOT EXISTS turns_fts USING fts5(
     text, content = 'turns', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2'
 );
@@ -62,13 +72,35 @@ END;
 
 const COLUMNS: &str = "t.session, t.turn, t.route, t.class, t.untrusted, t.filed, t.text";
 
+/// The runbook entry of turns pruned by a bound.
+pub const PRUNED_ANCHOR: &str = "memory-pruned";
+
+/// What the embedded store may hold (`[limits]` of memoryd.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// `max_store_bytes`: the file's pages in use.
+    pub max_bytes: u64,
+    /// `max_session_bytes`: the text one session's turns hold.
+    pub max_session_bytes: u64,
+    /// `keep_days`, as milliseconds: a turn filed longer ago is pruned; `None` keeps every turn.
+    pub keep_ms: Option<u64>,
+}
+
 /// The embedded store.
 #[derive(Debug)]
 pub struct LocalStore {
     path: PathBuf,
     db: Mutex<Connection>,
-    /// `[limits] max_store_bytes`.
-    max_bytes: u64,
+    bounds: Bounds,
+}
+
+/// What one filing pruned.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Pruned {
+    /// Turns older than `keep_days`.
+    aged: usize,
+    /// The session's oldest turns, to keep it within `max_session_bytes`.
+    session: usize,
 }
 
 fn failed(why: impl std::fmt::Display) -> StoreError {
@@ -80,7 +112,7 @@ fn failed(why: impl std::fmt::Display) -> StoreError {
 
 impl LocalStore {
     /// Open (creating it, 0600, if absent) the store in `dir`, which must exist.
-    pub fn open(dir: &Path, max_bytes: u64) -> Result<LocalStore, StoreError> {
+    pub fn open(dir: &Path, bounds: Bounds) -> Result<LocalStore, StoreError> {
         let path = dir.join(FILE);
         let at = |e: &dyn std::fmt::Display| failed(format!("{}: {e}", path.display()));
         // Made here so it is the owner's only; SQLite gives its journal the same mode.
@@ -113,11 +145,85 @@ impl LocalStore {
         // The pages the set-up read are not kept for a daemon that may idle for hours; the
         // first query reads what it needs (docs/performance.md).
         db.release_memory().map_err(|e| at(&e))?;
-        Ok(LocalStore {
+        let store = LocalStore {
             path,
             db: Mutex::new(db),
-            max_bytes,
-        })
+            bounds,
+        };
+        // Turns that aged past `keep_days` while memoryd was stopped go now.
+        let aged = store.with(|db| store.prune_aged(db, Timestamp::now()))?;
+        store.log_pruned(&Pruned { aged, session: 0 }, None);
+        Ok(store)
+    }
+
+    /// Delete the turns filed before `now - keep_days`; how many.
+    fn prune_aged(&self, db: &Connection, now: Timestamp) -> rusqlite::Result<usize> {
+        let Some(keep) = self.bounds.keep_ms else {
+            return Ok(0);
+        };
+        let before = i64::try_from(now.unix_millis().saturating_sub(keep)).unwrap_or(i64::MAX);
+        db.execute("DELETE FROM turns WHERE filed < ?1", [before])
+    }
+
+    /// Make room in `session` for `adding` bytes of text: delete its oldest turns until what it
+    /// holds and `adding` fit `max_session_bytes`; how many.
+    fn prune_session(
+        &self,
+        db: &Connection,
+        session: &str,
+        adding: u64,
+    ) -> rusqlite::Result<usize> {
+        let held: i64 = db.query_row(
+            "SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM turns WHERE session = ?1",
+            [session],
+            |r| r.get(0),
+        )?;
+        let held = u64::try_from(held).unwrap_or(0);
+        let max = self.bounds.max_session_bytes;
+        if held.saturating_add(adding) <= max {
+            return Ok(0);
+        }
+        let mut to_free = held.saturating_add(adding) - max;
+        let mut oldest = Vec::new();
+        {
+            let mut stmt = db.prepare_cached(
+                "SELECT id, length(CAST(text AS BLOB)) FROM turns WHERE session = ?1
+                 ORDER BY turn ASC",
+            )?;
+            let mut rows = stmt.query([session])?;
+            while to_free > 0 {
+                let Some(row) = rows.next()? else { break };
+                let (id, len): (i64, i64) = (row.get(0)?, row.get(1)?);
+                oldest.push(id);
+                to_free = to_free.saturating_sub(u64::try_from(len).unwrap_or(0));
+            }
+        }
+        for id in &oldest {
+            db.execute("DELETE FROM turns WHERE id = ?1", [id])?;
+        }
+        Ok(oldest.len())
+    }
+
+    /// One line for what a bound pruned, if anything.
+    fn log_pruned(&self, pruned: &Pruned, session: Option<&SessionId>) {
+        if pruned.aged > 0 {
+            bxharden::runbook!(
+                PRUNED_ANCHOR,
+                "memoryd: pruned {} turns filed more than [limits] keep_days = {} days ago from \
+                 the embedded store",
+                pruned.aged,
+                self.bounds.keep_ms.unwrap_or(0) / DAY_MS
+            );
+        }
+        if let (true, Some(session)) = (pruned.session > 0, session) {
+            bxharden::runbook!(
+                PRUNED_ANCHOR,
+                "memoryd: pruned the {} oldest turns of session {session} from the embedded \
+                 store, to keep it within [limits] max_session_bytes = {}",
+                pruned.session,
+                self.bounds.max_session_bytes
+            );
+        }
     }
 
     /// The database file.
@@ -201,17 +307,35 @@ impl Store for LocalStore {
     fn file(&self, filing: &Filing<'_>) -> Result<(), StoreError> {
         let r = filing.record;
         let text = turn_text(r);
+        let turn = i64::try_from(r.turn).unwrap_or(i64::MAX);
+        // The bounds' rules first, in one transaction: a turn filed already prunes nothing.
+        let pruned = self.with(|db| {
+            let tx = db.transaction()?;
+            let filed: bool = tx.query_row(
+                "SELECT EXISTS (SELECT 1 FROM turns WHERE session = ?1 AND turn = ?2)",
+                params![r.session.as_str(), turn],
+                |row| row.get(0),
+            )?;
+            let mut pruned = Pruned::default();
+            if !filed {
+                pruned.aged = self.prune_aged(&tx, Timestamp::now())?;
+                pruned.session = self.prune_session(&tx, r.session.as_str(), text.len() as u64)?;
+            }
+            tx.commit()?;
+            Ok(pruned)
+        })?;
+        self.log_pruned(&pruned, Some(&r.session));
         let used = self.with(|db| {
             let pages: i64 = db.pragma_query_value(None, "page_count", |r| r.get(0))?;
             let free: i64 = db.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
             let size: i64 = db.pragma_query_value(None, "page_size", |r| r.get(0))?;
             Ok(u64::try_from((pages - free).max(0) * size).unwrap_or(u64::MAX))
         })?;
-        if used.saturating_add(text.len() as u64) > self.max_bytes {
+        if used.saturating_add(text.len() as u64) > self.bounds.max_bytes {
             return Err(StoreError::Full {
                 store: NAME,
                 used,
-                max: self.max_bytes,
+                max: self.bounds.max_bytes,
             });
         }
         self.with(|db| {
@@ -221,7 +345,7 @@ impl Store for LocalStore {
                  ON CONFLICT (session, turn) DO NOTHING",
                 params![
                     r.session.as_str(),
-                    i64::try_from(r.turn).unwrap_or(i64::MAX),
+                    turn,
                     filing.route.name(),
                     filing.state.class.as_str(),
                     i64::from(filing.state.untrusted),

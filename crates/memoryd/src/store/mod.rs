@@ -39,7 +39,7 @@ pub mod local;
 use bxcore::{DataClass, Label, Memory, MemoryRoute, SessionId, Timestamp, TurnRecord};
 
 pub use self::honcho::HonchoStore;
-pub use local::LocalStore;
+pub use local::{Bounds, LocalStore};
 
 /// The runbook entry of a store that cannot file or answer.
 pub const STORE_ANCHOR: &str = "memory-store-failed";
