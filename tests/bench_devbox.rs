@@ -3,6 +3,9 @@
 //!
 //! - start-up: `bxctl dev up` until every socket answers `ping`, on fresh homes; beside it, in
 //!   the same run, the floor of spawning and reaping three trivial processes.
+//! - the owner under a flood: `approvals_list` on admin.sock and `memory_recent` on memories.sock
+//!   while loopd's uid (broker.sock, memory.sock) or memoryd's (state.sock) holds every place of
+//!   its socket with a frame it never finishes.
 //! - footprint: each daemon's resident memory idle, after `BENCH_CALLS` allowed tool calls on
 //!   broker.sock (default 100 000, from 8 callers) and `BENCH_TURNS` turns on loop.sock (default
 //!   2 000, each with one tool call), and again after as many more (growth between the rounds).
@@ -18,7 +21,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use boxmaker_e2e::{DAEMONS, DevBox, bin_dir, bxctl, said};
+use boxmaker_e2e::{
+    DAEMONS, DevBox, bin_dir, bxctl, hold_with_unfinished_frames, owners_question, said,
+};
 use bxcore::client;
 use bxcore::layout;
 use bxcore::{CallId, Message, SessionId, ToolRequest, ToolResponse, Turn};
@@ -201,10 +206,56 @@ fn footprint() {
     );
 }
 
+/// The owner's question answered while another principal holds every place of its socket with
+/// a frame it never finishes (`hold_with_unfinished_frames`): `ANSWERS` times each, the median
+/// and the slowest.
+fn owner_under_flood() {
+    const ANSWERS: usize = 50;
+    let b = DevBox::new();
+    b.up(&[]);
+    println!("the owner under a flood: {ANSWERS} answers each, median and slowest, in ms");
+    for (held, owners) in [
+        (None, layout::ADMIN),
+        (Some(layout::BROKER), layout::ADMIN),
+        (Some(layout::STATE), layout::ADMIN),
+        (None, layout::MEMORIES),
+        (Some(layout::MEMORY), layout::MEMORIES),
+    ] {
+        let hold = held.map(|h| hold_with_unfinished_frames(&b, &h));
+        let (question, right) = owners_question(&owners);
+        let path = owners.path(b.home());
+        let mut took: Vec<Duration> = (0..ANSWERS)
+            .map(|_| {
+                let t = Instant::now();
+                let m = b
+                    .as_client(&owners, || {
+                        client::call(&path, Duration::from_secs(30), 1, question.clone(), |_| {})
+                    })
+                    .unwrap_or_else(|e| panic!("{}: {e}", owners.file()));
+                assert!(right(&m), "{}: {m:?}", owners.file());
+                t.elapsed()
+            })
+            .collect();
+        took.sort();
+        let by = held.map_or("nobody".to_string(), |h| {
+            format!("{} ({} places, {})", h.file(), h.max_connections, h.client)
+        });
+        println!(
+            "  {:<14} with {:<34} held: {:>7.2} {:>7.2}   target: < 1000",
+            owners.file(),
+            by,
+            ms(took[ANSWERS / 2]),
+            ms(took[ANSWERS - 1])
+        );
+        drop(hold);
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not used.
     let dir = bin_dir();
     println!("binaries: {}", dir.display());
     startup();
+    owner_under_flood();
     footprint();
 }

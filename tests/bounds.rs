@@ -1,6 +1,8 @@
 //! Every socket of the dev box is bounded: 2 000 idle connections get the socket's cap of threads
 //! and an `unavailable` answer for the rest, while the daemon's other sockets and the other
-//! daemons go on serving; and many 1 MiB frames at once stay within the daemon's frame budget.
+//! daemons go on serving; many 1 MiB frames at once stay within the daemon's frame budget; and
+//! the owner's sockets answer while another principal holds every place of its own socket with
+//! a frame it never finishes.
 //! Real daemons on a temporary home; every wait has a deadline and says what it waited for.
 
 use std::io::{ErrorKind, Read, Write};
@@ -11,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::Instant;
 
-use boxmaker_e2e::{DEADLINE, DevBox};
+use boxmaker_e2e::{DEADLINE, DevBox, hold_with_unfinished_frames, owners_question};
 use bxcore::layout::{self, SocketSpec};
 use bxcore::{Envelope, ErrorCode, FrameError, Message, read_frame};
 
@@ -219,6 +221,40 @@ fn two_thousand_idle_connections_get_the_cap_then_unavailable_and_everyone_else_
         );
         drop(flood);
         served(&b, &spec, &format!("after the flood on {}", spec.file()));
+    }
+}
+
+#[test]
+fn the_owners_sockets_answer_while_another_principal_holds_every_place_with_an_unfinished_frame() {
+    let b = DevBox::new();
+    b.up(&[]);
+    // Each socket another uid may hold, beside the owner's socket of the same daemon (or of the
+    // daemon it asks): loopd's uid on broker.sock and memory.sock, memoryd's on state.sock.
+    let cases = [
+        (layout::BROKER, layout::ADMIN),
+        (layout::STATE, layout::ADMIN),
+        (layout::MEMORY, layout::MEMORIES),
+    ];
+    for (held, owners) in cases {
+        let hold = hold_with_unfinished_frames(&b, &held);
+        let (question, right) = owners_question(&owners);
+        let path = owners.path(b.home());
+        for i in 0..5 {
+            let answer = b.as_client(&owners, || {
+                bxcore::client::call(&path, DEADLINE, 1, question.clone(), |_| {})
+            });
+            match answer {
+                Ok(m) if right(&m) => {}
+                other => panic!(
+                    "{} asked {i} while {} is held by {}: {other:?}",
+                    owners.file(),
+                    held.file(),
+                    held.client
+                ),
+            }
+        }
+        drop(hold);
+        served(&b, &held, &format!("after {} was held", held.file()));
     }
 }
 

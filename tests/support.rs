@@ -252,3 +252,47 @@ impl DevBox {
         self.up(&args)
     }
 }
+
+/// `spec`'s socket of `b` held as its one client could hold it at its worst: every place the
+/// socket has, each connection naming the largest frame (`MAX_FRAME`) and sending only its first
+/// KiB, then nothing. The connections close when the streams are dropped.
+pub fn hold_with_unfinished_frames(
+    b: &DevBox,
+    spec: &bxcore::layout::SocketSpec,
+) -> Vec<std::os::unix::net::UnixStream> {
+    use std::io::Write;
+    let path = spec.path(b.home());
+    let mut start = (bxcore::MAX_FRAME as u32).to_be_bytes().to_vec();
+    start.extend_from_slice(&[b'{'; 1024]);
+    (0..spec.max_connections)
+        .map(|i| {
+            let mut s = b
+                .as_client(spec, || std::os::unix::net::UnixStream::connect(&path))
+                .unwrap_or_else(|e| panic!("connection {i} to {}: {e}", path.display()));
+            s.write_all(&start)
+                .unwrap_or_else(|e| panic!("connection {i} to {}: {e}", path.display()));
+            s
+        })
+        .collect()
+}
+
+/// The owner's question on one of the owner's sockets, and whether its answer is the right kind:
+/// `approvals_list` on admin.sock, `memory_recent` on memories.sock.
+pub fn owners_question(
+    spec: &bxcore::layout::SocketSpec,
+) -> (bxcore::Message, fn(&bxcore::Message) -> bool) {
+    use bxcore::Message;
+    match spec.name {
+        "admin" => (Message::ApprovalsList {}, |m| {
+            matches!(m, Message::Approvals(_))
+        }),
+        "memories" => (
+            Message::MemoryRecent(bxcore::MemoryRecent {
+                route: None,
+                limit: 5,
+            }),
+            |m| matches!(m, Message::Memories(_)),
+        ),
+        other => panic!("{other}.sock is not one of the owner's sockets"),
+    }
+}
