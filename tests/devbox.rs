@@ -544,3 +544,51 @@ fn a_daemon_that_never_says_ready_is_named_and_what_had_started_is_stopped() {
         }
     }
 }
+
+#[test]
+fn each_daemon_logs_into_a_pipe_and_holds_no_descriptor_of_its_log_file() {
+    let b = DevBox::new();
+    b.up(&[]);
+    for d in DAEMONS {
+        let pid = b.pid(d).expect("a pid file");
+        let log = fs::canonicalize(b.home().join(format!("logs/{d}.log"))).unwrap();
+        let fds = format!("/proc/{pid}/fd");
+        for fd in ["1", "2"] {
+            let to = fs::read_link(format!("{fds}/{fd}")).unwrap();
+            assert!(
+                to.to_string_lossy().starts_with("pipe:["),
+                "{d}'s descriptor {fd} is {}, not a pipe",
+                to.display()
+            );
+        }
+        for entry in fs::read_dir(&fds).unwrap() {
+            let to = fs::read_link(entry.unwrap().path()).unwrap_or_default();
+            assert_ne!(to, log, "{d} holds a descriptor of its own log file");
+        }
+        // What it said at start is in the log, copied from the pipe.
+        let text = fs::read_to_string(&log).unwrap();
+        assert!(text.contains(d), "{d}'s log: {text}");
+        // The sink can do nothing but copy: seccomp's strict mode.
+        let sink = fs::read_to_string(b.home().join(format!("dev/{d}.sink.pid"))).unwrap();
+        let sink = sink.split_whitespace().next().unwrap();
+        let status = fs::read_to_string(format!("/proc/{sink}/status")).unwrap();
+        assert!(
+            status.lines().any(|l| l == "Seccomp:\t1"),
+            "{d}'s log sink: {status}"
+        );
+    }
+    // What brokerd says as it stops is in its log once `down` returns: the sink copied the rest
+    // of the pipe and ended.
+    let down = b.down();
+    assert!(down.status.success(), "{}", said(&down));
+    let text = fs::read_to_string(b.home().join("logs/brokerd.log")).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("audit chain head") && l.contains("(at stop)")),
+        "{text}"
+    );
+    assert!(
+        !b.home().join("dev/brokerd.sink.pid").exists(),
+        "the sink's pid file is removed once it ended"
+    );
+}

@@ -90,6 +90,11 @@ impl DevHome {
         self.root.join("dev").join(format!("{daemon}.pid"))
     }
 
+    /// `dev/<daemon>.sink.pid`: the process that appends the daemon's output to its log.
+    pub fn sink_pid_file(&self, daemon: &str) -> PathBuf {
+        self.root.join("dev").join(format!("{daemon}.sink.pid"))
+    }
+
     pub fn marker(&self) -> PathBuf {
         self.root.join("dev/box.toml")
     }

@@ -42,6 +42,9 @@ pub use user::DevUser;
 
 /// How long `up` waits for every socket to answer `ping`.
 pub const START_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a log's sink may take to copy what its daemon left in the pipe.
+const SINK_GRACE: Duration = Duration::from_secs(2);
+
 /// How long `down` waits after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
@@ -654,6 +657,8 @@ fn make_parents(root: &Path) -> Result<Vec<PathBuf>, DevError> {
 struct Launched {
     daemon: String,
     pid: u32,
+    /// The process that appends its output to its log.
+    sink: u32,
     /// Where its readiness comes in.
     notify: UnixDatagram,
     /// Where this run's lines begin in its log, which earlier runs appended to.
@@ -718,7 +723,7 @@ fn start_all(
         let since = fs::metadata(home.log(d)).map_or(0, |m| m.len());
         let sockets = bind_sockets(home, users, d)?;
         let notify = notify_socket(home, d)?;
-        let pid = procs::spawn_detached(
+        let procs::Spawned { pid, sink } = procs::spawn_detached(
             &exe,
             &home.config(d),
             &home.log(d),
@@ -731,10 +736,13 @@ fn start_all(
         started.push(Launched {
             daemon: d.to_string(),
             pid,
+            sink,
             notify,
             since,
         });
         procs::write_pid(&home.pid_file(d), pid).map_err(io_err("cannot write a pid file"))?;
+        // A sink that ended already (its daemon died at once) has no start time to record.
+        let _ = procs::write_pid(&home.sink_pid_file(d), sink);
     }
     let until = Instant::now() + START_DEADLINE;
     for l in started.iter() {
@@ -758,7 +766,25 @@ fn start_all(
     Ok(())
 }
 
+/// Wait (at most [`SINK_GRACE`]) for the sink of `daemon`'s log to copy what is left and end,
+/// once the daemon has: the log is then whole. `child`: the sink's pid, when this process
+/// started it (and so must reap it).
+fn wait_sink(home: &DevHome, daemon: &str, child: Option<u32>) {
+    let file = home.sink_pid_file(daemon);
+    if let Some(which) = procs::read_started(&file) {
+        procs::wait_gone(which, SINK_GRACE);
+    } else if let Some(pid) = child {
+        let until = Instant::now() + SINK_GRACE;
+        while procs::exited(pid).is_none() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let _ = fs::remove_file(&file);
+}
+
 fn died(home: &DevHome, l: &Launched, status: ExitStatus) -> DevError {
+    // The daemon's last lines may still be in its pipe: the sink copies them, then ends.
+    wait_sink(home, &l.daemon, Some(l.sink));
     DevError::Died {
         daemon: l.daemon.clone(),
         status,
@@ -877,6 +903,7 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
             }
         };
         let _ = fs::remove_file(&pid_file);
+        wait_sink(&home, d, None);
         all.push((d.to_string(), stopped));
     }
     if let (Some(id), true) = (&marker.box_id, geteuid().is_root()) {

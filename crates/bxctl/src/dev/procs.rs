@@ -37,11 +37,106 @@ fn is_executable(p: &Path) -> bool {
 /// What a dev box daemon inherits of `bxctl`'s environment: nothing but these, when set. The
 /// daemons read no other variable of the caller's; `NOTIFY_SOCKET` and `LISTEN_*` are set by
 /// `dev up` itself ([`spawn_detached`]), as systemd sets them on the device, and the dev box's
-/// daemons log to a file.
+/// daemons log to a pipe ([`log_sink`]).
 pub const PASSED_ENV: [&str; 1] = ["RUST_LOG"];
 
+/// The write end of a pipe whose read end a process of its own appends to `log`: what the dev
+/// box gives a daemon as its stdout and stderr, as journald's stream is on the device. The
+/// daemon can add lines to its log and nothing else: it holds no descriptor of the file, so it
+/// cannot truncate, rewrite or seek in what it wrote before (a compromised brokerd could
+/// otherwise cut its chain-head lines).
+///
+/// The sink is forked from this process and never executes a program: it closes every
+/// descriptor but the pipe's read end and the log, enters seccomp's strict mode (`read`,
+/// `write`, `exit` and nothing else), copies until the last writer closes, and exits. It runs
+/// in its own session, so it outlives `dev up` and ends with the daemon (and any child the
+/// daemon gave its stderr to).
+/// Returns the pipe's write end and the sink's pid.
+pub fn log_sink(log: &Path) -> io::Result<(std::os::fd::OwnedFd, u32)> {
+    use std::os::fd::AsRawFd;
+    let file = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    let (read, write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    let (read_fd, file_fd) = (read.as_raw_fd(), file.as_raw_fd());
+    // SAFETY: between fork and its exit the child calls only async-signal-safe system calls
+    // (setsid, dup2, close_range, prctl, read, write, exit) on descriptors and a buffer of its
+    // own stack; it allocates nothing and takes no lock.
+    match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
+        nix::unistd::ForkResult::Child => unsafe {
+            use nix::libc;
+            libc::setsid();
+            if libc::dup2(read_fd, 0) < 0 || libc::dup2(file_fd, 1) < 0 {
+                libc::_exit(126);
+            }
+            // Everything else this process had open (other daemons' listeners, the pipe's
+            // write end) goes, or the pipe would never see its end.
+            if libc::syscall(libc::SYS_close_range, 2u32, u32::MAX, 0u32) != 0 {
+                libc::_exit(126);
+            }
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_STRICT as libc::c_ulong,
+            ) != 0
+            {
+                libc::_exit(126);
+            }
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = libc::read(0, buf.as_mut_ptr().cast(), buf.len());
+                if n <= 0 {
+                    // EINTR cannot happen: strict mode delivers no handled signal.
+                    break;
+                }
+                let mut done = 0;
+                while done < n {
+                    let w = libc::write(
+                        1,
+                        buf.as_ptr().add(done as usize).cast(),
+                        (n - done) as usize,
+                    );
+                    if w <= 0 {
+                        break;
+                    }
+                    done += w;
+                }
+            }
+            // `exit`, not `exit_group`: strict mode allows only the former.
+            libc::syscall(libc::SYS_exit, 0);
+            libc::_exit(0)
+        },
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(read);
+            Ok((write, child.as_raw() as u32))
+        }
+    }
+}
+
+/// A daemon [`spawn_detached`] started, and the sink of its log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spawned {
+    pub pid: u32,
+    pub sink: u32,
+}
+
+/// Wait up to `within` for the process `which` to end (a log sink whose daemon has ended copies
+/// what is left in its pipe first); whether it did.
+pub fn wait_gone(which: Started, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    loop {
+        // Reaped when it is this process's child; otherwise its end is seen by its start time.
+        let _ = exited(which.pid);
+        if !which.runs() {
+            return true;
+        }
+        if Instant::now() >= until {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Start `exe serve --config config` in its own session with a clean environment (only
-/// [`PASSED_ENV`]), stdin from /dev/null, stdout and stderr appended to `log`. The listening
+/// [`PASSED_ENV`]), stdin from /dev/null, stdout and stderr a pipe to `log` ([`log_sink`]). The listening
 /// `sockets` are handed over as systemd does (socket activation): descriptors 3, 4, ... in
 /// order, `LISTEN_FDS`, `LISTEN_FDNAMES` with their names, and `LISTEN_PID` the child's own
 /// pid, written after the fork. With `notify`, `NOTIFY_SOCKET` names it. Returns the child's
@@ -52,13 +147,13 @@ pub fn spawn_detached(
     log: &Path,
     sockets: &[(&str, UnixListener)],
     notify: Option<&Path>,
-) -> io::Result<u32> {
+) -> io::Result<Spawned> {
     use std::ffi::CString;
     use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
 
     let cstr = |b: &[u8]| CString::new(b).map_err(io::Error::other);
-    let out = fs::OpenOptions::new().create(true).append(true).open(log)?;
+    let (out, sink) = log_sink(log)?;
     let null = fs::File::open("/dev/null")?;
     let path = cstr(exe.as_os_str().as_bytes())?;
     let argv = [
@@ -157,7 +252,10 @@ pub fn spawn_detached(
         },
         nix::unistd::ForkResult::Parent { child } => {
             drop(listen_pid);
-            Ok(child.as_raw() as u32)
+            Ok(Spawned {
+                pid: child.as_raw() as u32,
+                sink,
+            })
         }
     }
 }
