@@ -89,8 +89,9 @@ pub struct Limits {
     /// past it waits in the outbox (`memory-store-full`).
     pub max_store_bytes: u64,
     /// The most text one session's turns hold in the embedded store (absent: a quarter of
-    /// `max_store_bytes`); filing past it prunes the session's oldest turns (`memory-pruned`),
-    /// so one session cannot fill the store alone. See [`Limits::session_bytes`].
+    /// `max_store_bytes`); a turn past it is let go and what the session holds is kept
+    /// (`memory-session-full`), so one session cannot fill the store alone. See
+    /// [`Limits::session_bytes`].
     pub max_session_bytes: Option<u64>,
     /// Turns filed more than this many days ago are pruned from the embedded store; 0 keeps
     /// every turn until the owner forgets it.

@@ -345,7 +345,7 @@ fn a_store_at_its_bound_keeps_the_turn_waiting_and_files_it_once_there_is_room()
 }
 
 #[test]
-fn a_session_past_its_bound_loses_its_oldest_turns_and_no_other_session_loses_any() {
+fn a_session_at_its_bound_keeps_what_it_holds_and_its_later_turns_are_let_go() {
     let Some(bin) = brokerd_bin() else { return };
     let h = Home::new();
     let _b = brokerd(&h, &bin);
@@ -353,12 +353,17 @@ fn a_session_past_its_bound_loses_its_oldest_turns_and_no_other_session_loses_an
         &h,
         "[limits]\nmax_turn_bytes = 16384\nmax_session_bytes = 65536\n",
     );
-    hand_over(&h, &record("other", 1, "a turn of another session", "kept"));
-    // Twelve turns of about 10 KB each: 120 KB in a session bound to 64 KiB.
+    // The owner's own turn of the session, filed first.
+    hand_over(
+        &h,
+        &record("big", 1, "the owner's first words mark1word", "ok"),
+    );
+    // Then twelve turns of about 10 KB each: 120 KB into a session bound to 64 KiB.
     let text = |turn: u64| format!("turn {turn} mark{turn}word {}", "x".repeat(10_000));
-    for turn in 1..=12 {
+    for turn in 2..=13 {
         hand_over(&h, &record("big", turn, &text(turn), "ok"));
     }
+    hand_over(&h, &record("other", 1, "a turn of another session", "kept"));
     wait_drained(&h);
     let all = recent(&h, None);
     let big: Vec<u64> = all
@@ -372,25 +377,32 @@ fn a_session_past_its_bound_loses_its_oldest_turns_and_no_other_session_loses_an
         .map(|t| t.text.len())
         .sum();
     assert!(held <= 65536, "{held} bytes held");
-    assert!(big.contains(&12), "the newest turn is kept: {big:?}");
-    assert!(!big.contains(&1), "the oldest turn is pruned: {big:?}");
-    assert!(big.len() >= 5, "as many as fit are kept: {big:?}");
+    assert!(big.contains(&1), "no turn pushes an older one out: {big:?}");
+    assert!(
+        !big.contains(&13),
+        "the turn past the bound is let go: {big:?}"
+    );
+    assert!(big.len() >= 6, "as many as fit are kept: {big:?}");
     assert!(
         all.iter().any(|t| t.session.as_str() == "other"),
-        "another session keeps its turn"
+        "another session is filed as ever"
     );
-    let line = m.wait_log("see docs/runbook.md#memory-pruned");
+    let line = m.wait_log("see docs/runbook.md#memory-session-full");
     assert!(
         line.contains("session big") && line.contains("max_session_bytes = 65536"),
         "{line}"
     );
-    // The pruned text is gone from the search index too; the kept text is found by it.
+    assert_eq!(
+        m.log_text().matches("memory-session-full").count(),
+        1,
+        "one line for the session, not one per turn"
+    );
     let found = |word: &str| match recall(&h, "asker", word, 4096) {
         Ok(Message::Memories(m)) => m.memories.len(),
         other => panic!("{other:?}"),
     };
-    assert_eq!(found("mark1word"), 0);
-    assert_eq!(found("mark12word"), 1);
+    assert_eq!(found("mark1word"), 1);
+    assert_eq!(found("mark13word"), 0);
 }
 
 #[test]

@@ -15,10 +15,10 @@
 //! forgotten turn's text is overwritten in the file, not just unlinked.
 //!
 //! The store is bounded three ways ([`Bounds`]): its pages in use (a turn past that waits in the
-//! outbox, `memory-store-full`), each session's text (filing a turn past it prunes that
-//! session's oldest turns, so one session cannot fill the store alone), and, when the owner sets
-//! it, the age of a turn (older turns are pruned). Pruning deletes as `forget` does and is
-//! logged (`memory-pruned`).
+//! outbox, `memory-store-full`), each session's text (a turn past it is let go and what the
+//! session holds is kept, `memory-session-full`: one session cannot fill the store alone, and no
+//! turn, whoever sends it, can push the owner's older ones out), and, when the owner sets it,
+//! the age of a turn (older turns are pruned as `forget` deletes, `memory-pruned`).
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
@@ -92,16 +92,16 @@ pub struct LocalStore {
     path: PathBuf,
     db: Mutex<Connection>,
     bounds: Bounds,
+    /// The sessions whose bound was logged.
+    told: Mutex<std::collections::HashSet<SessionId>>,
 }
 
-/// What one filing pruned.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Pruned {
-    /// Turns older than `keep_days`.
-    aged: usize,
-    /// The session's oldest turns, to keep it within `max_session_bytes`.
-    session: usize,
-}
+/// The runbook entry of a session at its bound.
+pub const SESSION_FULL_ANCHOR: &str = "memory-session-full";
+
+/// How many sessions at their bound are remembered as told, so a flood of them is one line
+/// each, not one per turn.
+const SESSIONS_TOLD: usize = 1024;
 
 fn failed(why: impl std::fmt::Display) -> StoreError {
     StoreError::Failed {
@@ -149,10 +149,11 @@ impl LocalStore {
             path,
             db: Mutex::new(db),
             bounds,
+            told: Mutex::default(),
         };
         // Turns that aged past `keep_days` while memoryd was stopped go now.
         let aged = store.with(|db| store.prune_aged(db, Timestamp::now()))?;
-        store.log_pruned(&Pruned { aged, session: 0 }, None);
+        store.log_pruned(aged);
         Ok(store)
     }
 
@@ -165,63 +166,43 @@ impl LocalStore {
         db.execute("DELETE FROM turns WHERE filed < ?1", [before])
     }
 
-    /// Make room in `session` for `adding` bytes of text: delete its oldest turns until what it
-    /// holds and `adding` fit `max_session_bytes`; how many.
-    fn prune_session(
-        &self,
-        db: &Connection,
-        session: &str,
-        adding: u64,
-    ) -> rusqlite::Result<usize> {
+    /// The bytes of text `session`'s turns hold.
+    fn session_bytes(db: &Connection, session: &str) -> rusqlite::Result<u64> {
         let held: i64 = db.query_row(
             "SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM turns WHERE session = ?1",
             [session],
             |r| r.get(0),
         )?;
-        let held = u64::try_from(held).unwrap_or(0);
-        let max = self.bounds.max_session_bytes;
-        if held.saturating_add(adding) <= max {
-            return Ok(0);
-        }
-        let mut to_free = held.saturating_add(adding) - max;
-        let mut oldest = Vec::new();
-        {
-            let mut stmt = db.prepare_cached(
-                "SELECT id, length(CAST(text AS BLOB)) FROM turns WHERE session = ?1
-                 ORDER BY turn ASC",
-            )?;
-            let mut rows = stmt.query([session])?;
-            while to_free > 0 {
-                let Some(row) = rows.next()? else { break };
-                let (id, len): (i64, i64) = (row.get(0)?, row.get(1)?);
-                oldest.push(id);
-                to_free = to_free.saturating_sub(u64::try_from(len).unwrap_or(0));
-            }
-        }
-        for id in &oldest {
-            db.execute("DELETE FROM turns WHERE id = ?1", [id])?;
-        }
-        Ok(oldest.len())
+        Ok(u64::try_from(held).unwrap_or(0))
     }
 
-    /// One line for what a bound pruned, if anything.
-    fn log_pruned(&self, pruned: &Pruned, session: Option<&SessionId>) {
-        if pruned.aged > 0 {
-            bxharden::runbook!(
-                PRUNED_ANCHOR,
-                "memoryd: pruned {} turns filed more than [limits] keep_days = {} days ago from \
-                 the embedded store",
-                pruned.aged,
-                self.bounds.keep_ms.unwrap_or(0) / DAY_MS
-            );
+    /// Say once per session (of the last [`SESSIONS_TOLD`]) that it is at its bound.
+    fn tell_session_full(&self, session: &SessionId, held: u64) {
+        let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
+        if told.contains(session) {
+            return;
         }
-        if let (true, Some(session)) = (pruned.session > 0, session) {
+        if told.len() >= SESSIONS_TOLD {
+            told.clear();
+        }
+        told.insert(session.clone());
+        bxharden::runbook!(
+            SESSION_FULL_ANCHOR,
+            "memoryd: session {session} holds {held} bytes of text in the embedded store, at \
+             [limits] max_session_bytes = {}; its later turns are not remembered, and what it \
+             holds is kept",
+            self.bounds.max_session_bytes
+        );
+    }
+
+    /// One line for the turns the age rule pruned, if any.
+    fn log_pruned(&self, aged: usize) {
+        if aged > 0 {
             bxharden::runbook!(
                 PRUNED_ANCHOR,
-                "memoryd: pruned the {} oldest turns of session {session} from the embedded \
-                 store, to keep it within [limits] max_session_bytes = {}",
-                pruned.session,
-                self.bounds.max_session_bytes
+                "memoryd: pruned {aged} turns filed more than [limits] keep_days = {} days ago \
+                 from the embedded store",
+                self.bounds.keep_ms.unwrap_or(0) / DAY_MS
             );
         }
     }
@@ -308,23 +289,17 @@ impl Store for LocalStore {
         let r = filing.record;
         let text = turn_text(r);
         let turn = i64::try_from(r.turn).unwrap_or(i64::MAX);
-        // The bounds' rules first, in one transaction: a turn filed already prunes nothing.
-        let pruned = self.with(|db| {
-            let tx = db.transaction()?;
-            let filed: bool = tx.query_row(
-                "SELECT EXISTS (SELECT 1 FROM turns WHERE session = ?1 AND turn = ?2)",
-                params![r.session.as_str(), turn],
-                |row| row.get(0),
-            )?;
-            let mut pruned = Pruned::default();
-            if !filed {
-                pruned.aged = self.prune_aged(&tx, Timestamp::now())?;
-                pruned.session = self.prune_session(&tx, r.session.as_str(), text.len() as u64)?;
-            }
-            tx.commit()?;
-            Ok(pruned)
+        // The age rule first; then the session's bound, which keeps what the session holds and
+        // lets the new turn go: no turn can delete an older one, whoever sends it.
+        let (aged, held) = self.with(|db| {
+            let aged = self.prune_aged(db, Timestamp::now())?;
+            Ok((aged, Self::session_bytes(db, r.session.as_str())?))
         })?;
-        self.log_pruned(&pruned, Some(&r.session));
+        self.log_pruned(aged);
+        if held.saturating_add(text.len() as u64) > self.bounds.max_session_bytes {
+            self.tell_session_full(&r.session, held);
+            return Ok(());
+        }
         let used = self.with(|db| {
             let pages: i64 = db.pragma_query_value(None, "page_count", |r| r.get(0))?;
             let free: i64 = db.pragma_query_value(None, "freelist_count", |r| r.get(0))?;
