@@ -78,8 +78,13 @@ impl Table for Brokerd {
         daemon::read(cfg)
     }
 
-    fn describe(cfg: &Config, _: &daemon::Read) -> Vec<String> {
+    fn serves(cfg: &Config, _: &daemon::Read) -> Vec<String> {
         daemon::describe(cfg)
+    }
+
+    /// Each line says what it serves on which socket already.
+    fn describe(cfg: &Config, read: &daemon::Read) -> Vec<String> {
+        Self::serves(cfg, read)
     }
 
     fn check(cfg: &Config, read: &daemon::Read) -> (Vec<String>, bool) {

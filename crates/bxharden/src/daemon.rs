@@ -246,13 +246,34 @@ pub trait Table: Sized {
     /// Step 3's reading: the files the configuration names. Makes nothing.
     fn read(cfg: &Self::Config) -> Result<Self::Read, StartError>;
 
-    /// What it serves, for the start-up notices and `check`: never a secret.
-    fn describe(cfg: &Self::Config, read: &Self::Read) -> Vec<String>;
+    /// What it serves, line by line, the first naming its sockets (`gateway.sock on ...`): what
+    /// [`describe`](Self::describe) and [`check`](Self::check) say by default. Never a secret.
+    fn serves(cfg: &Self::Config, read: &Self::Read) -> Vec<String>;
+
+    /// What it serves, for the start-up notices: by default [`serves`](Self::serves), its first
+    /// line `serving ...`.
+    fn describe(cfg: &Self::Config, read: &Self::Read) -> Vec<String> {
+        let mut lines = Self::serves(cfg, read);
+        if let Some(first) = lines.first_mut() {
+            *first = format!("serving {first}");
+        }
+        lines
+    }
 
     /// What `check` prints after the configuration loaded and was read, and whether it passes
-    /// (`false`: status 1). By default the description.
+    /// (`false`: status 1). By default `<daemon>: configuration ok`, then `<daemon>: would
+    /// serve ...` and the rest of [`serves`](Self::serves), each line named by the daemon.
     fn check(cfg: &Self::Config, read: &Self::Read) -> (Vec<String>, bool) {
-        (Self::describe(cfg, read), true)
+        let name = Self::SPEC.daemon.name;
+        let mut lines = vec![format!("{name}: configuration ok")];
+        for (i, l) in Self::serves(cfg, read).into_iter().enumerate() {
+            lines.push(if i == 0 {
+                format!("{name}: would serve {l}")
+            } else {
+                format!("{name}: {l}")
+            });
+        }
+        (lines, true)
     }
 
     /// How `check` says it refused the configuration or what it names: by default on stderr,

@@ -44,16 +44,8 @@ impl Table for Channeld {
         daemon::prepare(cfg)
     }
 
-    fn describe(cfg: &Config, read: &Prepared) -> Vec<String> {
-        vec![format!("serving {}", daemon::describe(cfg, read))]
-    }
-
-    fn check(cfg: &Config, read: &Prepared) -> (Vec<String>, bool) {
-        let lines = vec![
-            "channeld: configuration ok".to_string(),
-            format!("channeld: would serve {}", daemon::describe(cfg, read)),
-        ];
-        (lines, true)
+    fn serves(cfg: &Config, read: &Prepared) -> Vec<String> {
+        vec![daemon::describe(cfg, read)]
     }
 
     fn prepare(s: &mut Start<Config>, read: Prepared) -> Result<Opened, StartError> {

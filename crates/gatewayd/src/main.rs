@@ -35,16 +35,8 @@ impl Table for Gatewayd {
         daemon::prepare(cfg)
     }
 
-    fn describe(cfg: &Config, read: &Prepared) -> Vec<String> {
-        vec![format!("serving {}", daemon::describe(cfg, read))]
-    }
-
-    fn check(cfg: &Config, read: &Prepared) -> (Vec<String>, bool) {
-        let lines = vec![
-            "gatewayd: configuration ok".to_string(),
-            format!("gatewayd: would serve {}", daemon::describe(cfg, read)),
-        ];
-        (lines, true)
+    fn serves(cfg: &Config, read: &Prepared) -> Vec<String> {
+        vec![daemon::describe(cfg, read)]
     }
 
     fn prepare(s: &mut Start<Config>, read: Prepared) -> Result<Self::Prepared, StartError> {

@@ -37,19 +37,8 @@ impl Table for Inferproxy {
         daemon::inference(cfg)
     }
 
-    fn describe(cfg: &Config, inference: &Inference) -> Vec<String> {
-        vec![format!("serving {}", daemon::describe(cfg, inference))]
-    }
-
-    fn check(cfg: &Config, inference: &Inference) -> (Vec<String>, bool) {
-        let lines = vec![
-            "inferproxy: configuration ok".to_string(),
-            format!(
-                "inferproxy: would serve {}",
-                daemon::describe(cfg, inference)
-            ),
-        ];
-        (lines, true)
+    fn serves(cfg: &Config, inference: &Inference) -> Vec<String> {
+        vec![daemon::describe(cfg, inference)]
     }
 
     fn prepare(s: &mut Start<Config>, inference: Inference) -> Result<Self::Prepared, StartError> {

@@ -65,8 +65,13 @@ impl Table for Loopd {
         Ok(())
     }
 
-    fn describe(cfg: &Config, _: &()) -> Vec<String> {
+    fn serves(cfg: &Config, _: &()) -> Vec<String> {
         vec![daemon::describe(cfg)]
+    }
+
+    /// The line says what it serves on which socket already.
+    fn describe(cfg: &Config, read: &()) -> Vec<String> {
+        Self::serves(cfg, read)
     }
 
     fn check(cfg: &Config, _: &()) -> (Vec<String>, bool) {

@@ -45,25 +45,8 @@ impl Table for Memoryd {
         daemon::read_remote(cfg)
     }
 
-    fn describe(cfg: &Config, remote: &Option<HonchoStore>) -> Vec<String> {
-        let mut lines = daemon::describe(cfg, remote.as_ref());
-        lines[0] = format!("serving {}", lines[0]);
-        lines
-    }
-
-    fn check(cfg: &Config, remote: &Option<HonchoStore>) -> (Vec<String>, bool) {
-        let mut lines = vec!["memoryd: configuration ok".to_string()];
-        for (i, l) in daemon::describe(cfg, remote.as_ref())
-            .into_iter()
-            .enumerate()
-        {
-            lines.push(if i == 0 {
-                format!("memoryd: would serve {l}")
-            } else {
-                format!("memoryd: {l}")
-            });
-        }
-        (lines, true)
+    fn serves(cfg: &Config, remote: &Option<HonchoStore>) -> Vec<String> {
+        daemon::describe(cfg, remote.as_ref())
     }
 
     fn prepare(s: &mut Start<Config>, remote: Option<HonchoStore>) -> Result<Prepared, StartError> {
