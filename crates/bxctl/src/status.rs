@@ -72,6 +72,10 @@ pub struct Status {
     pub home_exists: bool,
     /// Whether nothing below is a problem.
     pub healthy: bool,
+    /// Why the box is down, when none of its daemons runs (and how to start it): the one
+    /// problem then, in place of a line per socket and daemon.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub down: Option<String>,
     /// Every reason the box is not healthy, for a person.
     pub problems: Vec<String>,
     /// The model inferproxy is configured with; `None` when its config could not be read.
@@ -116,6 +120,7 @@ pub fn gather(target: &dyn Target) -> Status {
             home: target.home().display().to_string(),
             home_exists: false,
             healthy: false,
+            down: None,
             problems: vec![home_gone(target)],
             model: None,
             sockets: Vec::new(),
@@ -145,6 +150,30 @@ pub fn gather(target: &dyn Target) -> Status {
         })
         .collect();
     let daemons = health::daemons(target);
+    if daemons
+        .iter()
+        .all(|d| !d.configured || d.processes.is_empty())
+    {
+        let why = format!(
+            "the box is down: none of its daemons runs; {}",
+            target.start_hint()
+        );
+        return Status {
+            home: target.home().display().to_string(),
+            home_exists: true,
+            healthy: false,
+            down: Some(why.clone()),
+            problems: vec![why],
+            model: model::configured(target).ok(),
+            sockets,
+            daemons,
+            audit: None,
+            pending: None,
+            memory: None,
+            health: None,
+            channel: None,
+        };
+    }
     checks.extend(daemons.iter().filter_map(health::confined_check));
     let model = match model::configured(target) {
         Ok(m) => Some(m),
@@ -206,6 +235,7 @@ pub fn gather(target: &dyn Target) -> Status {
         home: target.home().display().to_string(),
         home_exists: true,
         healthy: problems.is_empty(),
+        down: None,
         problems,
         model,
         sockets,
@@ -336,6 +366,8 @@ pub fn render(s: &Status) -> String {
     out.push('\n');
     if s.healthy {
         out.push_str("status: healthy\n");
+    } else if let Some(why) = &s.down {
+        out.push_str(&format!("status: DOWN: {}\n", Shown(why, Mode::Line)));
     } else {
         out.push_str(&format!(
             "status: DEGRADED, {} problem(s):\n",
@@ -354,6 +386,12 @@ pub fn verdict(s: &Status) -> Ended {
     if s.healthy {
         return Ok(Done);
     }
+    if let Some(why) = &s.down {
+        return Err(
+            Failure::failed(format!("status: DOWN: {}", Shown(why, Mode::Line)))
+                .pointing(Some(DOWN_ANCHOR)),
+        );
+    }
     let said = match s.problems.as_slice() {
         [one] => one.clone(),
         // Each is listed above; the verdict counts them and names the first.
@@ -371,6 +409,8 @@ pub fn verdict(s: &Status) -> Ended {
 
 /// The runbook entry of a box that is not healthy.
 pub const DEGRADED_ANCHOR: &str = "bxctl-status-degraded";
+/// The runbook entry of a box none of whose daemons runs.
+pub const DOWN_ANCHOR: &str = "bxctl-status-down";
 
 /// `bxctl status [--json]`: the status of the box at `target` on `out`, then the verdict.
 pub fn run(target: &dyn Target, json: bool, out: &mut dyn Write) -> Ended {
@@ -393,6 +433,7 @@ mod tests {
             home: "/h".into(),
             home_exists: true,
             healthy: false,
+            down: None,
             problems: vec!["loopd (pid 7) is NOT CONFINED: Seccomp 0".into()],
             model: None,
             sockets: Vec::new(),

@@ -90,6 +90,9 @@ pub trait Target: fmt::Debug {
     /// Where `daemon`'s log lines are.
     fn logs(&self, daemon: &str) -> Log;
 
+    /// How the owner starts this box when none of its daemons runs.
+    fn start_hint(&self) -> String;
+
     /// How `loopd selftest` runs here, as loopd's user; `Err` says why it cannot.
     fn loopd_selftest(&self) -> Result<LoopdSelftest, String>;
 
@@ -198,6 +201,10 @@ impl Target for Device {
     /// reaches the owner's sockets as themselves.
     fn client_ids(&self, _spec: &SocketSpec) -> Option<Ids> {
         None
+    }
+
+    fn start_hint(&self) -> String {
+        "start its units: `systemctl start 'boxmaker-*.socket' 'boxmaker-*.service'`".to_string()
     }
 
     fn logs(&self, daemon: &str) -> Log {

@@ -78,6 +78,10 @@ impl Target for DevHome {
     }
 
     /// `<home>/logs/<daemon>.log`.
+    fn start_hint(&self) -> String {
+        format!("start it: `bxctl dev up --home {}`", self.root().display())
+    }
+
     fn logs(&self, daemon: &str) -> Log {
         Log::File(self.log(daemon))
     }
