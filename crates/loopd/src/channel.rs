@@ -277,21 +277,33 @@ fn run(
     reply: &mut Reply,
 ) -> Result<TurnDone, TurnError> {
     let dir = ctx.cfg.sessions_dir();
+    // A session that exists is opened first, so a channel's message it ran already is refused
+    // before anything else is asked (the broker may be down; the answer is still the repeat).
+    let opened = if turn.resume {
+        let session = Session::open(&dir, &turn.session, &|l| {
+            bxharden::log::line(TORN_TAIL_ANCHOR, l)
+        })?;
+        if let Some(key) = key.filter(|k| session.has_key(k)) {
+            return Err(TurnError::Repeated(key.clone()));
+        }
+        Some(session)
+    } else {
+        None
+    };
     // What the model is offered, asked before anything is written: a broker that cannot say
     // ends the turn here, before a session is made or a model called.
     let offer = ctx
         .registry
         .offer(ctx.port.as_ref())
         .map_err(TurnError::Broker)?;
-    let mut session = if turn.resume {
-        Session::open(&dir, &turn.session, &|l| {
-            bxharden::log::line(TORN_TAIL_ANCHOR, l)
-        })?
-    } else {
-        let about = crate::prompt::about(&offer);
-        let baseline =
-            Baseline::assemble(&ctx.cfg.loop_dir(), &about).map_err(TurnError::Baseline)?;
-        Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?
+    let mut session = match opened {
+        Some(session) => session,
+        None => {
+            let about = crate::prompt::about(&offer);
+            let baseline =
+                Baseline::assemble(&ctx.cfg.loop_dir(), &about).map_err(TurnError::Baseline)?;
+            Session::create(&dir, &turn.session, &ctx.cfg.slots.main, &baseline.system)?
+        }
     };
     // While the turn runs, the channel's end of input cancels it (`cancel`): watched from the
     // moment there is a turn to cancel, so a refused open or create costs no thread.

@@ -301,13 +301,19 @@ fn a_channel_message_handed_off_twice_runs_once_and_the_second_is_refused_turn_r
             Step::Text("Second answer.".to_string()),
         ],
     );
-    let mut d = Loopd::start(home.path(), &config(home.path(), ""));
+    let broker = FakeBroker::ok(&layout.broker, vec![tool("workspace_read")]);
+    let extra = format!("[broker]\nsocket = {}\n", toml_path(&layout.broker));
+    let mut d = Loopd::start(home.path(), &config(home.path(), &extra));
     let bridge = bxcore::layout::BRIDGE.path(home.path());
     let frames = channel_turn(&bridge, 1, "matrix-00bb", false, "hello", "$ev1:hs");
     assert!(
         matches!(last_msg(&frames), Message::TurnDone(_)),
         "{frames:?}"
     );
+    // brokerd goes down: a repeated message is still answered as one, and asks it nothing.
+    assert!(!broker.seen.lock().unwrap().requests.is_empty());
+    drop(broker);
+    let _ = fs::remove_file(&layout.broker);
     // The channel stopped before it remembered handing "$ev1:hs" off, and hands it off again.
     let frames = channel_turn(&bridge, 2, "matrix-00bb", true, "hello", "$ev1:hs");
     match last_msg(&frames) {
@@ -336,7 +342,8 @@ fn a_channel_message_handed_off_twice_runs_once_and_the_second_is_refused_turn_r
     // The key is kept across a restart of loopd (it is in the session log), and another message
     // of the room is a turn as ever.
     d.kill();
-    let _d = Loopd::start(home.path(), &config(home.path(), ""));
+    let _broker = FakeBroker::ok(&layout.broker, vec![tool("workspace_read")]);
+    let _d = Loopd::start(home.path(), &config(home.path(), &extra));
     let frames = channel_turn(&bridge, 3, "matrix-00bb", true, "hello", "$ev1:hs");
     assert_eq!(
         support::error_code(&frames),
