@@ -435,3 +435,45 @@ fn turns_older_than_keep_days_are_pruned_when_memoryd_starts_and_newer_ones_kept
         .collect();
     assert_eq!(left, vec!["new".to_string()]);
 }
+
+#[test]
+fn a_store_of_the_first_schema_has_its_sessions_counted_when_opened_and_their_bounds_hold() {
+    let Some(bin) = brokerd_bin() else { return };
+    let h = Home::new();
+    let _b = brokerd(&h, &bin);
+    let text = |turn: u64| format!("turn {turn} {}", "y".repeat(15_000));
+    let mut m = memoryd(&h, "[limits]\nmax_turn_bytes = 16384\n");
+    for turn in 1..=4 {
+        hand_over(&h, &record("old", turn, &text(turn), "ok"));
+    }
+    wait_drained(&h);
+    m.kill();
+    // The store as the first schema wrote it: no byte counts.
+    let db = rusqlite::Connection::open(h.store_file()).unwrap();
+    db.execute_batch(
+        "DROP TRIGGER session_bytes_added; DROP TRIGGER session_bytes_deleted;
+         DROP TABLE session_bytes; PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    drop(db);
+    // About 60 KB held: a fifth turn passes a bound of 64 KiB, and is let go.
+    let m = memoryd(
+        &h,
+        "[limits]\nmax_turn_bytes = 16384\nmax_session_bytes = 65536\n",
+    );
+    hand_over(&h, &record("old", 5, &text(5), "ok"));
+    m.wait_log("see docs/runbook.md#memory-session-full");
+    wait_drained(&h);
+    let turns: Vec<u64> = recent(&h, None)
+        .into_iter()
+        .filter(|t| t.session.as_str() == "old")
+        .map(|t| t.turn)
+        .collect();
+    assert_eq!(turns.len(), 4, "{turns:?}");
+    assert!(!turns.contains(&5));
+    let db = rusqlite::Connection::open(h.store_file()).unwrap();
+    let version: i64 = db
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+}

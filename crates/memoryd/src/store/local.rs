@@ -26,14 +26,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use bxcore::{DataClass, Memory, MemoryRoute, SessionId, Timestamp};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Filing, Forgotten, Store, StoreError, turn_text, words};
 
 /// The database's file name in the local store's directory.
 pub const FILE: &str = "memory.sqlite3";
-/// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+/// The schema this build writes (`PRAGMA user_version`): 2 adds each session's byte count.
+pub const SCHEMA_VERSION: i64 = 2;
 /// The most words of a query searched for.
 pub const MAX_QUERY_WORDS: usize = 32;
 /// The most turns one recall considers before cutting to its token budget.
@@ -68,6 +68,26 @@ END;
 CREATE TRIGGER IF NOT EXISTS turns_deleted AFTER DELETE ON turns BEGIN
     INSERT INTO turns_fts (turns_fts, rowid, text) VALUES ('delete', old.id, old.text);
 END;
+CREATE TABLE IF NOT EXISTS session_bytes (
+    session TEXT PRIMARY KEY,
+    bytes INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS session_bytes_added AFTER INSERT ON turns BEGIN
+    INSERT INTO session_bytes (session, bytes) VALUES (new.session, length(CAST(new.text AS BLOB)))
+    ON CONFLICT (session) DO UPDATE SET bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER IF NOT EXISTS session_bytes_deleted AFTER DELETE ON turns BEGIN
+    UPDATE session_bytes SET bytes = bytes - length(CAST(old.text AS BLOB))
+    WHERE session = old.session;
+    DELETE FROM session_bytes WHERE session = old.session AND bytes <= 0;
+END;
+";
+
+/// Version 1 had no byte counts: they are counted once, from the turns, when it is opened.
+const COUNT_SESSIONS: &str = "
+DELETE FROM session_bytes;
+INSERT INTO session_bytes (session, bytes)
+    SELECT session, SUM(length(CAST(text AS BLOB))) FROM turns GROUP BY session;
 ";
 
 const COLUMNS: &str = "t.session, t.turn, t.route, t.class, t.untrusted, t.filed, t.text";
@@ -140,6 +160,9 @@ impl LocalStore {
             )));
         }
         db.execute_batch(SCHEMA).map_err(|e| at(&e))?;
+        if version < SCHEMA_VERSION {
+            db.execute_batch(COUNT_SESSIONS).map_err(|e| at(&e))?;
+        }
         db.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(|e| at(&e))?;
         // The pages the set-up read are not kept for a daemon that may idle for hours; the
@@ -166,14 +189,17 @@ impl LocalStore {
         db.execute("DELETE FROM turns WHERE filed < ?1", [before])
     }
 
-    /// The bytes of text `session`'s turns hold.
+    /// The bytes of text `session`'s turns hold, as the triggers keep count: one row read,
+    /// however large the session.
     fn session_bytes(db: &Connection, session: &str) -> rusqlite::Result<u64> {
-        let held: i64 = db.query_row(
-            "SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0) FROM turns WHERE session = ?1",
-            [session],
-            |r| r.get(0),
-        )?;
-        Ok(u64::try_from(held).unwrap_or(0))
+        let held: Option<i64> = db
+            .query_row(
+                "SELECT bytes FROM session_bytes WHERE session = ?1",
+                [session],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(held.and_then(|h| u64::try_from(h).ok()).unwrap_or(0))
     }
 
     /// Say once per session (of the last [`SESSIONS_TOLD`]) that it is at its bound.
