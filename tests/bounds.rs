@@ -237,6 +237,7 @@ fn the_owners_sockets_answer_while_another_principal_holds_every_place_with_an_u
     ];
     for (held, owners) in cases {
         let hold = hold_with_unfinished_frames(&b, &held);
+        let holding = hold.unanswered();
         let (question, right) = owners_question(&owners);
         let path = owners.path(b.home());
         for i in 0..5 {
@@ -253,6 +254,15 @@ fn the_owners_sockets_answer_while_another_principal_holds_every_place_with_an_u
                 ),
             }
         }
+        // The hold is as it was: the answers did not wait for the held frames' room, which
+        // comes only once the server gives those connections up at their first-frame deadline.
+        assert_eq!(
+            hold.unanswered(),
+            holding,
+            "{} was answered only once {} was let go",
+            owners.file(),
+            held.file()
+        );
         drop(hold);
         served(&b, &held, &format!("after {} was held", held.file()));
     }

@@ -253,27 +253,86 @@ impl DevBox {
     }
 }
 
+/// A socket held by [`hold_with_unfinished_frames`]: its connections and their writers.
+/// Dropped, the connections are shut down and the writers end.
+#[derive(Debug)]
+pub struct Hold {
+    streams: Vec<std::os::unix::net::UnixStream>,
+    writers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hold {
+    /// How many of the connections the server has not answered yet: those whose frames it
+    /// holds, and those waiting for room in its budget (answered `unavailable` at their
+    /// first-frame deadline).
+    pub fn unanswered(&self) -> usize {
+        use nix::sys::socket::{MsgFlags, recv};
+        use std::os::fd::AsRawFd;
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        self.streams
+            .iter()
+            .filter(|s| {
+                let mut byte = [0u8; 1];
+                recv(s.as_raw_fd(), &mut byte, flags) == Err(nix::errno::Errno::EAGAIN)
+            })
+            .count()
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        for s in &self.streams {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        for w in self.writers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
 /// `spec`'s socket of `b` held as its one client could hold it at its worst: every place the
-/// socket has, each connection naming the largest frame (`MAX_FRAME`) and sending only its first
-/// KiB, then nothing. The connections close when the streams are dropped.
-pub fn hold_with_unfinished_frames(
-    b: &DevBox,
-    spec: &bxcore::layout::SocketSpec,
-) -> Vec<std::os::unix::net::UnixStream> {
+/// socket has, each connection sending a frame of the largest size (`MAX_FRAME`) but its last
+/// byte, far more than the socket's frame budget in all, then nothing. Returns once the server
+/// has taken one whole frame but the last byte (its budget is then being held): the frames it
+/// took wait for their last byte, the others for room, until the first-frame deadline.
+pub fn hold_with_unfinished_frames(b: &DevBox, spec: &bxcore::layout::SocketSpec) -> Hold {
     use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let path = spec.path(b.home());
-    let mut start = (bxcore::MAX_FRAME as u32).to_be_bytes().to_vec();
-    start.extend_from_slice(&[b'{'; 1024]);
-    (0..spec.max_connections)
-        .map(|i| {
-            let mut s = b
-                .as_client(spec, || std::os::unix::net::UnixStream::connect(&path))
-                .unwrap_or_else(|e| panic!("connection {i} to {}: {e}", path.display()));
-            s.write_all(&start)
-                .unwrap_or_else(|e| panic!("connection {i} to {}: {e}", path.display()));
-            s
-        })
-        .collect()
+    let mut frame = (bxcore::MAX_FRAME as u32).to_be_bytes().to_vec();
+    frame.resize(4 + bxcore::MAX_FRAME - 1, b'{');
+    let frame = std::sync::Arc::new(frame);
+    let sent = std::sync::Arc::new(AtomicUsize::new(0));
+    let mut hold = Hold {
+        streams: Vec::new(),
+        writers: Vec::new(),
+    };
+    for i in 0..spec.max_connections {
+        let s = b
+            .as_client(spec, || std::os::unix::net::UnixStream::connect(&path))
+            .unwrap_or_else(|e| panic!("connection {i} to {}: {e}", path.display()));
+        let mut writer = s.try_clone().unwrap();
+        let (frame, sent) = (std::sync::Arc::clone(&frame), std::sync::Arc::clone(&sent));
+        // A connection answered `unavailable` is closed under its writer: that ends it too.
+        hold.writers.push(std::thread::spawn(move || {
+            if writer.write_all(&frame).is_ok() {
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+        hold.streams.push(s);
+    }
+    bxtest::wait_for("the server to take a whole frame", DEADLINE, || {
+        sent.load(Ordering::Relaxed) >= 1
+    });
+    // The reads that gave way to the others are answered at once: the hold is settled when
+    // what is unanswered stops changing.
+    let mut last = hold.unanswered();
+    bxtest::wait_for("the hold to settle", DEADLINE, || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = hold.unanswered();
+        std::mem::replace(&mut last, now) == now
+    });
+    hold
 }
 
 /// The owner's question on one of the owner's sockets, and whether its answer is the right kind:
