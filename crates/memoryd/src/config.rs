@@ -253,19 +253,14 @@ impl bxharden::daemon::DaemonConfig for Config {
                 l.max_turn_bytes, l.max_store_bytes
             ));
         }
+        // At least two of the largest turns, and never below 64 KiB.
         let session = l.session_bytes();
-        if session < MIN_SESSION_BYTES || session > l.max_store_bytes {
+        let least = MIN_SESSION_BYTES.max((l.max_turn_bytes as u64).saturating_mul(2));
+        if session < least || session > l.max_store_bytes {
             return Err(format!(
-                "[limits] max_session_bytes = {session} is not between {MIN_SESSION_BYTES} and \
-                 max_store_bytes = {}",
-                l.max_store_bytes
-            ));
-        }
-        if (l.max_turn_bytes as u64).saturating_mul(2) > session {
-            return Err(format!(
-                "[limits] max_turn_bytes = {} is more than half of max_session_bytes = {session}: \
-                 a session could keep no more than its newest turn",
-                l.max_turn_bytes
+                "[limits] max_session_bytes = {session} is not between {least} (64 KiB, or twice \
+                 max_turn_bytes = {}) and max_store_bytes = {}",
+                l.max_turn_bytes, l.max_store_bytes
             ));
         }
         if l.keep_days > MAX_KEEP_DAYS {

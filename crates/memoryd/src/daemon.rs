@@ -98,6 +98,17 @@ pub fn describe(cfg: &Config, remote: Option<&HonchoStore>) -> Vec<String> {
             r.to
         ));
     }
+    let l = &cfg.limits;
+    lines.push(format!(
+        "embedded store bounds: {} bytes in all, {} a session, turns of at most {} bytes, {}",
+        l.max_store_bytes,
+        l.session_bytes(),
+        l.max_turn_bytes,
+        match l.keep_days {
+            0 => "every turn kept until forgotten".to_string(),
+            n => format!("turns older than {n} days pruned"),
+        }
+    ));
     lines
 }
 

@@ -102,7 +102,7 @@ fn unknown_keys_relative_paths_and_bounds_out_of_range_are_refused() {
         ),
         (
             "[limits]\nmax_turn_bytes = 65536\nmax_session_bytes = 65536\n",
-            "more than half of max_session_bytes",
+            "max_session_bytes = 65536 is not between 131072",
         ),
         ("[limits]\nkeep_days = 40000\n", "keep_days = 40000"),
         (

@@ -389,7 +389,7 @@ fn a_session_at_its_bound_keeps_what_it_holds_and_its_later_turns_are_let_go() {
     );
     let line = m.wait_log("see docs/runbook.md#memory-session-full");
     assert!(
-        line.contains("session big") && line.contains("max_session_bytes = 65536"),
+        line.contains("memoryd: session big") && line.contains("max_session_bytes = 65536"),
         "{line}"
     );
     assert_eq!(
@@ -426,9 +426,10 @@ fn turns_older_than_keep_days_are_pruned_when_memoryd_starts_and_newer_ones_kept
     let m = memoryd(&h, "[limits]\nkeep_days = 2\n");
     let line = m.wait_log("see docs/runbook.md#memory-pruned");
     assert!(
-        line.contains("pruned 1 turns") && line.contains("keep_days = 2"),
+        line.contains("memoryd: pruned 1 turns") && line.contains("keep_days = 2"),
         "{line}"
     );
+    assert!(!line.contains("memoryd: memoryd:"), "{line}");
     let left: Vec<String> = recent(&h, None)
         .into_iter()
         .map(|t| t.session.to_string())

@@ -203,7 +203,7 @@ impl LocalStore {
     }
 
     /// Say once per session (of the last [`SESSIONS_TOLD`]) that it is at its bound.
-    fn tell_session_full(&self, session: &SessionId, held: u64) {
+    fn tell_session_full(&self, session: &SessionId, held: u64, adding: u64) {
         let mut told = self.told.lock().unwrap_or_else(|p| p.into_inner());
         if told.contains(session) {
             return;
@@ -214,9 +214,9 @@ impl LocalStore {
         told.insert(session.clone());
         bxharden::runbook!(
             SESSION_FULL_ANCHOR,
-            "memoryd: session {session} holds {held} bytes of text in the embedded store, at \
-             [limits] max_session_bytes = {}; its later turns are not remembered, and what it \
-             holds is kept",
+            "session {session} holds {held} bytes of text in the embedded store, and its next \
+             turn ({adding} bytes) would pass [limits] max_session_bytes = {}: its later turns \
+             are not remembered, and what it holds is kept",
             self.bounds.max_session_bytes
         );
     }
@@ -226,8 +226,8 @@ impl LocalStore {
         if aged > 0 {
             bxharden::runbook!(
                 PRUNED_ANCHOR,
-                "memoryd: pruned {aged} turns filed more than [limits] keep_days = {} days ago \
-                 from the embedded store",
+                "pruned {aged} turns from the embedded store, filed longer ago than [limits] \
+                 keep_days = {}",
                 self.bounds.keep_ms.unwrap_or(0) / DAY_MS
             );
         }
@@ -323,7 +323,7 @@ impl Store for LocalStore {
         })?;
         self.log_pruned(aged);
         if held.saturating_add(text.len() as u64) > self.bounds.max_session_bytes {
-            self.tell_session_full(&r.session, held);
+            self.tell_session_full(&r.session, held, text.len() as u64);
             return Ok(());
         }
         let used = self.with(|db| {
