@@ -121,10 +121,10 @@ pub fn worker(ch: &Channel, room: &str) {
 const BUSY_WITHIN: Duration = Duration::from_secs(120);
 
 /// What the room is told when loopd refuses a message it ran already.
-const REPEATED_NOTE: &str = "[the channel restarted just after handing this message to the box: \
-                             its turn ran then and does not run again, and its answer could not \
-                             be shown here (it is in the session log). Send the message again to \
-                             have it answered.]";
+const REPEATED_NOTE: &str = "[the channel stopped just after handing this message to the box: \
+                             its turn started then and was cut short when the channel went \
+                             away (the session log shows how far it got); it does not run \
+                             again. Send the message again to have it answered.]";
 
 /// Start the turn for `q`: the `channel_turn` frame written to loopd is the hand-off, after which
 /// the message is never handed off again; should channeld stop before it remembers that, loopd
