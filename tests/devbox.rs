@@ -92,10 +92,24 @@ fn a_daemon_that_fails_at_start_is_reported_with_its_runbook_line() {
         err.contains("see docs/runbook.md#devbox-start-failed"),
         "{err}"
     );
-    // What had started is stopped again.
+    // What had started is stopped again, said so, with its log whole and its sink gone.
     for d in DAEMONS {
         if let Some(pid) = b.pid(d) {
             panic!("{d} (pid {pid}) was left with a pid file");
+        }
+        let sink = b.home().join(format!("dev/{d}.sink.pid"));
+        assert!(!sink.exists(), "{} was left", sink.display());
+    }
+    let (said_out, _) = text(&up);
+    assert!(
+        said_out.contains("gatewayd: stopped again, as the box did not come up"),
+        "{said_out}"
+    );
+    // A box that was down before is down again: as root, its users went as `dev down` takes
+    // them, and nothing of the home is theirs.
+    if bxtest::is_root() {
+        for d in DAEMONS {
+            assert!(b.user(d).is_none(), "{d}'s user was left: {:?}", b.user(d));
         }
     }
 }
@@ -579,6 +593,22 @@ fn each_daemon_logs_into_a_pipe_and_holds_no_descriptor_of_its_log_file() {
     }
     // What brokerd says as it stops is in its log once `down` returns: the sink copied the rest
     // of the pipe and ended.
+    // A sink that ended leaves its daemon's lines nowhere: status says so.
+    let sink = fs::read_to_string(b.home().join("dev/loopd.sink.pid")).unwrap();
+    let sink: u32 = sink.split_whitespace().next().unwrap().parse().unwrap();
+    let _ = kill(Pid::from_raw(sink as i32), Signal::SIGKILL);
+    bxtest::wait_for("the sink to end", boxmaker_e2e::DEADLINE, || {
+        fs::read_to_string(format!("/proc/{sink}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
+    });
+    let status = b.bxctl(&["status"]);
+    assert_eq!(status.status.code(), Some(1), "{}", said(&status));
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("loopd's log sink is not running"),
+        "{}",
+        said(&status)
+    );
     let down = b.down();
     assert!(down.status.success(), "{}", said(&down));
     let text = fs::read_to_string(b.home().join("logs/brokerd.log")).unwrap();

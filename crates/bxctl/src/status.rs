@@ -175,6 +175,12 @@ pub fn gather(target: &dyn Target) -> Status {
         };
     }
     checks.extend(daemons.iter().filter_map(health::confined_check));
+    checks.extend(
+        target
+            .log_problems()
+            .into_iter()
+            .map(|why| Check::failed("logs", why)),
+    );
     let model = match model::configured(target) {
         Ok(m) => Some(m),
         Err(why) => {

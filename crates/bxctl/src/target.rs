@@ -93,6 +93,13 @@ pub trait Target: fmt::Debug {
     /// How the owner starts this box when none of its daemons runs.
     fn start_hint(&self) -> String;
 
+    /// What is wrong with where the running daemons' log lines go, one line each (the dev box:
+    /// a log's sink that ended, so the daemon's lines are lost). On the device journald is
+    /// systemd's to watch.
+    fn log_problems(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// How `loopd selftest` runs here, as loopd's user; `Err` says why it cannot.
     fn loopd_selftest(&self) -> Result<LoopdSelftest, String>;
 

@@ -330,13 +330,21 @@ pub fn up(opts: &UpOptions, out: &mut dyn Write) -> Result<Up, DevError> {
     if fresh {
         undo.users.clone_from(&box_id);
     }
-    let result = up_on(opts, out, &home, marker, choice, box_id, as_root);
+    // A box that was down when this `dev up` began is down again when it fails: its users
+    // go as `dev down` takes them (a fresh home's go with the home).
+    let was_down = running(&home).is_empty();
+    let result = up_on(opts, out, &home, marker, choice, box_id.clone(), as_root);
     match result {
         Ok(up) => {
             undo.keep();
             Ok(up)
         }
         Err(e) => {
+            if let (false, true, true, Some(id)) = (fresh, was_down, as_root, &box_id) {
+                if let Err(u) = take_users_back(&home, id, out) {
+                    let _ = writeln!(out, "  could not remove the box's users: {u}");
+                }
+            }
             undo.run(out);
             Err(e)
         }
@@ -560,10 +568,18 @@ fn up_on(
     if let Err(e) = result {
         for l in started {
             if let Some(which) = procs::read_started(&home.pid_file(&l.daemon)) {
-                procs::stop(which, STOP_GRACE);
+                let s = procs::stop(which, STOP_GRACE);
+                if s != Stopped::NotRunning {
+                    let _ = writeln!(
+                        out,
+                        "  {}: stopped again, as the box did not come up ({s})",
+                        l.daemon
+                    );
+                }
             }
             let _ = procs::exited(l.pid);
             let _ = fs::remove_file(home.pid_file(&l.daemon));
+            let _ = wait_sink(home, &l.daemon, Some(l.sink));
         }
         return Err(e);
     }
@@ -586,6 +602,28 @@ fn up_on(
         pids,
         reused,
     })
+}
+
+/// Give every directory of the home back to root and remove the box's users (`bx-dev-<id>-*`),
+/// saying which went: a box that is down owns nothing a uid handed out later could reach.
+fn take_users_back(home: &DevHome, id: &str, out: &mut dyn Write) -> Result<(), DevError> {
+    give_all(home, &Users::default()).map_err(DevError::User)?;
+    for d in configured(home) {
+        for dir in own_dirs(home, d) {
+            user::give(&dir, 0, 0).map_err(DevError::User)?;
+        }
+    }
+    for (name, result) in user::remove_all(id).map_err(DevError::User)? {
+        match result {
+            Ok(()) => {
+                let _ = writeln!(out, "  removed the user {name}");
+            }
+            Err(why) => {
+                let _ = writeln!(out, "  kept the user {name}: {why}");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The directories of the home that belong to `daemon`'s user: its state directory and what
@@ -768,11 +806,14 @@ fn start_all(
 
 /// Wait (at most [`SINK_GRACE`]) for the sink of `daemon`'s log to copy what is left and end,
 /// once the daemon has: the log is then whole. `child`: the sink's pid, when this process
-/// started it (and so must reap it).
-fn wait_sink(home: &DevHome, daemon: &str, child: Option<u32>) {
+/// started it (and so must reap it). A sink still running past the grace (a process the daemon
+/// started holds its output) keeps its pid file, and its pid is returned.
+fn wait_sink(home: &DevHome, daemon: &str, child: Option<u32>) -> Option<u32> {
     let file = home.sink_pid_file(daemon);
     if let Some(which) = procs::read_started(&file) {
-        procs::wait_gone(which, SINK_GRACE);
+        if !procs::wait_gone(which, SINK_GRACE) {
+            return Some(which.pid);
+        }
     } else if let Some(pid) = child {
         let until = Instant::now() + SINK_GRACE;
         while procs::exited(pid).is_none() && Instant::now() < until {
@@ -780,11 +821,12 @@ fn wait_sink(home: &DevHome, daemon: &str, child: Option<u32>) {
         }
     }
     let _ = fs::remove_file(&file);
+    None
 }
 
 fn died(home: &DevHome, l: &Launched, status: ExitStatus) -> DevError {
     // The daemon's last lines may still be in its pipe: the sink copies them, then ends.
-    wait_sink(home, &l.daemon, Some(l.sink));
+    let _ = wait_sink(home, &l.daemon, Some(l.sink));
     DevError::Died {
         daemon: l.daemon.clone(),
         status,
@@ -903,26 +945,17 @@ pub fn down(home: &Path, out: &mut dyn Write) -> Result<Vec<(String, Stopped)>, 
             }
         };
         let _ = fs::remove_file(&pid_file);
-        wait_sink(&home, d, None);
+        if let Some(sink) = wait_sink(&home, d, None) {
+            let _ = writeln!(
+                out,
+                "  {d}: its log's sink (pid {sink}) still runs: a process {d} started holds its \
+                 output, and its lines go on into logs/{d}.log until that process ends"
+            );
+        }
         all.push((d.to_string(), stopped));
     }
     if let (Some(id), true) = (&marker.box_id, geteuid().is_root()) {
-        give_all(&home, &Users::default()).map_err(DevError::User)?;
-        for d in configured(&home) {
-            for dir in own_dirs(&home, d) {
-                user::give(&dir, 0, 0).map_err(DevError::User)?;
-            }
-        }
-        for (name, result) in user::remove_all(id).map_err(DevError::User)? {
-            match result {
-                Ok(()) => {
-                    let _ = writeln!(out, "  removed the user {name}");
-                }
-                Err(why) => {
-                    let _ = writeln!(out, "  kept the user {name}: {why}");
-                }
-            }
-        }
+        take_users_back(&home, id, out)?;
     }
     let _ = writeln!(out, "the dev box in {} is down", home.root().display());
     Ok(all)

@@ -59,7 +59,7 @@ pub fn log_sink(log: &Path) -> io::Result<(std::os::fd::OwnedFd, u32)> {
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
     let (read_fd, file_fd) = (read.as_raw_fd(), file.as_raw_fd());
     // SAFETY: between fork and its exit the child calls only async-signal-safe system calls
-    // (setsid, dup2, close_range, prctl, read, write, exit) on descriptors and a buffer of its
+    // (setsid, dup2, close_range, prctl, chdir, read, write, exit) on descriptors and a buffer of its
     // own stack; it allocates nothing and takes no lock.
     match unsafe { nix::unistd::fork() }.map_err(io::Error::from)? {
         nix::unistd::ForkResult::Child => unsafe {
@@ -73,6 +73,9 @@ pub fn log_sink(log: &Path) -> io::Result<(std::os::fd::OwnedFd, u32)> {
             if libc::syscall(libc::SYS_close_range, 2u32, u32::MAX, 0u32) != 0 {
                 libc::_exit(126);
             }
+            // Named for what it is in `ps -o comm`, and holding no directory in use.
+            libc::prctl(libc::PR_SET_NAME, c"bx-log-sink".as_ptr());
+            libc::chdir(c"/".as_ptr());
             if libc::prctl(
                 libc::PR_SET_SECCOMP,
                 libc::SECCOMP_MODE_STRICT as libc::c_ulong,

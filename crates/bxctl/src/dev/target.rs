@@ -53,6 +53,22 @@ impl Target for DevHome {
         DevHome::config(self, daemon)
     }
 
+    /// A running daemon whose log's sink is not running writes into a pipe nobody reads.
+    fn log_problems(&self) -> Vec<String> {
+        crate::dev::configured(self)
+            .into_iter()
+            .filter(|d| procs::running_from(&self.pid_file(d)).is_some())
+            .filter(|d| procs::running_from(&self.sink_pid_file(d)).is_none())
+            .map(|d| {
+                format!(
+                    "{d}'s log sink is not running: what {d} logs now is lost, not in \
+                     logs/{d}.log; restart the box (`bxctl dev restart --home {}`)",
+                    self.root().display()
+                )
+            })
+            .collect()
+    }
+
     /// The process its pid file names, while the process with that pid has the start time the
     /// file recorded.
     fn pids(&self, daemon: &str) -> Vec<u32> {
