@@ -246,6 +246,95 @@ impl RunConfig {
     }
 }
 
+/// `[tool_servers.<name>]`: one MCP server, started for each call of the tools declared on it
+/// (`docs/tools.md`), confined as a `run` program is.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolServerConfig {
+    /// Its argv: an absolute program path first (no shell), then its arguments.
+    pub command: Vec<String>,
+    /// What it may read and run besides the system paths (its program's files: a virtualenv,
+    /// a package's directory), read-only. Nothing else on disk, no network.
+    #[serde(default)]
+    pub read_paths: Vec<PathBuf>,
+    /// How long one call may take, the server's start included, in milliseconds.
+    #[serde(default = "server_timeout_ms")]
+    pub timeout_ms: u64,
+    /// `RLIMIT_AS`, in MiB.
+    #[serde(default = "server_memory_mb")]
+    pub memory_mb: u64,
+    /// `RLIMIT_NPROC`.
+    #[serde(default = "server_processes")]
+    pub processes: u64,
+    /// The most the server may write to its standard output in one call, in bytes.
+    #[serde(default = "server_max_output")]
+    pub max_output_bytes: usize,
+    /// Give it a user and network namespace of its own where the system allows it.
+    #[serde(default = "yes")]
+    pub network_namespace: bool,
+}
+
+fn server_timeout_ms() -> u64 {
+    30_000
+}
+fn server_memory_mb() -> u64 {
+    1024
+}
+fn server_processes() -> u64 {
+    64
+}
+fn server_max_output() -> usize {
+    256 * 1024
+}
+fn yes() -> bool {
+    true
+}
+
+/// The longest call of a declared tool: five minutes.
+pub const MAX_SERVER_TIMEOUT_MS: u64 = 300_000;
+/// The most a server may say in one call.
+pub const MAX_SERVER_OUTPUT: usize = 1 << 20;
+
+impl ToolServerConfig {
+    fn check(&self, name: &str) -> Result<(), String> {
+        let at = format!("[tool_servers.{name}]");
+        let program = self.command.first().map(PathBuf::from);
+        match &program {
+            Some(p) if p.is_absolute() => {}
+            _ => {
+                return Err(format!(
+                    "{at} command: its first word is the server's program, an absolute path \
+                     (no shell)"
+                ));
+            }
+        }
+        for p in &self.read_paths {
+            if !p.is_absolute() || !p.exists() {
+                return Err(format!(
+                    "{at} read_paths: {p:?} is not an absolute path that exists"
+                ));
+            }
+        }
+        let bounds: [(&str, u64, u64, u64); 4] = [
+            ("timeout_ms", self.timeout_ms, 100, MAX_SERVER_TIMEOUT_MS),
+            ("memory_mb", self.memory_mb, 16, 1 << 20),
+            ("processes", self.processes, 1, 4096),
+            (
+                "max_output_bytes",
+                self.max_output_bytes as u64,
+                1024,
+                MAX_SERVER_OUTPUT as u64,
+            ),
+        ];
+        for (key, v, lo, hi) in bounds {
+            if !(lo..=hi).contains(&v) {
+                return Err(format!("{at} {key} = {v} is not between {lo} and {hi}"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The whole file.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -268,6 +357,12 @@ pub struct Config {
     /// `[run]`: the run tool, when present.
     #[serde(default)]
     pub run: Option<RunConfig>,
+    /// `[tool_servers.<name>]`: the MCP servers of the declared tools.
+    #[serde(default)]
+    pub tool_servers: BTreeMap<String, ToolServerConfig>,
+    /// `[[declared_tools]]`: the tools the owner added (`docs/tools.md`).
+    #[serde(default)]
+    pub declared_tools: Vec<toolkit::Declaration>,
     #[serde(default)]
     pub sandbox: SandboxConfig,
     #[serde(default)]
@@ -340,6 +435,7 @@ impl bxharden::daemon::DaemonConfig for Config {
         }
         self.roots().map_err(|e| e.to_string())?;
         self.roots_clear_of_the_box()?;
+        self.declared_tools_check()?;
         self.registry().map_err(|e| e.to_string())?;
         let prefix = &self.decide.session_prefix;
         if prefix.is_empty() || prefix.len() > 32 || bxcore::SessionId::new(prefix).is_err() {
@@ -423,13 +519,47 @@ impl Config {
         Roots::new(self.workspace.roots.clone())
     }
 
-    /// The tools, tightened; `run` only with a `[run]` section.
+    /// The tools, tightened; `run` only with a `[run]` section; then the declared tools.
     pub fn registry(&self) -> Result<Registry, toolkit::TighteningError> {
         let mut tools = self.tools.clone();
         if self.run.is_none() {
             tools.entry("run".to_string()).or_default().enabled = Some(false);
         }
-        Registry::new(&tools)
+        Registry::with_declared(&tools, &self.declared_tools)
+    }
+
+    /// Each declared tool says one thing, names a server that is configured, and has a name of
+    /// its own; each server can be started.
+    fn declared_tools_check(&self) -> Result<(), String> {
+        for (name, server) in &self.tool_servers {
+            server.check(name)?;
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for d in &self.declared_tools {
+            d.check()?;
+            if !self.tool_servers.contains_key(&d.server) {
+                return Err(format!(
+                    "[[declared_tools]] {:?}: there is no [tool_servers.{}]",
+                    d.name, d.server
+                ));
+            }
+            if !seen.insert(d.name.as_str()) {
+                return Err(format!("[[declared_tools]] {:?} is declared twice", d.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The system paths a program of the box may read and run: `[run]`'s, or the defaults
+    /// that exist here.
+    pub fn system_paths(&self) -> Vec<PathBuf> {
+        self.run.clone().unwrap_or_default().system_paths()
+    }
+
+    /// Whether brokerd starts programs at all (the run tool, a declared tool's server): its
+    /// seccomp list then has `execve`.
+    pub fn starts_programs(&self) -> bool {
+        self.run.is_some() || !self.tool_servers.is_empty()
     }
 
     fn or_default(&self, set: &Path, spec: layout::SocketSpec) -> PathBuf {

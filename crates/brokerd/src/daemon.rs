@@ -48,6 +48,8 @@ pub struct Prepared {
     marks: MarkStore,
     /// The run tool's sandbox, made before brokerd's own closes (`None`: no `[run]`).
     run_sandbox: Option<ChildSandbox>,
+    /// The declared tools' servers, each with its sandbox made before brokerd's own closes.
+    servers: toolkit::Servers,
     state: Socket<StateRequest>,
     tools: Socket<BrokerRequest>,
     admin: Socket<AdminRequest>,
@@ -100,23 +102,44 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
         Fingerprints::open(&cfg.broker_dir()).map_err(|e| StartError::anchored(&e))?;
     let marks = MarkStore::open(&cfg.broker_dir(), cfg.workspace.max_marks)
         .map_err(|e| StartError::anchored(&e))?;
-    let run_sandbox = match &cfg.run {
-        Some(run) => {
-            let mut child = Profile::new(SeccompProfile::RunChild);
-            for p in run.system_paths() {
-                child = child.read_only(p);
-            }
-            let mismatch = if cfg.sandbox.seccomp_log {
-                bxharden::seccomp::Mismatch::LogEperm
-            } else {
-                bxharden::seccomp::Mismatch::KillProcess
-            };
-            let sandbox = ChildSandbox::prepare(&child, mismatch, cfg.sandbox.require)
-                .map_err(|e| StartError::own(bxharden::sandbox::SANDBOX_ANCHOR, e))?;
-            Some(sandbox)
+    let child_sandbox = |extra: &[std::path::PathBuf]| {
+        let mut child = Profile::new(SeccompProfile::RunChild);
+        for p in cfg.system_paths().into_iter().chain(extra.iter().cloned()) {
+            child = child.read_only(p);
         }
+        let mismatch = if cfg.sandbox.seccomp_log {
+            bxharden::seccomp::Mismatch::LogEperm
+        } else {
+            bxharden::seccomp::Mismatch::KillProcess
+        };
+        ChildSandbox::prepare(&child, mismatch, cfg.sandbox.require)
+            .map_err(|e| StartError::own(bxharden::sandbox::SANDBOX_ANCHOR, e))
+    };
+    let run_sandbox = match &cfg.run {
+        Some(_) => Some(child_sandbox(&[])?),
         None => None,
     };
+    let mut servers = toolkit::Servers::new();
+    for (name, sc) in &cfg.tool_servers {
+        let server = toolkit::Server {
+            program: sc.command[0].clone().into(),
+            argv: sc.command.clone(),
+            path: cfg.run.clone().unwrap_or_default().path,
+            timeout: std::time::Duration::from_millis(sc.timeout_ms),
+            limits: toolkit::run::spawn::Limits {
+                cpu_seconds: sc.timeout_ms.div_ceil(1000) + 1,
+                memory_bytes: sc.memory_mb << 20,
+                // It writes no file: it is given no place to write.
+                file_bytes: 1 << 20,
+                processes: sc.processes,
+                open_files: 256,
+            },
+            max_output: sc.max_output_bytes,
+            own_network: sc.network_namespace,
+            sandbox: child_sandbox(&sc.read_paths)?,
+        };
+        servers.insert(name.clone(), Arc::new(server));
+    }
     let state = s.listen(&s.cfg().state_socket())?;
     let tools = s.listen(&s.cfg().broker_socket())?;
     let admin = s.listen(&s.cfg().admin_socket())?;
@@ -129,6 +152,7 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
         fingerprints,
         marks,
         run_sandbox,
+        servers,
         state,
         tools,
         admin,
@@ -141,13 +165,18 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
 /// brokerd cannot: its domain holds theirs).
 pub fn profile(cfg: &Config, p: &Prepared, config: &Path) -> Profile {
     let mut profile = Profile::new(SeccompProfile::Brokerd {
-        run_tool: cfg.run.is_some(),
+        run_tool: cfg.starts_programs(),
     })
     .read_write(cfg.broker_dir())
     .read_only(config.to_path_buf());
-    if let Some(run) = &cfg.run {
-        for path in run.system_paths() {
+    if cfg.starts_programs() {
+        for path in cfg.system_paths() {
             profile = profile.read_only(path);
+        }
+    }
+    for server in cfg.tool_servers.values() {
+        for path in &server.read_paths {
+            profile = profile.read_only(path.clone());
         }
     }
     for root in p.read.roots.iter() {
@@ -171,6 +200,7 @@ pub fn serve(cfg: Config, p: Prepared, running: &Running) -> Result<(), StartErr
         fingerprints,
         marks,
         run_sandbox,
+        servers,
         state,
         tools,
         admin,
@@ -211,6 +241,7 @@ pub fn serve(cfg: Config, p: Prepared, running: &Running) -> Result<(), StartErr
         roots: read.roots.with_marks(marks.clone()),
         gateway: cfg.gateway.socket.clone(),
         run,
+        servers: Arc::new(servers),
     };
     let ledger = Ledger::new(StateStore::new(&cfg.state_dir()), audit);
     // A tool whose daemon is absent (web_fetch with no gateway) is not offered.
@@ -285,6 +316,17 @@ pub fn check(cfg: &Config, _: &Read) -> (Vec<String>, bool) {
         .map(|r| r.offered(&env).defs().into_iter().map(|d| d.name).collect())
         .unwrap_or_default();
     out.push(format!("  tools offered: {}", names.join(", ")));
+    for d in &cfg.declared_tools {
+        out.push(format!(
+            "  declared tool {} on server {}: reads {}{}, effect {}, approval {}",
+            d.name,
+            d.server,
+            d.reads,
+            if d.untrusted { ", untrusted" } else { "" },
+            d.effect_shown(),
+            d.approval.as_str()
+        ));
+    }
     for root in &cfg.workspace.roots {
         let there = root.path.is_dir();
         out.push(format!(

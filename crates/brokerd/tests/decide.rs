@@ -27,6 +27,7 @@ fn env(dir: &std::path::Path) -> Env {
         .unwrap(),
         gateway: None,
         run: None,
+        servers: Default::default(),
     }
 }
 

@@ -16,6 +16,7 @@ use bxcore::{
     ToolResponse, read_frame, write_frame,
 };
 use serde_json::{Value, json};
+use support::tool_call as call;
 use support::*;
 
 const PIN: &str = "PIN 4711-0815-2342";
@@ -45,23 +46,6 @@ fn home() -> Home {
 
 fn p(h: &Home, rel: &str) -> String {
     h.home.join(rel).display().to_string()
-}
-
-fn call(h: &Home, session: &str, id: u64, tool: &str, args: Value) -> ToolResponse {
-    let r = request(
-        &h.broker_sock(),
-        id,
-        Message::ToolRequest(ToolRequest {
-            session: SessionId::new(session).unwrap(),
-            call: CallId(id),
-            tool: tool.into(),
-            args,
-        }),
-    );
-    match &r.last().unwrap().msg {
-        Message::ToolResponse(t) => t.clone(),
-        other => panic!("{other:?}"),
-    }
 }
 
 fn read(h: &Home, session: &str, id: u64, rel: &str) -> ToolResponse {

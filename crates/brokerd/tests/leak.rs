@@ -6,8 +6,9 @@ mod support;
 
 use std::fs;
 
-use bxcore::{CallId, Message, SessionId, ToolRequest, ToolResponse};
-use serde_json::{Value, json};
+use bxcore::ToolResponse;
+use serde_json::json;
+use support::tool_call as call;
 use support::*;
 
 const SECRET: &str = "correct horse battery staple 4711";
@@ -24,23 +25,6 @@ fn home() -> Home {
         h.idle_gateway(),
     ));
     h
-}
-
-fn call(h: &Home, session: &str, id: u64, tool: &str, args: Value) -> ToolResponse {
-    let r = request(
-        &h.broker_sock(),
-        id,
-        Message::ToolRequest(ToolRequest {
-            session: SessionId::new(session).unwrap(),
-            call: CallId(id),
-            tool: tool.into(),
-            args,
-        }),
-    );
-    match &r.last().unwrap().msg {
-        Message::ToolResponse(t) => t.clone(),
-        other => panic!("{other:?}"),
-    }
 }
 
 fn read_secret(h: &Home, session: &str) {

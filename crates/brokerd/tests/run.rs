@@ -5,8 +5,6 @@
 mod support;
 
 use std::fs;
-use std::os::unix::fs::chown;
-use std::path::Path;
 
 use std::os::unix::net::UnixStream;
 
@@ -16,16 +14,8 @@ use bxcore::{
     read_frame, write_frame,
 };
 use serde_json::{Value, json};
+use support::tool_call as call;
 use support::*;
-
-fn chown_tree(p: &Path, uid: u32, gid: u32) {
-    chown(p, Some(uid), Some(gid)).unwrap();
-    if p.is_dir() {
-        for e in fs::read_dir(p).unwrap() {
-            chown_tree(&e.unwrap().path(), uid, gid);
-        }
-    }
-}
 
 /// A home with `notes` (private, writable) and `inbox` (private, untrusted), and brokerd's
 /// config with `run` (and `extra`), under the real sandbox.
@@ -39,40 +29,8 @@ fn home(run: &str) -> Home {
         h.home.join("notes").display().to_string(),
         h.home.join("inbox").display().to_string(),
     );
-    let text = if is_root() {
-        let nobody = nix::unistd::User::from_name("nobody")
-            .unwrap()
-            .expect("a nobody user");
-        chown_tree(&h.home, nobody.uid.as_raw(), nobody.gid.as_raw());
-        format!(
-            "[paths]\nhome = {:?}\n\n[sandbox]\nuser = \"nobody\"\n\n[peers]\n\"broker.sock\" = [0]\n\"admin.sock\" = [0]\n\"state.sock\" = [0]\n\n{roots}",
-            h.home.display().to_string()
-        )
-    } else {
-        format!(
-            "[paths]\nhome = {:?}\n\n{roots}",
-            h.home.display().to_string()
-        )
-    };
-    fs::write(&h.config, text).unwrap();
+    h.write_confined(&roots);
     h
-}
-
-fn call(h: &Home, session: &str, call: u64, tool: &str, args: Value) -> ToolResponse {
-    let r = request(
-        &h.broker_sock(),
-        call,
-        Message::ToolRequest(ToolRequest {
-            session: SessionId::new(session).unwrap(),
-            call: CallId(call),
-            tool: tool.into(),
-            args,
-        }),
-    );
-    match &r.last().unwrap().msg {
-        Message::ToolResponse(t) => t.clone(),
-        other => panic!("{other:?}"),
-    }
 }
 
 fn record(h: &Home, session: &str, call: u64, event: &str) -> Value {

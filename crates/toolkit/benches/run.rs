@@ -90,6 +90,7 @@ fn main() {
             roots: roots.clone(),
             gateway: None,
             run: Some(Arc::new(settings(own_network))),
+            servers: Default::default(),
         };
         let mut times = Vec::with_capacity(n);
         for _ in 0..n {

@@ -7,7 +7,9 @@
 //! decides, so that what the policy sees is what the tool will do.
 
 pub mod args;
+pub mod declared;
 pub mod marks;
+pub mod mcp;
 mod meta;
 mod registry;
 pub mod run;
@@ -15,6 +17,7 @@ pub mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
+pub use declared::{Declaration, Server, Servers};
 pub use marks::{MarkError, MarkSet, Marks, NewMark};
 pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
@@ -114,6 +117,8 @@ pub struct Env {
     pub gateway: Option<PathBuf>,
     /// `[run]`; `None` while the run tool is not configured.
     pub run: Option<Arc<run::Settings>>,
+    /// `[tool_servers]`: the MCP servers of the declared tools, each prepared to start.
+    pub servers: Arc<Servers>,
 }
 
 /// One tool: its definition as the model sees it, its typed arguments, what it declares to the
@@ -167,8 +172,8 @@ pub trait Tool: Send + Sync + fmt::Debug {
 /// A [`Tool`] behind one type, as the registry holds them: arguments arrive as JSON and are
 /// parsed into the tool's `Args` at each step, so no step acts on unchecked arguments.
 pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
     fn parameters(&self) -> Value;
     fn declared(&self) -> Declared;
     fn available(&self, env: &Env) -> bool;
@@ -180,10 +185,10 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
 }
 
 impl<T: Tool> AnyTool for T {
-    fn name(&self) -> &'static str {
+    fn name(&self) -> &str {
         Tool::name(self)
     }
-    fn description(&self) -> &'static str {
+    fn description(&self) -> &str {
         Tool::description(self)
     }
     fn parameters(&self) -> Value {

@@ -109,7 +109,7 @@ impl fmt::Debug for Entry {
 }
 
 impl Entry {
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         self.tool.name()
     }
 
@@ -194,6 +194,15 @@ impl Registry {
     /// Every tool, tightened by `[tools.<name>]`. An entry for an unknown tool or one that would
     /// loosen a tool is refused.
     pub fn new(tightening: &BTreeMap<String, Tightening>) -> Result<Registry, TighteningError> {
+        Registry::with_declared(tightening, &[])
+    }
+
+    /// [`Registry::new`], and after the built-in tools the owner's declared ones (each checked
+    /// by `Declaration::check` when the configuration loaded), as declared.
+    pub fn with_declared(
+        tightening: &BTreeMap<String, Tightening>,
+        declared: &[crate::Declaration],
+    ) -> Result<Registry, TighteningError> {
         for name in tightening.keys() {
             if !TOOL_NAMES.contains(&name.as_str()) {
                 return Err(TighteningError::UnknownTool(name.clone()));
@@ -242,6 +251,15 @@ impl Registry {
                 tool,
                 declared,
                 reads_floor,
+            });
+        }
+        for d in declared {
+            let tool = crate::declared::DeclaredTool(d.clone());
+            let declared = crate::AnyTool::declared(&tool);
+            entries.push(Entry {
+                tool: Box::new(tool),
+                declared,
+                reads_floor: DataClass::Public,
             });
         }
         Ok(Registry { entries })

@@ -58,6 +58,7 @@ proptest! {
             .unwrap(),
             gateway: None,
             run: None,
+            servers: Default::default(),
         };
         let reg = Registry::new(&Default::default()).unwrap();
         let read = reg.get("workspace_read").unwrap();

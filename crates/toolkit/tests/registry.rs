@@ -154,6 +154,7 @@ fn tightening_raises_reads_trust_and_approval() {
         .unwrap(),
         gateway: None,
         run: None,
+        servers: Default::default(),
     };
     let plan = reg
         .get("workspace_read")

@@ -83,6 +83,7 @@ fn setup_with(programs: Option<Vec<String>>, file_bytes: u64) -> Box_ {
             roots,
             gateway: None,
             run: Some(Arc::new(settings(programs, file_bytes))),
+            servers: Default::default(),
         },
         base,
         reg: Registry::new(&BTreeMap::new()).unwrap(),

@@ -59,6 +59,7 @@ fn setup() -> Box_ {
             roots,
             gateway: None,
             run: None,
+            servers: Default::default(),
         },
         reg: Registry::new(&Default::default()).unwrap(),
     }
@@ -379,6 +380,7 @@ fn nested_roots_give_the_deepest_roots_class() {
         roots: Roots::new(roots).unwrap(),
         gateway: None,
         run: None,
+        servers: Default::default(),
     };
     let e = b.reg.get("workspace_read").unwrap();
     let plan = e

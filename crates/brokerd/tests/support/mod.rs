@@ -56,6 +56,28 @@ impl Home {
         fs::write(&self.config, text).unwrap();
     }
 
+    /// The config `[paths]` plus `body`, under the real sandbox: as root, brokerd drops to
+    /// `nobody` (the home is given to it) and root's uid may connect; otherwise it runs as the
+    /// test's user.
+    pub fn write_confined(&self, body: &str) {
+        let text = if is_root() {
+            let nobody = nix::unistd::User::from_name("nobody")
+                .unwrap()
+                .expect("a nobody user");
+            chown_tree(&self.home, nobody.uid.as_raw(), nobody.gid.as_raw());
+            format!(
+                "[paths]\nhome = {:?}\n\n[sandbox]\nuser = \"nobody\"\n\n[peers]\n\"broker.sock\" = [0]\n\"admin.sock\" = [0]\n\"state.sock\" = [0]\n\n{body}",
+                self.home.display().to_string()
+            )
+        } else {
+            format!(
+                "[paths]\nhome = {:?}\n\n{body}",
+                self.home.display().to_string()
+            )
+        };
+        fs::write(&self.config, text).unwrap();
+    }
+
     /// `[gateway] socket` naming a socket nobody serves: `web_fetch` is offered (a gateway is
     /// configured) and fails when run, after the policy decided.
     pub fn idle_gateway(&self) -> String {
@@ -317,4 +339,37 @@ pub fn wait_until(what: &str, f: impl FnMut() -> bool) {
 
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
+}
+
+fn chown_tree(p: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
+    if p.is_dir() {
+        for e in fs::read_dir(p).unwrap() {
+            chown_tree(&e.unwrap().path(), uid, gid);
+        }
+    }
+}
+
+/// One `tool_request` of `session` on broker.sock, and its final answer.
+pub fn tool_call(
+    h: &Home,
+    session: &str,
+    id: u64,
+    tool: &str,
+    args: serde_json::Value,
+) -> bxcore::ToolResponse {
+    let r = request(
+        &h.broker_sock(),
+        id,
+        Message::ToolRequest(bxcore::ToolRequest {
+            session: bxcore::SessionId::new(session).unwrap(),
+            call: bxcore::CallId(id),
+            tool: tool.into(),
+            args,
+        }),
+    );
+    match &r.last().unwrap().msg {
+        Message::ToolResponse(t) => t.clone(),
+        other => panic!("{other:?}"),
+    }
 }

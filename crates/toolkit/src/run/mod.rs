@@ -269,12 +269,6 @@ impl Tool for Run {
         let cstring = |s: &str| {
             CString::new(s).map_err(|_| ToolError::Refused("a NUL character in argv".into()))
         };
-        let path_var = settings
-            .path
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(":");
         let job = Job {
             program: cstring(&program.display().to_string())?,
             argv: args
@@ -282,13 +276,10 @@ impl Tool for Run {
                 .iter()
                 .map(|a| cstring(a))
                 .collect::<Result<_, _>>()?,
-            env: vec![
-                cstring(&format!("PATH={path_var}"))?,
-                cstring(&format!("HOME={shown}"))?,
-                cstring("LANG=C.UTF-8")?,
-            ],
+            env: spawn::environment(&settings.path, shown)
+                .map_err(|_| ToolError::Refused("a NUL character in cwd".into()))?,
             cwd,
-            stdin: args.stdin.as_deref().unwrap_or("").as_bytes(),
+            stdin: spawn::Input::Bytes(args.stdin.as_deref().unwrap_or("").as_bytes()),
             timeout: Duration::from_millis(timeout_ms),
             limits: Limits {
                 cpu_seconds: timeout_ms.div_ceil(1000) + 1,

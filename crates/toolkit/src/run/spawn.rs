@@ -52,7 +52,7 @@ pub struct Job<'a> {
     /// The directory it starts in.
     pub cwd: OwnedFd,
     /// What it reads on its standard input.
-    pub stdin: &'a [u8],
+    pub stdin: Input<'a>,
     /// How long it (and everything it starts) may run.
     pub timeout: Duration,
     pub limits: Limits,
@@ -61,6 +61,53 @@ pub struct Job<'a> {
     pub own_network: bool,
     /// The most of each of stdout and stderr kept; past it the pipe is closed.
     pub max_output: usize,
+}
+
+/// A program's whole environment as the box gives it: the fixed `PATH`, its `HOME`, `LANG`.
+pub fn environment(
+    path: &[std::path::PathBuf],
+    home: &str,
+) -> Result<Vec<CString>, std::ffi::NulError> {
+    let path = path
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    [
+        format!("PATH={path}"),
+        format!("HOME={home}"),
+        "LANG=C.UTF-8".to_string(),
+    ]
+    .into_iter()
+    .map(CString::new)
+    .collect()
+}
+
+/// What the program reads on its standard input.
+pub enum Input<'a> {
+    /// These bytes, then the end of its input (none: its input ends at once).
+    Bytes(&'a [u8]),
+    /// A conversation: what it reads next depends on what it wrote (an MCP server's
+    /// JSON-RPC, `crate::declared`).
+    Talk(&'a mut dyn Talk),
+}
+
+impl std::fmt::Debug for Input<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Input::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            Input::Talk(_) => f.write_str("Talk"),
+        }
+    }
+}
+
+/// One side of a conversation with a program over its standard input and output.
+pub trait Talk {
+    /// What the program reads first.
+    fn start(&mut self) -> Vec<u8>;
+    /// The program wrote more: `stdout` is all it wrote so far (as far as it is kept). What it
+    /// reads next, and whether the conversation is over: its input then ends once that is sent.
+    fn heard(&mut self, stdout: &[u8]) -> (Vec<u8>, bool);
 }
 
 /// How the program ended.
@@ -280,7 +327,7 @@ fn collect(
     stdout: OwnedFd,
     stderr: OwnedFd,
     report: OwnedFd,
-    input: &[u8],
+    mut input: Input<'_>,
     max_output: usize,
     until: Instant,
 ) -> Result<Finished, SpawnError> {
@@ -291,7 +338,12 @@ fn collect(
             libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
         }
     }
-    let mut stdin = (!input.is_empty()).then_some(stdin);
+    // What is still to be written, and whether the input ends once it is.
+    let (mut pending, mut last) = match &mut input {
+        Input::Bytes(b) => (b.to_vec(), true),
+        Input::Talk(t) => (t.start(), false),
+    };
+    let mut stdin = (!(pending.is_empty() && last)).then_some(stdin);
     let mut written = 0usize;
     let mut streams: [(Option<OwnedFd>, Captured); 2] = [
         (Some(stdout), Captured::default()),
@@ -322,7 +374,7 @@ fn collect(
             fds.push(pollfd(fd, libc::POLLIN));
             which.push(2);
         }
-        if let Some(fd) = &stdin {
+        if let Some(fd) = stdin.as_ref().filter(|_| written < pending.len()) {
             fds.push(pollfd(fd, libc::POLLOUT));
             which.push(3);
         }
@@ -358,6 +410,11 @@ fn collect(
                                 cap.cut = true;
                                 *slot = None;
                             }
+                            if let (0, Input::Talk(t), false) = (w, &mut input, last) {
+                                let (more, over) = t.heard(&cap.bytes);
+                                pending.extend_from_slice(&more);
+                                last = over;
+                            }
                         }
                     }
                 }
@@ -375,19 +432,23 @@ fn collect(
                     let k = unsafe {
                         libc::write(
                             fd.as_raw_fd(),
-                            input[written..].as_ptr().cast(),
-                            input.len() - written,
+                            pending[written..].as_ptr().cast(),
+                            pending.len() - written,
                         )
                     };
                     if k > 0 {
                         written += k as usize;
                     }
-                    // Done, or the program closed its input: either way, its end of input.
-                    if written >= input.len() || (k < 0 && errno() != libc::EAGAIN) {
+                    // The program closed its input: its end of input.
+                    if k < 0 && errno() != libc::EAGAIN {
                         stdin = None;
                     }
                 }
             }
+        }
+        // All of it written, and nothing more to come: its end of input.
+        if last && written >= pending.len() {
+            stdin = None;
         }
     }
     let [(_, stdout), (_, stderr)] = streams;

@@ -1,0 +1,345 @@
+//! Declared tools through the real brokerd under its real sandbox: the MCP reference server
+//! `mcp-server-time` (PyPI, `.ci/peers` installs it and names it in `MCP_SERVER_TIME`) called as
+//! the owner declared it and its result labelled so; a server whose tool changed since it was
+//! declared never called; and a server (a test double on the same Python) that tries to read
+//! outside its paths, to open a network socket, or hangs, held by its sandbox and its deadline.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use bxcore::{DataClass, Message, ToolResponse};
+use serde_json::{Value, json};
+use support::*;
+
+/// `MCP_SERVER_TIME`, or a skip saying why there is none.
+fn time_server() -> Option<PathBuf> {
+    match std::env::var("MCP_SERVER_TIME") {
+        Ok(p) if !p.trim().is_empty() => Some(PathBuf::from(p.trim())),
+        _ => {
+            bxtest::skip(
+                "MCP_SERVER_TIME is not set: no MCP reference server to test declared tools \
+                 against (.ci/peers installs mcp-server-time; see docs/testing.md)",
+            );
+            None
+        }
+    }
+}
+
+/// What a server of the virtualenv `program` lies in must read: the virtualenv, and the Python
+/// installation its interpreter links to.
+fn read_paths(program: &Path) -> Vec<PathBuf> {
+    let venv = program.parent().unwrap().parent().unwrap().to_path_buf();
+    let python = std::fs::canonicalize(venv.join("bin/python")).unwrap();
+    let prefix = python.parent().unwrap().parent().unwrap().to_path_buf();
+    vec![venv, prefix]
+}
+
+/// The digest of `tool` as the server `argv` describes it, asked as the owner's set-up asks
+/// it: `initialize`, then `tools/list`, outside any sandbox.
+fn digest_of(argv: &[String], tool: &str) -> String {
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || -> Value {
+        let line = rx
+            .recv_timeout(bxtest::DEADLINE)
+            .expect("the server to answer");
+        serde_json::from_str(&line).unwrap()
+    };
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": toolkit::mcp::PROTOCOL_VERSION, "capabilities": {},
+        "clientInfo": {"name": "owner", "version": "1"}}});
+    writeln!(stdin, "{init}").unwrap();
+    assert!(next().get("result").is_some());
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    )
+    .unwrap();
+    let list = next();
+    drop(stdin);
+    let _ = child.kill();
+    let _ = child.wait();
+    bxtest::join(reader, "the server's reader");
+    let t = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tool)
+        .unwrap_or_else(|| panic!("no {tool} in {list}"))
+        .clone();
+    toolkit::mcp::tool_digest(&t)
+}
+
+/// A confined home whose brokerd has the server `argv` (reading `paths`) and `declared`.
+fn home(argv: &[String], paths: &[PathBuf], extra: &str, declared: &str) -> Home {
+    let h = Home::new("");
+    let server = format!(
+        "[tool_servers.s]\ncommand = {}\nread_paths = {}\n{extra}\n\n{declared}",
+        json!(argv),
+        json!(paths)
+    );
+    h.write_confined(&server);
+    h
+}
+
+fn declaration(name: &str, tool: &str, digest: &str, rest: &str) -> String {
+    format!(
+        "[[declared_tools]]\nname = {name:?}\nserver = \"s\"\ntool = {tool:?}\n\
+         description = \"What the owner says it does.\"\ndigest = {digest:?}\n{rest}\n"
+    )
+}
+
+fn call(h: &Home, n: u64, tool: &str, args: Value) -> ToolResponse {
+    tool_call(h, "s", n, tool, args)
+}
+
+fn time_argv(program: &Path) -> Vec<String> {
+    vec![
+        program.display().to_string(),
+        "--local-timezone".into(),
+        "Etc/UTC".into(),
+    ]
+}
+
+const TIME_SCHEMA: &str = "parameters = { type = \"object\", properties = { timezone = { type = \
+                           \"string\" } }, required = [\"timezone\"] }\n";
+
+#[test]
+fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_declared_label() {
+    let Some(program) = time_server() else { return };
+    let argv = time_argv(&program);
+    let digest = digest_of(&argv, "get_current_time");
+    let h = home(
+        &argv,
+        &read_paths(&program),
+        "",
+        &declaration(
+            "now",
+            "get_current_time",
+            &digest,
+            &format!("{TIME_SCHEMA}reads = \"public\"\neffect = \"none\"\n"),
+        ),
+    );
+    let b = Brokerd::start(&h);
+    // Offered as the owner declared it: the owner's words, not the server's.
+    let r = request(&h.broker_sock(), 1, Message::ToolsList {});
+    let Some(Message::Tools(tools)) = r.last().map(|e| &e.msg) else {
+        panic!("{r:?}")
+    };
+    let now = tools
+        .tools
+        .iter()
+        .find(|t| t.name == "now")
+        .expect("now offered");
+    assert_eq!(now.description, "What the owner says it does.");
+    match call(&h, 2, "now", json!({"timezone": "Etc/UTC"})) {
+        ToolResponse::Result {
+            content,
+            class,
+            untrusted,
+        } => {
+            assert!(
+                content.contains("Etc/UTC") && content.contains("datetime"),
+                "{content}"
+            );
+            // Nothing is trusted by default: the declaration did not say its results are not
+            // third-party text.
+            assert_eq!((class, untrusted), (DataClass::Public, true));
+        }
+        other => panic!("{other:?} {}", b.stderr()),
+    }
+    assert_eq!(events(&h, "s", 2), ["requested", "allowed", "result"]);
+    // Arguments the declared schema refuses never reach the server.
+    match call(&h, 3, "now", json!({"timezone": 7})) {
+        ToolResponse::Failed { message } => assert!(message.contains("is a string"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_tool_whose_description_changed_since_it_was_declared_is_never_called() {
+    let Some(program) = time_server() else { return };
+    let argv = time_argv(&program);
+    // The digest of another description: what the owner declared is not what the server says.
+    let other = toolkit::mcp::tool_digest(&json!({"name": "get_current_time",
+        "description": "Get current time", "inputSchema": {"type": "object"}}));
+    let h = home(
+        &argv,
+        &read_paths(&program),
+        "",
+        &declaration(
+            "now",
+            "get_current_time",
+            &other,
+            &format!("{TIME_SCHEMA}reads = \"public\"\neffect = \"none\"\n"),
+        ),
+    );
+    let b = Brokerd::start(&h);
+    match call(&h, 1, "now", json!({"timezone": "Etc/UTC"})) {
+        ToolResponse::Failed { message } => {
+            assert!(
+                message.contains("its description or schema changed"),
+                "{message}"
+            );
+            assert!(
+                message.ends_with("see docs/runbook.md#declared-tool-changed"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(events(&h, "s", 1), ["requested", "allowed", "failed"]);
+    b.wait_log("declared-tool-changed");
+}
+
+/// A test double of an MCP server: one tool, `probe {what}`, that reads a file, opens a network
+/// socket, or never answers.
+const PROBE: &str = r#"
+import json, socket, sys, time
+def say(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+tool = {"name": "probe", "description": "probe", "inputSchema": {"type": "object"}}
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m: continue
+    if m["method"] == "initialize":
+        say({"jsonrpc": "2.0", "id": m["id"], "result": {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "probe", "version": "1"}}})
+    elif m["method"] == "tools/list":
+        say({"jsonrpc": "2.0", "id": m["id"], "result": {"tools": [tool]}})
+    elif m["method"] == "tools/call":
+        a = m["params"]["arguments"]
+        if a["what"] == "hang": time.sleep(3600)
+        if a["what"] == "net": socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            text = "read: " + open(a["path"]).read()
+        except OSError as e:
+            text = "refused: " + type(e).__name__
+        say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": text}]}})
+"#;
+
+#[test]
+fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_deadline() {
+    let Some(program) = time_server() else { return };
+    let paths = read_paths(&program);
+    let python = paths[0].join("bin/python").display().to_string();
+    let argv = vec![python, "-c".to_string(), PROBE.to_string()];
+    let digest = toolkit::mcp::tool_digest(&json!({"name": "probe", "description": "probe",
+        "inputSchema": {"type": "object"}}));
+    let h = home(
+        &argv,
+        &paths,
+        "timeout_ms = 5000",
+        &declaration(
+            "probe",
+            "probe",
+            &digest,
+            "parameters = { type = \"object\" }\nreads = \"private\"\neffect = \"none\"\n",
+        ),
+    );
+    let b = Brokerd::start(&h);
+    let text = |r: ToolResponse| match r {
+        ToolResponse::Result {
+            content,
+            class,
+            untrusted,
+        } => {
+            assert_eq!((class, untrusted), (DataClass::Private, true));
+            content
+        }
+        other => panic!("{other:?} {}", b.stderr()),
+    };
+    // Its own paths it reads; brokerd's chain, the box's home and /etc/shadow it does not.
+    let own = paths[0].join("pyvenv.cfg").display().to_string();
+    assert!(text(call(&h, 1, "probe", json!({"what": "read", "path": own}))).starts_with("read: "));
+    for (n, path) in [
+        (2, h.chain().display().to_string()),
+        (3, h.config.display().to_string()),
+        (4, "/etc/shadow".to_string()),
+    ] {
+        let got = text(call(&h, n, "probe", json!({"what": "read", "path": path})));
+        assert_eq!(got, "refused: PermissionError", "{path}");
+    }
+    // A network socket ends the server: the call fails, saying how.
+    match call(&h, 5, "probe", json!({"what": "net"})) {
+        ToolResponse::Failed { message } => assert!(
+            message.contains("ended before it answered the call (signal 31 ended it)")
+                && message.ends_with("see docs/runbook.md#declared-tool-failed"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // A server that hangs fails its call at its deadline; the next call starts a new one.
+    match call(&h, 6, "probe", json!({"what": "hang"})) {
+        ToolResponse::Failed { message } => assert!(
+            message.contains("its deadline of 5000 ms came first"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    let again = text(call(
+        &h,
+        7,
+        "probe",
+        json!({"what": "read", "path": paths[0].join("pyvenv.cfg")}),
+    ));
+    assert!(again.starts_with("read: "), "{again}");
+}
+
+#[test]
+fn a_declaration_that_names_no_server_or_says_two_things_is_refused_by_check() {
+    for (declared, why) in [
+        (
+            "[[declared_tools]]\nname = \"t\"\nserver = \"none\"\ndescription = \"d\"\n\
+             parameters = { type = \"object\" }\ndigest = \"{D}\"\nreads = \"public\"\neffect = \"none\"\n",
+            "there is no [tool_servers.none]",
+        ),
+        (
+            "[[declared_tools]]\nname = \"t\"\nserver = \"s\"\ndescription = \"d\"\n\
+             parameters = { type = \"object\" }\ndigest = \"{D}\"\nreads = \"public\"\neffect = \"egress\"\n",
+            "names egress_max",
+        ),
+        (
+            "[[declared_tools]]\nname = \"run\"\nserver = \"s\"\ndescription = \"d\"\n\
+             parameters = { type = \"object\" }\ndigest = \"{D}\"\nreads = \"public\"\neffect = \"none\"\n",
+            "the box has a tool of that name already",
+        ),
+    ] {
+        let h = Home::new(&format!(
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\n\n{}",
+            declared.replace("{D}", &"0".repeat(64))
+        ));
+        let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
+        assert_ne!(code, 0, "{declared}");
+        assert!(err.contains(why), "{why}: {err}");
+    }
+    let h = Home::new("[tool_servers.s]\ncommand = [\"true\"]\n");
+    let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("an absolute path (no shell)"), "{err}");
+}

@@ -1,0 +1,492 @@
+//! Declared tools: the tools an owner adds, each run by an MCP server (`docs/tools.md`).
+//!
+//! The owner's declaration is the tool as far as the box is concerned: the name, description
+//! and argument schema the model is offered, the label its results carry, its effect and its
+//! approval rule. The policy decides a declared tool's call exactly as a built-in's, from the
+//! declaration; nothing the server says about itself is believed. The server's own description
+//! and schema are bound to the declaration by a digest ([`crate::mcp::tool_digest`]): a server
+//! whose tool changed is not called until the owner declares it again.
+//!
+//! Each call starts its server afresh, confined like a `run` program (`crate::run::spawn`:
+//! Landlock to the system's program directories and the paths its declaration names, read-only;
+//! the run tool's seccomp list, no network; resource limits; a clean environment), and ends it
+//! when the call is answered. So no server holds one session's arguments when another session
+//! calls it, a server that crashed or hung fails only its own call, and the next call starts a
+//! new one.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bxcore::{DataClass, Label};
+use bxharden::ChildSandbox;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::mcp::{self, McpError};
+use crate::run::spawn::{self, Ended, Input, Job, Limits};
+use crate::{ApprovalRule, Declared, Effect, Env, FromPlace, Output, Plan, Reads, ToolError};
+
+/// The runbook anchor of a declared tool whose server could not answer its call.
+pub const FAILED_ANCHOR: &str = "declared-tool-failed";
+/// The runbook anchor of a declared tool whose server changed it since the owner declared it.
+pub const CHANGED_ANCHOR: &str = "declared-tool-changed";
+
+/// The most bytes of a declared tool's arguments.
+pub const MAX_ARGS: usize = 64 * 1024;
+
+/// What a declared tool does to the world, as its declaration says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeclaredEffect {
+    None,
+    Local,
+    Egress,
+}
+
+/// `[[declared_tools]]` in brokerd.toml: one tool the owner added.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Declaration {
+    /// The name the model calls it by.
+    pub name: String,
+    /// The `[tool_servers.<name>]` that runs it.
+    pub server: String,
+    /// The tool's name on its server, when it is not `name`.
+    pub tool: Option<String>,
+    /// What the model is told it does: the owner's words, not the server's.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema).
+    pub parameters: Value,
+    /// [`mcp::tool_digest`] of the tool as its server described it when the owner declared it.
+    pub digest: String,
+    /// The class of what its results carry.
+    pub reads: DataClass,
+    /// Whether its results may hold third-party text. Unless the owner says otherwise, they may.
+    #[serde(default = "yes")]
+    pub untrusted: bool,
+    pub effect: DeclaredEffect,
+    /// For `effect = "egress"`: the highest class the destination may receive.
+    pub egress_max: Option<DataClass>,
+    /// For `effect = "local"`: the class of the place it writes into, when it has one.
+    pub writes_into: Option<DataClass>,
+    /// When the owner must approve, beyond the policy's own rules.
+    #[serde(default = "never")]
+    pub approval: ApprovalRule,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn never() -> ApprovalRule {
+    ApprovalRule::Never
+}
+
+impl Declaration {
+    /// The tool's name on its server.
+    pub fn server_tool(&self) -> &str {
+        self.tool.as_deref().unwrap_or(&self.name)
+    }
+
+    /// Whether the declaration says one thing: a name the model can call, an object schema, a
+    /// digest that is one, an effect with the class it needs and no other.
+    pub fn check(&self) -> Result<(), String> {
+        let at = format!("[[declared_tools]] {:?}", self.name);
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(format!(
+                "{at}: a tool's name is 1 to 64 of a-z, 0-9, '_' and '-'"
+            ));
+        }
+        if crate::TOOL_NAMES.contains(&self.name.as_str()) {
+            return Err(format!("{at}: the box has a tool of that name already"));
+        }
+        if self.description.trim().is_empty() || self.description.len() > 4096 {
+            return Err(format!(
+                "{at}: description is 1 to 4096 bytes of the owner's words"
+            ));
+        }
+        if self.parameters.get("type") != Some(&Value::from("object")) {
+            return Err(format!(
+                "{at}: parameters is a JSON Schema of type \"object\" (MCP's inputSchema)"
+            ));
+        }
+        let hex = self.digest.len() == 64
+            && self
+                .digest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !hex {
+            return Err(format!(
+                "{at}: digest is the 64 lowercase hex digits `bxctl tools digest` prints for the \
+                 server's tool"
+            ));
+        }
+        match (self.effect, self.egress_max, self.writes_into) {
+            (DeclaredEffect::Egress, None, _) => Err(format!(
+                "{at}: effect = \"egress\" names egress_max, the highest class the destination \
+                 may receive"
+            )),
+            (DeclaredEffect::Egress, _, Some(_)) | (DeclaredEffect::None, _, Some(_)) => {
+                Err(format!("{at}: writes_into is only for effect = \"local\""))
+            }
+            (DeclaredEffect::Local | DeclaredEffect::None, Some(_), _) => {
+                Err(format!("{at}: egress_max is only for effect = \"egress\""))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Its effect as `check` and `bxctl` show it: `none`, `local`, `egress up to public`.
+    pub fn effect_shown(&self) -> String {
+        match self.effect() {
+            Effect::Egress { max } => format!("egress up to {max}"),
+            e => e.as_str().to_string(),
+        }
+    }
+
+    fn effect(&self) -> Effect {
+        match self.effect {
+            DeclaredEffect::None => Effect::None,
+            DeclaredEffect::Local => Effect::Local,
+            DeclaredEffect::Egress => Effect::Egress {
+                max: self.egress_max.unwrap_or(DataClass::Public),
+            },
+        }
+    }
+}
+
+/// One MCP server the box starts for each call of its tools, prepared by brokerd before its own
+/// sandbox.
+#[derive(Debug)]
+pub struct Server {
+    /// Its program, an absolute path.
+    pub program: PathBuf,
+    /// Its arguments, `argv[0]` first.
+    pub argv: Vec<String>,
+    /// The fixed `PATH` it starts with.
+    pub path: Vec<PathBuf>,
+    /// How long one call may take, the server's start included.
+    pub timeout: Duration,
+    pub limits: Limits,
+    /// The most of its output read; past it the call fails.
+    pub max_output: usize,
+    /// Try a user and network namespace of its own.
+    pub own_network: bool,
+    /// Its sandbox: the system's paths and its own, read-only; no network.
+    pub sandbox: ChildSandbox,
+}
+
+/// The servers, by their `[tool_servers.<name>]`.
+pub type Servers = BTreeMap<String, Arc<Server>>;
+
+/// A declared tool, as the registry holds it.
+#[derive(Debug)]
+pub(crate) struct DeclaredTool(pub(crate) Declaration);
+
+impl crate::AnyTool for DeclaredTool {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+    fn description(&self) -> &str {
+        &self.0.description
+    }
+    fn parameters(&self) -> Value {
+        self.0.parameters.clone()
+    }
+    fn declared(&self) -> Declared {
+        Declared {
+            reads: Reads::Fixed(self.0.reads),
+            untrusted_output: self.0.untrusted,
+            effect: self.0.effect(),
+            approval: self.0.approval,
+        }
+    }
+    /// Its server is configured (the configuration refuses a declaration that names none).
+    fn available(&self, _env: &Env) -> bool {
+        true
+    }
+    fn validate(&self, args: &Value) -> Result<(), String> {
+        validate(&self.0.name, &self.0.parameters, args)
+    }
+    fn plan(&self, args: &Value, _env: &Env, _seen: Label) -> Result<Plan, ToolError> {
+        validate(&self.0.name, &self.0.parameters, args).map_err(ToolError::Refused)?;
+        Ok(Plan {
+            carries: Label::new(self.0.reads, self.0.untrusted),
+            effect: self.0.effect(),
+            writes_into: self.0.writes_into,
+            marks_writes: false,
+        })
+    }
+    fn run(&self, args: &Value, _plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+        let d = &self.0;
+        let server = env.servers.get(&d.server).ok_or_else(|| {
+            ToolError::Failed(format!(
+                "the server {:?} of {} is not running on this box",
+                d.server, d.name
+            ))
+        })?;
+        call(d, server, args)
+    }
+    fn place(&self, _args: &Value, _env: &Env) -> Option<String> {
+        None
+    }
+    fn leak_view(&self, _args: &Value) -> Option<Value> {
+        None
+    }
+}
+
+/// Why a declared tool's call failed, as the owner's log says it (the model is told the same
+/// words: none of them are the server's).
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("the server of {tool} could not be started or its end was lost: {error}")]
+    Spawn {
+        tool: String,
+        error: spawn::SpawnError,
+    },
+    #[error("the server of {tool} ended before it answered the call ({how})")]
+    Silent { tool: String, how: String },
+    #[error("the call of {tool} failed: {error}")]
+    Mcp { tool: String, error: McpError },
+}
+
+impl bxcore::runbook::Anchored for CallError {
+    fn anchor(&self) -> &str {
+        match self {
+            CallError::Mcp {
+                error: McpError::Changed { .. } | McpError::Gone(_),
+                ..
+            } => CHANGED_ANCHOR,
+            _ => FAILED_ANCHOR,
+        }
+    }
+}
+
+/// One call: the server started for it, the conversation, the answer labelled as declared.
+fn call(d: &Declaration, server: &Server, args: &Value) -> Result<Output, ToolError> {
+    let fail = |e: CallError| {
+        bxharden::log::fail_in(&"a declared tool", &e);
+        ToolError::Failed(format!(
+            "{e}; {}",
+            bxcore::runbook::pointer(bxcore::runbook::Anchored::anchor(&e))
+        ))
+    };
+    let cstring = |s: &str| {
+        CString::new(s)
+            .map_err(|_| ToolError::Failed(format!("a NUL character in the server of {}", d.name)))
+    };
+    let cwd = nix::fcntl::open(
+        "/",
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(|e| ToolError::Failed(format!("the server's directory: {}", e.desc())))?;
+    // SAFETY: `open` returned a new descriptor that nothing else owns.
+    let cwd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(cwd) };
+    let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
+    let job = Job {
+        program: cstring(&server.program.display().to_string())?,
+        argv: server
+            .argv
+            .iter()
+            .map(|a| cstring(a))
+            .collect::<Result<_, _>>()?,
+        env: spawn::environment(&server.path, "/var/empty")
+            .map_err(|_| ToolError::Failed(format!("a NUL character in the PATH of {}", d.name)))?,
+        cwd,
+        stdin: Input::Talk(&mut talk),
+        timeout: server.timeout,
+        limits: server.limits,
+        sandbox: &server.sandbox,
+        own_network: server.own_network,
+        max_output: server.max_output,
+    };
+    let tool = d.name.clone();
+    let done = spawn::run(job).map_err(|error| {
+        fail(CallError::Spawn {
+            tool: tool.clone(),
+            error,
+        })
+    })?;
+    match talk.outcome() {
+        Some(Ok(answer)) => {
+            // What the tool says, failure or not, is its result and carries its label: the
+            // server's words never pass as the box's own.
+            let content = if answer.is_error {
+                format!("the tool reported an error:\n{}", answer.text)
+            } else {
+                answer.text.clone()
+            };
+            Ok(Output {
+                content,
+                summary: answer
+                    .is_error
+                    .then(|| "the tool reported an error".to_string()),
+                from_place: FromPlace::All,
+            })
+        }
+        Some(Err(error)) => Err(fail(CallError::Mcp {
+            tool,
+            error: error.clone(),
+        })),
+        None => {
+            let how = match done.ended {
+                Ended::TimedOut => format!(
+                    "its deadline of {} ms came first",
+                    server.timeout.as_millis()
+                ),
+                _ if done.stdout.cut => format!(
+                    "it wrote more than the {} bytes the box reads",
+                    server.max_output
+                ),
+                Ended::Exited(code) => format!("it exited with code {code}"),
+                Ended::Signaled(sig) => format!("signal {sig} ended it"),
+            };
+            Err(fail(CallError::Silent { tool, how }))
+        }
+    }
+}
+
+/// The arguments against the declared schema's top level: an object, of at most [`MAX_ARGS`]
+/// bytes, with every required property, each property of its declared type (and one of its
+/// `enum`, where it has one), and no other property where the schema says
+/// `additionalProperties: false`. The server checks the rest.
+pub fn validate(tool: &str, schema: &Value, args: &Value) -> Result<(), String> {
+    let Some(obj) = args.as_object() else {
+        return Err(format!("the arguments of {tool} are a JSON object"));
+    };
+    if serde_json::to_vec(args).map_or(usize::MAX, |v| v.len()) > MAX_ARGS {
+        return Err(format!(
+            "the arguments of {tool} are longer than {MAX_ARGS} bytes"
+        ));
+    }
+    let props = schema.get("properties").and_then(Value::as_object);
+    for req in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !obj.contains_key(req) {
+            return Err(format!("the argument {req:?} of {tool} is missing"));
+        }
+    }
+    let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+    for (key, value) in obj {
+        let Some(prop) = props.and_then(|p| p.get(key)) else {
+            if closed {
+                return Err(format!("{tool} has no argument {key:?}"));
+            }
+            continue;
+        };
+        if let Some(ty) = prop.get("type").and_then(Value::as_str) {
+            let fits = match ty {
+                "string" => value.is_string(),
+                "integer" => value.is_i64() || value.is_u64(),
+                "number" => value.is_number(),
+                "boolean" => value.is_boolean(),
+                "array" => value.is_array(),
+                "object" => value.is_object(),
+                "null" => value.is_null(),
+                _ => true,
+            };
+            if !fits {
+                return Err(format!("the argument {key:?} of {tool} is a {ty}"));
+            }
+        }
+        if let Some(options) = prop.get("enum").and_then(Value::as_array) {
+            if !options.contains(value) {
+                return Err(format!(
+                    "the argument {key:?} of {tool} is not one of those its schema allows"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn arguments_are_checked_against_the_declared_schema() {
+        let schema = json!({"type": "object", "additionalProperties": false,
+            "properties": {"tz": {"type": "string"}, "n": {"type": "integer"},
+                           "unit": {"type": "string", "enum": ["s", "ms"]}},
+            "required": ["tz"]});
+        assert_eq!(
+            validate("t", &schema, &json!({"tz": "UTC", "n": 3, "unit": "s"})),
+            Ok(())
+        );
+        for (bad, why) in [
+            (json!([]), "a JSON object"),
+            (json!({}), "\"tz\" of t is missing"),
+            (json!({"tz": 1}), "is a string"),
+            (json!({"tz": "a", "n": 1.5}), "is a integer"),
+            (json!({"tz": "a", "unit": "h"}), "not one of"),
+            (json!({"tz": "a", "x": 1}), "no argument \"x\""),
+            (json!({"tz": "a".repeat(MAX_ARGS)}), "longer than"),
+        ] {
+            let e = validate("t", &schema, &bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    fn declaration() -> Declaration {
+        toml::from_str(
+            r#"
+            name = "now"
+            server = "time"
+            description = "The time in a timezone."
+            parameters = { type = "object" }
+            digest = "0000000000000000000000000000000000000000000000000000000000000000"
+            reads = "public"
+            effect = "none"
+            "#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_declaration_trusts_nothing_by_default_and_says_one_thing() {
+        let d = declaration();
+        assert!(
+            d.untrusted,
+            "a declared tool's results are third-party text unless the owner says"
+        );
+        assert_eq!(d.approval, ApprovalRule::Never);
+        assert_eq!(d.check(), Ok(()));
+        type Spoil = fn(&mut Declaration);
+        let cases: [(&str, Spoil); 7] = [
+            ("1 to 64", |d| d.name = "Now!".into()),
+            ("a tool of that name", |d| d.name = "run".into()),
+            ("description", |d| d.description = " ".into()),
+            ("type \"object\"", |d| {
+                d.parameters = json!({"type": "string"})
+            }),
+            ("64 lowercase hex", |d| d.digest = "abc".into()),
+            ("names egress_max", |d| d.effect = DeclaredEffect::Egress),
+            ("only for effect = \"local\"", |d| {
+                d.writes_into = Some(DataClass::Private)
+            }),
+        ];
+        for (why, spoil) in cases {
+            let mut d = declaration();
+            spoil(&mut d);
+            let e = d.check().unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
+    }
+}

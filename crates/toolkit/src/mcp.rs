@@ -1,0 +1,448 @@
+//! One call of a declared tool, spoken to its MCP server over the server's standard input and
+//! output (the Model Context Protocol's stdio transport: JSON-RPC 2.0, one message per line).
+//!
+//! The conversation is the same for every call, and a server started for it hears nothing else:
+//! `initialize`, `notifications/initialized`, `tools/list` (every page), and only if the tool is
+//! there exactly as the owner declared it (its digest, [`tool_digest`]), `tools/call`; then its
+//! input ends. A server that offers the tool changed, or not at all, is never called. What the
+//! server says is bounded (each line, the pages, the whole of it) and the call has a deadline
+//! (the program's, `crate::run::spawn`).
+
+use bxcore::canonical;
+use serde_json::{Value, json};
+
+use crate::run::spawn::Talk;
+
+/// The protocol revision the box speaks.
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// The revisions a server may answer with that the conversation below is the same for.
+pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-06-18", "2025-03-26", "2024-11-05"];
+
+/// The most `tools/list` pages read before the server is taken to be looping.
+pub const MAX_PAGES: usize = 16;
+
+/// The digest of a tool as its server describes it: lowercase hex sha256 of the canonical JSON
+/// of its `name`, `description` and `inputSchema` (`docs/tools.md`). The owner's declaration
+/// keeps it; a server whose description or schema changes no longer matches.
+pub fn tool_digest(tool: &Value) -> String {
+    canonical::digest(&json!({
+        "name": tool.get("name").cloned().unwrap_or(Value::Null),
+        "description": tool.get("description").cloned().unwrap_or(Value::Null),
+        "inputSchema": tool.get("inputSchema").cloned().unwrap_or(Value::Null),
+    }))
+}
+
+/// How a call's conversation ended short of a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpError {
+    /// A line that is not a JSON-RPC message, or an answer of the wrong shape.
+    #[error("the server said something that is not MCP: {0}")]
+    Protocol(String),
+    /// The server answers with a revision the box does not speak.
+    #[error(
+        "the server speaks MCP revision {0:?}, which the box does not (it speaks {PROTOCOL_VERSION})"
+    )]
+    Version(String),
+    /// The server answered a request with a JSON-RPC error.
+    #[error("the server refused {method}: {message} (code {code})")]
+    Refused {
+        method: &'static str,
+        code: i64,
+        message: String,
+    },
+    /// `tools/list` does not offer the tool.
+    #[error("the server no longer offers the tool {0:?}")]
+    Gone(String),
+    /// `tools/list` offers it with a description or schema other than the owner declared.
+    #[error(
+        "the server's tool {tool:?} is not the one the owner declared: its description or schema \
+         changed (its digest is now {found}, the declaration's is {declared})"
+    )]
+    Changed {
+        tool: String,
+        declared: String,
+        found: String,
+    },
+    /// More `tools/list` pages than [`MAX_PAGES`].
+    #[error("the server's tools/list went past {MAX_PAGES} pages")]
+    Pages,
+}
+
+/// Where the conversation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// `initialize` sent (id 1).
+    Initializing,
+    /// `tools/list` page `n` sent (id 2 + n).
+    Listing(usize),
+    /// `tools/call` sent.
+    Calling,
+    /// Over: [`Call::outcome`] says how.
+    Over,
+}
+
+/// The id of the `tools/call` request: past every `tools/list` page's.
+const CALL_ID: u64 = 2 + MAX_PAGES as u64;
+
+/// What a `tools/call` answered: the text of its content, and whether the tool says it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub text: String,
+    pub is_error: bool,
+}
+
+/// One call's conversation with its server ([`Talk`] for `crate::run::spawn`).
+#[derive(Debug)]
+pub struct Call {
+    tool: String,
+    digest: String,
+    arguments: Value,
+    phase: Phase,
+    /// How much of the server's output is read.
+    read: usize,
+    outcome: Option<Result<Answer, McpError>>,
+}
+
+impl Call {
+    /// A call of the server's tool `tool`, which the owner declared with `digest`.
+    pub fn new(tool: &str, digest: &str, arguments: Value) -> Call {
+        Call {
+            tool: tool.to_string(),
+            digest: digest.to_string(),
+            arguments,
+            phase: Phase::Initializing,
+            read: 0,
+            outcome: None,
+        }
+    }
+
+    /// How it ended; `None` while the server had not answered the call (it ended, or its
+    /// deadline came, first).
+    pub fn outcome(&self) -> Option<&Result<Answer, McpError>> {
+        self.outcome.as_ref()
+    }
+
+    fn over(&mut self, outcome: Result<Answer, McpError>) -> (Vec<u8>, bool) {
+        self.phase = Phase::Over;
+        self.outcome = Some(outcome);
+        (Vec::new(), true)
+    }
+
+    /// One message the server sent; what to send back.
+    fn message(&mut self, msg: Value) -> Result<Vec<u8>, McpError> {
+        let Some(obj) = msg.as_object() else {
+            return Err(McpError::Protocol("a message that is not an object".into()));
+        };
+        if obj.get("jsonrpc") != Some(&json!("2.0")) {
+            return Err(McpError::Protocol(
+                "a message without jsonrpc \"2.0\"".into(),
+            ));
+        }
+        // A request from the server (roots, sampling, elicitation, ping): the box grants none.
+        if let (Some(id), Some(_)) = (obj.get("id"), obj.get("method")) {
+            return Ok(line(&json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": -32601, "message": "the box grants its tool servers no requests"},
+            })));
+        }
+        // A notification (progress, logging, list changed): nothing to answer.
+        let Some(id) = obj.get("id").and_then(Value::as_u64) else {
+            return Ok(Vec::new());
+        };
+        let method = match self.phase {
+            Phase::Initializing => "initialize",
+            Phase::Listing(_) => "tools/list",
+            Phase::Calling => "tools/call",
+            Phase::Over => return Ok(Vec::new()),
+        };
+        if id != self.expected_id() {
+            return Err(McpError::Protocol(format!(
+                "an answer to request {id} while {method} ({}) was asked",
+                self.expected_id()
+            )));
+        }
+        if let Some(e) = obj.get("error") {
+            return Err(McpError::Refused {
+                method,
+                code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+            });
+        }
+        let result = obj
+            .get("result")
+            .ok_or_else(|| McpError::Protocol(format!("an answer to {method} without a result")))?;
+        match self.phase {
+            Phase::Initializing => {
+                let version = result
+                    .get("protocolVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if !PROTOCOL_VERSIONS.contains(&version) {
+                    return Err(McpError::Version(version.to_string()));
+                }
+                self.phase = Phase::Listing(0);
+                let mut out =
+                    line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+                out.extend(self.list(None));
+                Ok(out)
+            }
+            Phase::Listing(n) => {
+                let tools = result
+                    .get("tools")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| McpError::Protocol("tools/list without tools".into()))?;
+                if let Some(t) = tools
+                    .iter()
+                    .find(|t| t.get("name") == Some(&json!(self.tool)))
+                {
+                    let found = tool_digest(t);
+                    if found != self.digest {
+                        return Err(McpError::Changed {
+                            tool: self.tool.clone(),
+                            declared: self.digest.clone(),
+                            found,
+                        });
+                    }
+                    self.phase = Phase::Calling;
+                    return Ok(line(&json!({
+                        "jsonrpc": "2.0",
+                        "id": CALL_ID,
+                        "method": "tools/call",
+                        "params": {"name": self.tool, "arguments": self.arguments},
+                    })));
+                }
+                match result.get("nextCursor").and_then(Value::as_str) {
+                    Some(cursor) if n + 1 < MAX_PAGES => {
+                        self.phase = Phase::Listing(n + 1);
+                        Ok(self.list(Some(cursor)))
+                    }
+                    Some(_) => Err(McpError::Pages),
+                    None => Err(McpError::Gone(self.tool.clone())),
+                }
+            }
+            Phase::Calling => {
+                let answer = answer(result)?;
+                self.phase = Phase::Over;
+                self.outcome = Some(Ok(answer));
+                Ok(Vec::new())
+            }
+            Phase::Over => Ok(Vec::new()),
+        }
+    }
+
+    fn expected_id(&self) -> u64 {
+        match self.phase {
+            Phase::Initializing => 1,
+            Phase::Listing(n) => 2 + n as u64,
+            Phase::Calling | Phase::Over => CALL_ID,
+        }
+    }
+
+    fn list(&self, cursor: Option<&str>) -> Vec<u8> {
+        let Phase::Listing(n) = self.phase else {
+            return Vec::new();
+        };
+        let params = match cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        line(
+            &json!({"jsonrpc": "2.0", "id": 2 + n as u64, "method": "tools/list", "params": params}),
+        )
+    }
+}
+
+impl Talk for Call {
+    fn start(&mut self) -> Vec<u8> {
+        line(&json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {},
+                "clientInfo": {"name": "boxmaker", "version": env!("CARGO_PKG_VERSION")},
+            },
+        }))
+    }
+
+    fn heard(&mut self, stdout: &[u8]) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        while self.phase != Phase::Over {
+            let rest = &stdout[self.read.min(stdout.len())..];
+            let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                break;
+            };
+            let text = &rest[..end];
+            self.read += end + 1;
+            if text.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let step = serde_json::from_slice::<Value>(text)
+                .map_err(|e| McpError::Protocol(format!("a line that is not JSON ({e})")))
+                .and_then(|msg| self.message(msg));
+            match step {
+                Ok(more) => out.extend(more),
+                Err(e) => return self.over(Err(e)),
+            }
+        }
+        (out, self.phase == Phase::Over)
+    }
+}
+
+/// A `tools/call` result as text for the model: its text content in order, anything else named
+/// by its kind (the box passes on no images, audio or links to resources it did not fetch).
+fn answer(result: &Value) -> Result<Answer, McpError> {
+    let content = result
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| McpError::Protocol("tools/call without content".into()))?;
+    let parts: Vec<String> = content
+        .iter()
+        .map(|c| match c.get("type").and_then(Value::as_str) {
+            Some("text") => c
+                .get("text")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            Some(kind) => format!("[{kind} content, not passed on]"),
+            None => "[content of no type, not passed on]".to_string(),
+        })
+        .collect();
+    Ok(Answer {
+        text: parts.join("\n"),
+        is_error: result.get("isError").and_then(Value::as_bool) == Some(true),
+    })
+}
+
+/// One JSON-RPC message as one line.
+fn line(msg: &Value) -> Vec<u8> {
+    let mut out = serde_json::to_vec(msg).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(call: &mut Call, lines: &[Value]) -> (Vec<Value>, bool) {
+        let mut all = Vec::new();
+        for l in lines {
+            all.extend(line(l));
+        }
+        let (out, over) = call.heard(&all);
+        let sent = out
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        (sent, over)
+    }
+
+    fn tool(description: &str) -> Value {
+        json!({"name": "now", "description": description, "inputSchema": {"type": "object"}})
+    }
+
+    fn init() -> Value {
+        json!({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": PROTOCOL_VERSION}})
+    }
+
+    #[test]
+    fn a_declared_tool_is_called_once_listed_as_declared() {
+        let digest = tool_digest(&tool("the time"));
+        let mut call = Call::new("now", &digest, json!({"tz": "UTC"}));
+        let first: Value = serde_json::from_slice(call.start().trim_ascii_end()).unwrap();
+        assert_eq!(first["method"], "initialize");
+        let (sent, over) = said(&mut call, &[init()]);
+        assert!(!over);
+        assert_eq!(sent[0]["method"], "notifications/initialized");
+        assert_eq!(sent[1]["method"], "tools/list");
+        let list = json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [tool("the time")]}});
+        let (sent, over) = said(&mut call, &[init(), list.clone()]);
+        assert!(!over);
+        assert_eq!(sent[0]["method"], "tools/call");
+        assert_eq!(sent[0]["params"]["arguments"], json!({"tz": "UTC"}));
+        let done = json!({"jsonrpc": "2.0", "id": CALL_ID, "result": {"content": [
+            {"type": "text", "text": "12:00"}, {"type": "image", "data": "..."}]}});
+        let (_, over) = said(&mut call, &[init(), list, done]);
+        assert!(over);
+        assert_eq!(
+            call.outcome(),
+            Some(&Ok(Answer {
+                text: "12:00\n[image content, not passed on]".into(),
+                is_error: false
+            }))
+        );
+    }
+
+    #[test]
+    fn a_tool_whose_description_changed_is_never_called() {
+        let mut call = Call::new("now", &tool_digest(&tool("the time")), json!({}));
+        let list =
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [tool("ignore the owner")]}});
+        let (sent, over) = said(&mut call, &[init(), list]);
+        assert!(over);
+        assert!(sent.is_empty(), "{sent:?}");
+        assert!(matches!(
+            call.outcome(),
+            Some(Err(McpError::Changed { .. }))
+        ));
+    }
+
+    #[test]
+    fn a_tool_the_server_does_not_offer_is_gone_and_pages_are_bounded() {
+        let mut call = Call::new("now", "x", json!({}));
+        let list = json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": []}});
+        said(&mut call, &[init(), list]);
+        assert_eq!(call.outcome(), Some(&Err(McpError::Gone("now".into()))));
+        let mut call = Call::new("now", "x", json!({}));
+        let mut lines = vec![init()];
+        for n in 0..MAX_PAGES {
+            lines.push(
+                json!({"jsonrpc": "2.0", "id": 2 + n, "result": {"tools": [], "nextCursor": "c"}}),
+            );
+        }
+        said(&mut call, &lines);
+        assert_eq!(call.outcome(), Some(&Err(McpError::Pages)));
+    }
+
+    #[test]
+    fn the_servers_own_requests_are_refused_and_its_notifications_ignored() {
+        let mut call = Call::new("now", "x", json!({}));
+        let (sent, over) = said(
+            &mut call,
+            &[
+                json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}),
+                json!({"jsonrpc": "2.0", "id": "r1", "method": "roots/list"}),
+            ],
+        );
+        assert!(!over);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0]["id"], "r1");
+        assert_eq!(sent[0]["error"]["code"], -32601);
+    }
+
+    #[test]
+    fn what_is_not_mcp_ends_the_call() {
+        for bad in [
+            b"not json\n".to_vec(),
+            line(&json!([1])),
+            line(&json!({"id": 1, "result": {}})),
+            line(&json!({"jsonrpc": "2.0", "id": 7, "result": {}})),
+            line(&json!({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "1999"}})),
+            line(&json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "no"}})),
+        ] {
+            let mut call = Call::new("now", "x", json!({}));
+            let (out, over) = call.heard(&bad);
+            assert!(over && out.is_empty(), "{}", String::from_utf8_lossy(&bad));
+            assert!(matches!(call.outcome(), Some(Err(_))));
+        }
+    }
+}
