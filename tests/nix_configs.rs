@@ -200,11 +200,22 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
         configs["inferproxy"]
     );
     assert_eq!(configs["loopd"]["loop"]["context_tokens"], json!(32768));
+    // A declared tool (docs/tools.md), as services.boxmaker.settings.brokerd carries it: its
+    // server's program in the store on the device, /bin/true here (check starts no server).
     let settings = json!({
-        "brokerd": { "workspace": { "roots": [
-            { "path": projects, "class": "private", "writable": true },
-            { "path": mail, "class": "private", "untrusted": true }
-        ] } }
+        "brokerd": {
+            "workspace": { "roots": [
+                { "path": projects, "class": "private", "writable": true },
+                { "path": mail, "class": "private", "untrusted": true }
+            ] },
+            "tool_servers": { "time": { "command": ["/bin/true", "--local-timezone", "Etc/UTC"] } },
+            "declared_tools": [{
+                "name": "now", "server": "time", "tool": "get_current_time",
+                "description": "The current time in an IANA timezone.",
+                "parameters": { "type": "object", "properties": { "timezone": { "type": "string" } } },
+                "digest": "0".repeat(64), "reads": "public", "effect": "none"
+            }]
+        }
     });
     let refused = check_all(home.path(), &configs, &settings, Some(&creds));
     assert!(refused.is_empty(), "{}", refused.join("\n"));

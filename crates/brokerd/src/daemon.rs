@@ -102,43 +102,13 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
         Fingerprints::open(&cfg.broker_dir()).map_err(|e| StartError::anchored(&e))?;
     let marks = MarkStore::open(&cfg.broker_dir(), cfg.workspace.max_marks)
         .map_err(|e| StartError::anchored(&e))?;
-    let child_sandbox = |extra: &[std::path::PathBuf]| {
-        let mut child = Profile::new(SeccompProfile::RunChild);
-        for p in cfg.system_paths().into_iter().chain(extra.iter().cloned()) {
-            child = child.read_only(p);
-        }
-        let mismatch = if cfg.sandbox.seccomp_log {
-            bxharden::seccomp::Mismatch::LogEperm
-        } else {
-            bxharden::seccomp::Mismatch::KillProcess
-        };
-        ChildSandbox::prepare(&child, mismatch, cfg.sandbox.require)
-            .map_err(|e| StartError::own(bxharden::sandbox::SANDBOX_ANCHOR, e))
-    };
     let run_sandbox = match &cfg.run {
-        Some(_) => Some(child_sandbox(&[])?),
+        Some(_) => Some(child_sandbox(cfg, &[])?),
         None => None,
     };
     let mut servers = toolkit::Servers::new();
     for (name, sc) in &cfg.tool_servers {
-        let server = toolkit::Server {
-            program: sc.command[0].clone().into(),
-            argv: sc.command.clone(),
-            path: cfg.run.clone().unwrap_or_default().path,
-            timeout: std::time::Duration::from_millis(sc.timeout_ms),
-            limits: toolkit::run::spawn::Limits {
-                cpu_seconds: sc.timeout_ms.div_ceil(1000) + 1,
-                memory_bytes: sc.memory_mb << 20,
-                // It writes no file: it is given no place to write.
-                file_bytes: 1 << 20,
-                processes: sc.processes,
-                open_files: 256,
-            },
-            max_output: sc.max_output_bytes,
-            own_network: sc.network_namespace,
-            sandbox: child_sandbox(&sc.read_paths)?,
-        };
-        servers.insert(name.clone(), Arc::new(server));
+        servers.insert(name.clone(), Arc::new(tool_server(cfg, sc)?));
     }
     let state = s.listen(&s.cfg().state_socket())?;
     let tools = s.listen(&s.cfg().broker_socket())?;
@@ -157,6 +127,47 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
         tools,
         admin,
         decide,
+    })
+}
+
+/// The sandbox of a program brokerd starts (the run tool's, a declared tool's server): the
+/// system paths and `extra`, read-only, and the run tool's seccomp list. Made before brokerd's
+/// own sandbox closes.
+fn child_sandbox(cfg: &Config, extra: &[std::path::PathBuf]) -> Result<ChildSandbox, StartError> {
+    let mut child = Profile::new(SeccompProfile::RunChild);
+    for p in cfg.system_paths().into_iter().chain(extra.iter().cloned()) {
+        child = child.read_only(p);
+    }
+    let mismatch = if cfg.sandbox.seccomp_log {
+        bxharden::seccomp::Mismatch::LogEperm
+    } else {
+        bxharden::seccomp::Mismatch::KillProcess
+    };
+    ChildSandbox::prepare(&child, mismatch, cfg.sandbox.require)
+        .map_err(|e| StartError::own(bxharden::sandbox::SANDBOX_ANCHOR, e))
+}
+
+/// `[tool_servers.<name>]` made ready to start for each call (`toolkit::declared`).
+pub fn tool_server(
+    cfg: &Config,
+    sc: &crate::config::ToolServerConfig,
+) -> Result<toolkit::Server, StartError> {
+    Ok(toolkit::Server {
+        program: sc.command[0].clone().into(),
+        argv: sc.command.clone(),
+        path: cfg.run.clone().unwrap_or_default().path,
+        timeout: std::time::Duration::from_millis(sc.timeout_ms),
+        limits: toolkit::run::spawn::Limits {
+            cpu_seconds: sc.timeout_ms.div_ceil(1000) + 1,
+            memory_bytes: sc.memory_mb << 20,
+            // It writes no file: it is given no place to write.
+            file_bytes: 1 << 20,
+            processes: sc.processes,
+            open_files: 256,
+        },
+        max_output: sc.max_output_bytes,
+        own_network: sc.network_namespace,
+        sandbox: child_sandbox(cfg, &sc.read_paths)?,
     })
 }
 

@@ -13,6 +13,7 @@ pub mod broker;
 pub mod config;
 pub mod daemon;
 pub mod decide;
+pub mod declare;
 pub mod dirs;
 pub mod fingerprints;
 pub mod leases;

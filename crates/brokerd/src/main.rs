@@ -1,6 +1,6 @@
 //! brokerd, as its table: `serve` takes the audit lock, verifies the chain, binds its four
 //! sockets and serves; `check` says what it would serve; `audit verify` and `audit accept` look
-//! after the chain.
+//! after the chain; `tools list` and `tools ask` are what the owner declares tools from.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,41 +13,70 @@ use bxcore::runbook::Anchored;
 use bxharden::daemon::{Args, Body, Cmd, More, Running, Spec, Start, StartError, Table, Usage};
 use bxharden::{Daemon, Profile};
 
-/// brokerd's own commands beside `serve` and `check`: the audit chain.
+/// brokerd's own commands beside `serve` and `check`: the audit chain, and the tools.
 #[derive(Debug)]
-enum Audit {
+enum Command {
     /// `audit verify --config FILE`.
     Verify { config: PathBuf },
     /// `audit accept --config FILE --at SEQ`.
     Accept { config: PathBuf, at: u64 },
+    /// `tools list --config FILE`.
+    ToolsList { config: PathBuf },
+    /// `tools ask --config FILE --server NAME`.
+    ToolsAsk { config: PathBuf, server: String },
 }
 
-impl More for Audit {
-    const COMMANDS: &'static [Cmd] = &[Cmd {
-        name: "audit",
-        about: "The audit chain",
-        body: Body::Commands(&[
-            Cmd {
-                name: "verify",
-                about: "Verify the whole chain: the number of records and the head hash; exit 1 on a break",
-                body: Body::Options(&["config"]),
-            },
-            Cmd {
-                name: "accept",
-                about: "Accept the break at SEQ, after looking at it, so that brokerd starts again",
-                body: Body::Options(&["config", "at"]),
-            },
-        ]),
-    }];
+impl More for Command {
+    const COMMANDS: &'static [Cmd] = &[
+        Cmd {
+            name: "audit",
+            about: "The audit chain",
+            body: Body::Commands(&[
+                Cmd {
+                    name: "verify",
+                    about: "Verify the whole chain: the number of records and the head hash; exit 1 on a break",
+                    body: Body::Options(&["config"]),
+                },
+                Cmd {
+                    name: "accept",
+                    about: "Accept the break at SEQ, after looking at it, so that brokerd starts again",
+                    body: Body::Options(&["config", "at"]),
+                },
+            ]),
+        },
+        Cmd {
+            name: "tools",
+            about: "The tools: those offered, and a declared tool's server asked what it offers",
+            body: Body::Commands(&[
+                Cmd {
+                    name: "list",
+                    about: "Every tool offered, built in or declared, with the label its results carry, its effect and its approval rule",
+                    body: Body::Options(&["config"]),
+                },
+                Cmd {
+                    name: "ask",
+                    about: "Start the server NAME confined and print its tools as [[declared_tools]] entries that trust nothing, each with its digest, to review and add",
+                    body: Body::Options(&["config", "server"]),
+                },
+            ]),
+        },
+    ];
 
     fn from_args(args: &Args) -> Result<Self, String> {
         match args.path() {
-            ["audit", "verify"] => Ok(Audit::Verify {
+            ["audit", "verify"] => Ok(Command::Verify {
                 config: args.path_of("config"),
             }),
-            ["audit", "accept"] => Ok(Audit::Accept {
+            ["audit", "accept"] => Ok(Command::Accept {
                 config: args.path_of("config"),
                 at: args.parse("at")?,
+            }),
+            ["tools", "list"] => Ok(Command::ToolsList {
+                config: args.path_of("config"),
+            }),
+            ["tools", "ask"] => Ok(Command::ToolsAsk {
+                config: args.path_of("config"),
+                server: args.parse("server")?,
             }),
             other => Err(format!("no command {}", other.join(" "))),
         }
@@ -72,7 +101,7 @@ impl Table for Brokerd {
     type Config = Config;
     type Read = daemon::Read;
     type Prepared = daemon::Prepared;
-    type More = Audit;
+    type More = Command;
 
     fn read(cfg: &Config) -> Result<daemon::Read, StartError> {
         daemon::read(cfg)
@@ -103,10 +132,14 @@ impl Table for Brokerd {
         daemon::serve(cfg, p, running)
     }
 
-    fn more(command: Audit) -> ExitCode {
+    fn more(command: Command) -> ExitCode {
         match command {
-            Audit::Verify { config } => verify(&config),
-            Audit::Accept { config, at } => accept(&config, at),
+            Command::Verify { config } => verify(&config),
+            Command::Accept { config, at } => accept(&config, at),
+            Command::ToolsList { config } => tools(&config, brokerd::declare::list),
+            Command::ToolsAsk { config, server } => tools(&config, |cfg| {
+                brokerd::declare::ask(cfg, &server).map(|text| vec![text])
+            }),
         }
     }
 }
@@ -144,6 +177,28 @@ fn verify(path: &std::path::Path) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// `tools list` and `tools ask`: their lines on stdout, or why not on stderr and exit 1.
+fn tools(
+    path: &std::path::Path,
+    what: impl FnOnce(&Config) -> Result<Vec<String>, String>,
+) -> ExitCode {
+    let Some(cfg) = load(path) else {
+        return ExitCode::FAILURE;
+    };
+    match what(&cfg) {
+        Ok(lines) => {
+            for l in lines {
+                println!("{}", l.trim_end());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("brokerd: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -6,9 +6,7 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use bxcore::{DataClass, Message, ToolResponse};
 use serde_json::{Value, json};
@@ -37,63 +35,25 @@ fn read_paths(program: &Path) -> Vec<PathBuf> {
     vec![venv, prefix]
 }
 
-/// The digest of `tool` as the server `argv` describes it, asked as the owner's set-up asks
-/// it: `initialize`, then `tools/list`, outside any sandbox.
-fn digest_of(argv: &[String], tool: &str) -> String {
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let next = || -> Value {
-        let line = rx
-            .recv_timeout(bxtest::DEADLINE)
-            .expect("the server to answer");
-        serde_json::from_str(&line).unwrap()
-    };
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": toolkit::mcp::PROTOCOL_VERSION, "capabilities": {},
-        "clientInfo": {"name": "owner", "version": "1"}}});
-    writeln!(stdin, "{init}").unwrap();
-    assert!(next().get("result").is_some());
-    writeln!(
-        stdin,
-        "{}",
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
-    )
-    .unwrap();
-    writeln!(
-        stdin,
-        "{}",
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
-    )
-    .unwrap();
-    let list = next();
-    drop(stdin);
-    let _ = child.kill();
-    let _ = child.wait();
-    bxtest::join(reader, "the server's reader");
-    let t = list["result"]["tools"]
+/// `brokerd tools ask --server s` on `h`'s configuration: the server's tools as the entries
+/// it prints, parsed.
+fn asked(h: &Home) -> Vec<toml::Table> {
+    let (code, out, err) = run(&[
+        "tools",
+        "ask",
+        "--config",
+        h.config.to_str().unwrap(),
+        "--server",
+        "s",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let t: toml::Table = toml::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    t["declared_tools"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|t| t["name"] == tool)
-        .unwrap_or_else(|| panic!("no {tool} in {list}"))
-        .clone();
-    toolkit::mcp::tool_digest(&t)
+        .map(|e| e.as_table().unwrap().clone())
+        .collect()
 }
 
 /// A confined home whose brokerd has the server `argv` (reading `paths`) and `declared`.
@@ -134,17 +94,58 @@ const TIME_SCHEMA: &str = "parameters = { type = \"object\", properties = { time
 fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_declared_label() {
     let Some(program) = time_server() else { return };
     let argv = time_argv(&program);
-    let digest = digest_of(&argv, "get_current_time");
-    let h = home(
-        &argv,
-        &read_paths(&program),
-        "",
-        &declaration(
-            "now",
-            "get_current_time",
-            &digest,
-            &format!("{TIME_SCHEMA}reads = \"public\"\neffect = \"none\"\n"),
-        ),
+    let paths = read_paths(&program);
+    // The owner's flow: the server configured, asked what it offers, one tool chosen.
+    let h = home(&argv, &paths, "", "");
+    let entries = asked(&h);
+    let mut now = entries
+        .iter()
+        .find(|e| e["name"].as_str() == Some("get_current_time"))
+        .expect("get_current_time asked")
+        .clone();
+    // What `ask` prints trusts nothing, and a configuration of it passes brokerd's check.
+    assert_eq!(now["untrusted"].as_bool(), Some(true));
+    assert_eq!(now["approval"].as_str(), Some("always"));
+    let as_asked = toml::to_string(&toml::Table::from_iter([(
+        "declared_tools".to_string(),
+        toml::Value::Array(entries.iter().cloned().map(toml::Value::Table).collect()),
+    )]))
+    .unwrap();
+    let h2 = home(&argv, &paths, "", &as_asked);
+    let (code, out, err) = run(&["check", "--config", h2.config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("declared tool convert_time on server s"),
+        "{out}"
+    );
+    // The owner's choices: its name, their words, its label.
+    for (k, v) in [
+        ("name", "now"),
+        ("description", "What the owner says it does."),
+        ("reads", "public"),
+        ("effect", "none"),
+        ("approval", "never"),
+    ] {
+        now.insert(k.into(), toml::Value::String(v.into()));
+    }
+    now.insert(
+        "tool".into(),
+        toml::Value::String("get_current_time".into()),
+    );
+    let declared = toml::to_string(&toml::Table::from_iter([(
+        "declared_tools".to_string(),
+        toml::Value::Array(vec![toml::Value::Table(now)]),
+    )]))
+    .unwrap();
+    let h = home(&argv, &paths, "", &declared);
+    let (code, out, err) = run(&["tools", "list", "--config", h.config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().any(|l| l.starts_with("now ")
+            && l.ends_with(
+                "declared, on server s: reads public, untrusted, effect none, approval never"
+            )),
+        "{out}"
     );
     let b = Brokerd::start(&h);
     // Offered as the owner declared it: the owner's words, not the server's.
@@ -152,12 +153,12 @@ fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_decla
     let Some(Message::Tools(tools)) = r.last().map(|e| &e.msg) else {
         panic!("{r:?}")
     };
-    let now = tools
+    let offered = tools
         .tools
         .iter()
         .find(|t| t.name == "now")
         .expect("now offered");
-    assert_eq!(now.description, "What the owner says it does.");
+    assert_eq!(offered.description, "What the owner says it does.");
     match call(&h, 2, "now", json!({"timezone": "Etc/UTC"})) {
         ToolResponse::Result {
             content,
@@ -168,8 +169,6 @@ fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_decla
                 content.contains("Etc/UTC") && content.contains("datetime"),
                 "{content}"
             );
-            // Nothing is trusted by default: the declaration did not say its results are not
-            // third-party text.
             assert_eq!((class, untrusted), (DataClass::Public, true));
         }
         other => panic!("{other:?} {}", b.stderr()),
@@ -288,7 +287,7 @@ fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_de
     // A network socket ends the server: the call fails, saying how.
     match call(&h, 5, "probe", json!({"what": "net"})) {
         ToolResponse::Failed { message } => assert!(
-            message.contains("ended before it answered the call (signal 31 ended it)")
+            message.contains("the server of probe ended before it answered (signal 31 ended it)")
                 && message.ends_with("see docs/runbook.md#declared-tool-failed"),
             "{message}"
         ),

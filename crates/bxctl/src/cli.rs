@@ -22,7 +22,7 @@ use crate::done::{self, Done, Ended, Failure};
 use crate::logs::LogsOptions;
 use crate::selftest::SelftestOptions;
 use crate::target::{Device, Target};
-use crate::{approvals, audit, channel, check, logs, marks, memory, selftest, status};
+use crate::{approvals, audit, channel, check, logs, marks, memory, selftest, status, tools};
 
 #[derive(Debug, Parser)]
 #[command(name = "bxctl", version, about = "The owner's command for the box")]
@@ -117,6 +117,12 @@ pub enum Command {
     Memory {
         #[command(subcommand)]
         command: MemoryCommand,
+    },
+    /// The tools the broker offers, built in and declared, and what a declared tool's server
+    /// offers (docs/tools.md).
+    Tools {
+        #[command(subcommand)]
+        command: ToolsCommand,
     },
     /// The Matrix channel: pair the owner's Matrix account, or show how the channel is.
     Channel {
@@ -284,6 +290,21 @@ impl From<RouteArg> for bxcore::MemoryRoute {
             RouteArg::Local => bxcore::MemoryRoute::Local,
         }
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ToolsCommand {
+    /// Every tool brokerd offers, built in or declared: the label its results carry, its
+    /// effect, its approval rule.
+    List,
+    /// Start the declared tools' server NAME confined, as a call would, and print its tools as
+    /// [[declared_tools]] entries that trust nothing, each with its digest: review one, choose
+    /// its label, and add it to brokerd's configuration.
+    Ask {
+        /// The server, as `[tool_servers.NAME]` in brokerd's configuration names it.
+        #[arg(long, value_name = "NAME")]
+        server: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -466,6 +487,10 @@ impl Cli {
             },
             Command::Audit { command } => command.run(self),
             Command::Memory { command } => command.run(self),
+            Command::Tools { command } => match command {
+                ToolsCommand::List => tools::run(&*self.target(), "list", None),
+                ToolsCommand::Ask { server } => tools::run(&*self.target(), "ask", Some(server)),
+            },
             Command::Channel { command } => command.run(self),
             Command::Status { json } => status::run(&*self.target(), json.json, out),
             Command::Selftest {

@@ -36,5 +36,6 @@ pub mod selftest;
 pub mod status;
 pub mod target;
 pub mod thread_ids;
+pub mod tools;
 
 pub use done::{Done, Ended, Failure};

@@ -235,3 +235,23 @@ impl Target for Device {
         spec.client == layout::OWNER
     }
 }
+
+/// Where a daemon's executable is: beside this `bxctl` (the package installs them together),
+/// else the first on `PATH`.
+pub fn find_daemon(name: &str) -> Option<PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(name)));
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(name));
+    beside.into_iter().chain(on_path).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}

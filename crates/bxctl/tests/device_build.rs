@@ -85,6 +85,7 @@ fn the_device_build_has_neither_dev_nor_demo_and_every_owners_command() {
             "marks",
             "audit",
             "memory",
+            "tools",
             "channel",
             "status",
             "selftest",

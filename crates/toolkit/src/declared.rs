@@ -244,19 +244,22 @@ impl crate::AnyTool for DeclaredTool {
     }
 }
 
-/// Why a declared tool's call failed, as the owner's log says it (the model is told the same
-/// words: none of them are the server's).
+/// Why a declared tool's call (or the owner's listing of a server) failed, as the owner's log
+/// says it; `who` is `the server of <tool>` or `the server <name>`. The model is told the same
+/// words: none of them are the server's.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("the server of {tool} could not be started or its end was lost: {error}")]
+    #[error("{who} could not be started: {why}")]
+    Setup { who: String, why: String },
+    #[error("{who} could not be started or its end was lost: {error}")]
     Spawn {
-        tool: String,
+        who: String,
         error: spawn::SpawnError,
     },
-    #[error("the server of {tool} ended before it answered the call ({how})")]
-    Silent { tool: String, how: String },
-    #[error("the call of {tool} failed: {error}")]
-    Mcp { tool: String, error: McpError },
+    #[error("{who} ended before it answered ({how})")]
+    Silent { who: String, how: String },
+    #[error("{who}: {error}")]
+    Mcp { who: String, error: McpError },
 }
 
 impl bxcore::runbook::Anchored for CallError {
@@ -271,89 +274,112 @@ impl bxcore::runbook::Anchored for CallError {
     }
 }
 
-/// One call: the server started for it, the conversation, the answer labelled as declared.
-fn call(d: &Declaration, server: &Server, args: &Value) -> Result<Output, ToolError> {
-    let fail = |e: CallError| {
-        bxharden::log::fail_in(&"a declared tool", &e);
-        ToolError::Failed(format!(
-            "{e}; {}",
-            bxcore::runbook::pointer(bxcore::runbook::Anchored::anchor(&e))
-        ))
-    };
-    let cstring = |s: &str| {
-        CString::new(s)
-            .map_err(|_| ToolError::Failed(format!("a NUL character in the server of {}", d.name)))
-    };
-    let cwd = nix::fcntl::open(
-        "/",
-        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(|e| ToolError::Failed(format!("the server's directory: {}", e.desc())))?;
-    // SAFETY: `open` returned a new descriptor that nothing else owns.
-    let cwd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(cwd) };
-    let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
-    let job = Job {
-        program: cstring(&server.program.display().to_string())?,
-        argv: server
-            .argv
-            .iter()
-            .map(|a| cstring(a))
-            .collect::<Result<_, _>>()?,
-        env: spawn::environment(&server.path, "/var/empty")
-            .map_err(|_| ToolError::Failed(format!("a NUL character in the PATH of {}", d.name)))?,
-        cwd,
-        stdin: Input::Talk(&mut talk),
-        timeout: server.timeout,
-        limits: server.limits,
-        sandbox: &server.sandbox,
-        own_network: server.own_network,
-        max_output: server.max_output,
-    };
-    let tool = d.name.clone();
-    let done = spawn::run(job).map_err(|error| {
-        fail(CallError::Spawn {
-            tool: tool.clone(),
+impl Server {
+    /// Start the server for one conversation, confined, and hold it to its end or deadline.
+    /// `Ok` once the conversation has what it asked for.
+    pub fn converse(&self, who: &str, talk: &mut mcp::Call) -> Result<(), CallError> {
+        let setup = |why: String| CallError::Setup {
+            who: who.to_string(),
+            why,
+        };
+        let cstring =
+            |s: &str| CString::new(s).map_err(|_| setup("a NUL character in its command".into()));
+        let cwd = nix::fcntl::open(
+            "/",
+            nix::fcntl::OFlag::O_PATH
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| setup(format!("its directory: {}", e.desc())))?;
+        // SAFETY: `open` returned a new descriptor that nothing else owns.
+        let cwd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(cwd) };
+        let job = Job {
+            program: cstring(&self.program.display().to_string())?,
+            argv: self
+                .argv
+                .iter()
+                .map(|a| cstring(a))
+                .collect::<Result<_, _>>()?,
+            env: spawn::environment(&self.path, "/var/empty")
+                .map_err(|_| setup("a NUL character in its PATH".into()))?,
+            cwd,
+            stdin: Input::Talk(talk),
+            timeout: self.timeout,
+            limits: self.limits,
+            sandbox: &self.sandbox,
+            own_network: self.own_network,
+            max_output: self.max_output,
+        };
+        let done = spawn::run(job).map_err(|error| CallError::Spawn {
+            who: who.to_string(),
             error,
-        })
-    })?;
-    match talk.outcome() {
-        Some(Ok(answer)) => {
-            // What the tool says, failure or not, is its result and carries its label: the
-            // server's words never pass as the box's own.
-            let content = if answer.is_error {
-                format!("the tool reported an error:\n{}", answer.text)
-            } else {
-                answer.text.clone()
-            };
-            Ok(Output {
-                content,
-                summary: answer
-                    .is_error
-                    .then(|| "the tool reported an error".to_string()),
-                from_place: FromPlace::All,
-            })
-        }
-        Some(Err(error)) => Err(fail(CallError::Mcp {
-            tool,
-            error: error.clone(),
-        })),
-        None => {
-            let how = match done.ended {
-                Ended::TimedOut => format!(
-                    "its deadline of {} ms came first",
-                    server.timeout.as_millis()
-                ),
-                _ if done.stdout.cut => format!(
-                    "it wrote more than the {} bytes the box reads",
-                    server.max_output
-                ),
-                Ended::Exited(code) => format!("it exited with code {code}"),
-                Ended::Signaled(sig) => format!("signal {sig} ended it"),
-            };
-            Err(fail(CallError::Silent { tool, how }))
+        })?;
+        match talk.outcome() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(error)) => Err(CallError::Mcp {
+                who: who.to_string(),
+                error: error.clone(),
+            }),
+            None => {
+                let how = match done.ended {
+                    Ended::TimedOut => {
+                        format!("its deadline of {} ms came first", self.timeout.as_millis())
+                    }
+                    _ if done.stdout.cut => format!(
+                        "it wrote more than the {} bytes the box reads",
+                        self.max_output
+                    ),
+                    Ended::Exited(code) => format!("it exited with code {code}"),
+                    Ended::Signaled(sig) => format!("signal {sig} ended it"),
+                };
+                Err(CallError::Silent {
+                    who: who.to_string(),
+                    how,
+                })
+            }
         }
     }
+
+    /// The server's tools as its `tools/list` gives them (every page), asked confined as a
+    /// call is: what the owner declares tools from (`brokerd tools ask`).
+    pub fn list(&self, name: &str) -> Result<Vec<Value>, CallError> {
+        let mut talk = mcp::Call::listing();
+        self.converse(&format!("the server {name}"), &mut talk)?;
+        Ok(talk.listed().map(<[Value]>::to_vec).unwrap_or_default())
+    }
+}
+
+/// One call: the server started for it, the conversation, the answer labelled as declared.
+fn call(d: &Declaration, server: &Server, args: &Value) -> Result<Output, ToolError> {
+    let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
+    if let Err(e) = server.converse(&format!("the server of {}", d.name), &mut talk) {
+        bxharden::log::fail_in(&"a declared tool", &e);
+        return Err(ToolError::Failed(format!(
+            "{e}; {}",
+            bxcore::runbook::pointer(bxcore::runbook::Anchored::anchor(&e))
+        )));
+    }
+    let Some(Ok(answer)) = talk.outcome() else {
+        return Err(ToolError::Failed(format!(
+            "the server of {} gave no answer",
+            d.name
+        )));
+    };
+    // What the tool says, failure or not, is its result and carries its label: the server's
+    // words never pass as the box's own.
+    let content = if answer.is_error {
+        format!("the tool reported an error:\n{}", answer.text)
+    } else {
+        answer.text.clone()
+    };
+    Ok(Output {
+        content,
+        summary: answer
+            .is_error
+            .then(|| "the tool reported an error".to_string()),
+        from_place: FromPlace::All,
+    })
 }
 
 /// The arguments against the declared schema's top level: an object, of at most [`MAX_ARGS`]

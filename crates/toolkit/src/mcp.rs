@@ -92,12 +92,16 @@ pub struct Answer {
     pub is_error: bool,
 }
 
-/// One call's conversation with its server ([`Talk`] for `crate::run::spawn`).
+/// One conversation with a server ([`Talk`] for `crate::run::spawn`): a call of one declared
+/// tool, or (for the owner declaring tools) only its `tools/list`.
 #[derive(Debug)]
 pub struct Call {
+    /// The tool called; empty when only listing.
     tool: String,
     digest: String,
     arguments: Value,
+    /// Listing only: the tools of every page so far.
+    listed: Option<Vec<Value>>,
     phase: Phase,
     /// How much of the server's output is read.
     read: usize,
@@ -111,9 +115,18 @@ impl Call {
             tool: tool.to_string(),
             digest: digest.to_string(),
             arguments,
+            listed: None,
             phase: Phase::Initializing,
             read: 0,
             outcome: None,
+        }
+    }
+
+    /// Only the server's `tools/list`, every page: what the owner declares tools from.
+    pub fn listing() -> Call {
+        Call {
+            listed: Some(Vec::new()),
+            ..Call::new("", "", Value::Null)
         }
     }
 
@@ -121,6 +134,14 @@ impl Call {
     /// deadline came, first).
     pub fn outcome(&self) -> Option<&Result<Answer, McpError>> {
         self.outcome.as_ref()
+    }
+
+    /// Listing: the server's tools, once it listed them all (`outcome` is then `Ok`).
+    pub fn listed(&self) -> Option<&[Value]> {
+        match (&self.outcome, &self.listed) {
+            (Some(Ok(_)), Some(tools)) => Some(tools),
+            _ => None,
+        }
     }
 
     fn over(&mut self, outcome: Result<Answer, McpError>) -> (Vec<u8>, bool) {
@@ -189,7 +210,7 @@ impl Call {
                 self.phase = Phase::Listing(0);
                 let mut out =
                     line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-                out.extend(self.list(None));
+                out.extend(self.page(None));
                 Ok(out)
             }
             Phase::Listing(n) => {
@@ -197,7 +218,17 @@ impl Call {
                     .get("tools")
                     .and_then(Value::as_array)
                     .ok_or_else(|| McpError::Protocol("tools/list without tools".into()))?;
-                if let Some(t) = tools
+                if let Some(all) = &mut self.listed {
+                    all.extend(tools.iter().cloned());
+                    if result.get("nextCursor").and_then(Value::as_str).is_none() {
+                        self.phase = Phase::Over;
+                        self.outcome = Some(Ok(Answer {
+                            text: String::new(),
+                            is_error: false,
+                        }));
+                        return Ok(Vec::new());
+                    }
+                } else if let Some(t) = tools
                     .iter()
                     .find(|t| t.get("name") == Some(&json!(self.tool)))
                 {
@@ -220,7 +251,7 @@ impl Call {
                 match result.get("nextCursor").and_then(Value::as_str) {
                     Some(cursor) if n + 1 < MAX_PAGES => {
                         self.phase = Phase::Listing(n + 1);
-                        Ok(self.list(Some(cursor)))
+                        Ok(self.page(Some(cursor)))
                     }
                     Some(_) => Err(McpError::Pages),
                     None => Err(McpError::Gone(self.tool.clone())),
@@ -244,7 +275,7 @@ impl Call {
         }
     }
 
-    fn list(&self, cursor: Option<&str>) -> Vec<u8> {
+    fn page(&self, cursor: Option<&str>) -> Vec<u8> {
         let Phase::Listing(n) = self.phase else {
             return Vec::new();
         };
@@ -411,6 +442,21 @@ mod tests {
         }
         said(&mut call, &lines);
         assert_eq!(call.outcome(), Some(&Err(McpError::Pages)));
+    }
+
+    #[test]
+    fn a_listing_reads_every_page_and_calls_nothing() {
+        let mut call = Call::listing();
+        let p1 =
+            json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [tool("a")], "nextCursor": "c"}});
+        let (sent, _) = said(&mut call, &[init(), p1.clone()]);
+        assert_eq!(sent[2]["params"]["cursor"], "c");
+        let p2 = json!({"jsonrpc": "2.0", "id": 3, "result": {"tools": [tool("b")]}});
+        let (sent, over) = said(&mut call, &[init(), p1, p2]);
+        assert!(over && sent.is_empty(), "{sent:?}");
+        let listed = call.listed().unwrap();
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[1]["description"], "b");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::fmt;
 use std::fs;
 use std::io;
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,24 +15,7 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// Where a daemon's executable is: beside this `bxctl`, else the first on `PATH`.
-pub fn find_daemon(name: &str) -> Option<PathBuf> {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join(name)));
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|dir| dir.join(name));
-    beside.into_iter().chain(on_path).find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
-}
+pub use crate::target::find_daemon;
 
 /// What a dev box daemon inherits of `bxctl`'s environment: nothing but these, when set. The
 /// daemons read no other variable of the caller's; `NOTIFY_SOCKET` and `LISTEN_*` are set by
