@@ -9,6 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use bxcore::{DataClass, Message, ToolResponse};
+use bxtest::OutputBounded;
 use serde_json::{Value, json};
 use support::*;
 
@@ -56,6 +57,25 @@ fn asked(h: &Home) -> Vec<toml::Table> {
         .collect()
 }
 
+/// The asked entry of the server's tool `tool`, with the owner's `choices` over it (the name
+/// first), as a `[[declared_tools]]` entry.
+fn chosen(entries: &[toml::Table], tool: &str, choices: &[(&str, &str)]) -> String {
+    let mut e = entries
+        .iter()
+        .find(|e| e["name"].as_str() == Some(tool))
+        .unwrap_or_else(|| panic!("{tool} asked"))
+        .clone();
+    e.insert("tool".into(), toml::Value::String(tool.into()));
+    for (k, v) in choices {
+        e.insert((*k).into(), toml::Value::String((*v).into()));
+    }
+    toml::to_string(&toml::Table::from_iter([(
+        "declared_tools".to_string(),
+        toml::Value::Array(vec![toml::Value::Table(e)]),
+    )]))
+    .unwrap()
+}
+
 /// A confined home whose brokerd has the server `argv` (reading `paths`) and `declared`.
 fn home(argv: &[String], paths: &[PathBuf], extra: &str, declared: &str) -> Home {
     let h = Home::new("");
@@ -98,11 +118,10 @@ fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_decla
     // The owner's flow: the server configured, asked what it offers, one tool chosen.
     let h = home(&argv, &paths, "", "");
     let entries = asked(&h);
-    let mut now = entries
+    let now = entries
         .iter()
         .find(|e| e["name"].as_str() == Some("get_current_time"))
-        .expect("get_current_time asked")
-        .clone();
+        .expect("get_current_time asked");
     // What `ask` prints trusts nothing, and a configuration of it passes brokerd's check.
     assert_eq!(now["untrusted"].as_bool(), Some(true));
     assert_eq!(now["approval"].as_str(), Some("always"));
@@ -119,24 +138,17 @@ fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_decla
         "{out}"
     );
     // The owner's choices: its name, their words, its label.
-    for (k, v) in [
-        ("name", "now"),
-        ("description", "What the owner says it does."),
-        ("reads", "public"),
-        ("effect", "none"),
-        ("approval", "never"),
-    ] {
-        now.insert(k.into(), toml::Value::String(v.into()));
-    }
-    now.insert(
-        "tool".into(),
-        toml::Value::String("get_current_time".into()),
+    let declared = chosen(
+        &entries,
+        "get_current_time",
+        &[
+            ("name", "now"),
+            ("description", "What the owner says it does."),
+            ("reads", "public"),
+            ("effect", "none"),
+            ("approval", "never"),
+        ],
     );
-    let declared = toml::to_string(&toml::Table::from_iter([(
-        "declared_tools".to_string(),
-        toml::Value::Array(vec![toml::Value::Table(now)]),
-    )]))
-    .unwrap();
     let h = home(&argv, &paths, "", &declared);
     let (code, out, err) = run(&["tools", "list", "--config", h.config.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
@@ -341,4 +353,133 @@ fn a_declaration_that_names_no_server_or_says_two_things_is_refused_by_check() {
     let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("an absolute path (no shell)"), "{err}");
+}
+
+/// Another server of the virtualenv `MCP_SERVER_TIME` lies in.
+fn beside(time: &Path, server: &str) -> String {
+    time.with_file_name(server).display().to_string()
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.email=owner@box", "-c", "user.name=owner"])
+        .args(args)
+        .output_bounded()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_git_server_reads_the_repository_it_is_given_and_no_other() {
+    let Some(program) = time_server() else { return };
+    let mut paths = read_paths(&program);
+    let scratch = Home::new("");
+    let (given, other) = (scratch.dir("given"), scratch.dir("other"));
+    for (repo, message) in [(&given, "the given history"), (&other, "a private history")] {
+        git(repo, &["init", "-q", "."]);
+        git(repo, &["commit", "-q", "--allow-empty", "-m", message]);
+    }
+    paths.push(given.clone());
+    let argv = vec![beside(&program, "mcp-server-git")];
+    let h = home(&argv, &paths, "", "");
+    let entries = asked(&h);
+    let log = chosen(
+        &entries,
+        "git_log",
+        &[
+            ("name", "log"),
+            ("reads", "private"),
+            ("effect", "none"),
+            ("approval", "never"),
+        ],
+    );
+    let h = home(&argv, &paths, "", &log);
+    if is_root() {
+        // brokerd runs as nobody: the repositories are nobody's too (git refuses another's).
+        let out = std::process::Command::new("chown")
+            .args(["-R", "nobody:"])
+            .arg(&scratch.home)
+            .output_bounded()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let b = Brokerd::start(&h);
+    let text = |r: ToolResponse| match r {
+        ToolResponse::Result {
+            content,
+            class,
+            untrusted,
+        } => {
+            assert_eq!((class, untrusted), (DataClass::Private, true));
+            content
+        }
+        other => panic!("{other:?} {}", b.stderr()),
+    };
+    let seen = text(call(
+        &h,
+        1,
+        "log",
+        json!({"repo_path": given, "max_count": 1}),
+    ));
+    assert!(seen.contains("the given history"), "{seen}");
+    // Another repository is outside its sandbox: the server cannot open it, whatever it is asked.
+    let refused = text(call(
+        &h,
+        2,
+        "log",
+        json!({"repo_path": other, "max_count": 1}),
+    ));
+    assert!(
+        refused.starts_with("the tool reported an error:"),
+        "{refused}"
+    );
+    assert!(!refused.contains("a private history"), "{refused}");
+}
+
+#[test]
+fn the_fetch_server_reaches_no_address_from_its_sandbox() {
+    let Some(program) = time_server() else { return };
+    let paths = read_paths(&program);
+    let argv = vec![
+        beside(&program, "mcp-server-fetch"),
+        "--ignore-robots-txt".into(),
+        "--allow-private-ips".into(),
+    ];
+    let h = home(&argv, &paths, "", "");
+    let fetch = chosen(
+        &asked(&h),
+        "fetch",
+        &[
+            ("reads", "public"),
+            ("effect", "none"),
+            ("approval", "never"),
+        ],
+    );
+    let h = home(&argv, &paths, "", &fetch);
+    let b = Brokerd::start(&h);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    match call(&h, 1, "fetch", json!({"url": url, "raw": true})) {
+        ToolResponse::Failed { message } => assert!(
+            message.contains("ended before it answered (signal 31 ended it)"),
+            "{message}"
+        ),
+        other => panic!("{other:?} {}", b.stderr()),
+    }
+    assert!(
+        // bounded: the listener is non-blocking, so accept answers at once
+        listener.accept().is_err(),
+        "the server reached the listener"
+    );
 }

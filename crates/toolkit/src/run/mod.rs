@@ -53,7 +53,7 @@ pub const DEFAULT_PATH: [&str; 3] = ["/run/current-system/sw/bin", "/usr/bin", "
 /// those that exist here. The program directories and their libraries (`/nix/store` is in
 /// every sandbox already), and of `/etc` only what the loader and ordinary programs read: never
 /// `/etc` whole (it holds `shadow`, keys, the box's own configuration).
-pub const DEFAULT_SYSTEM_PATHS: [&str; 19] = [
+pub const DEFAULT_SYSTEM_PATHS: [&str; 20] = [
     "/run/current-system/sw",
     "/usr",
     "/bin",
@@ -70,6 +70,9 @@ pub const DEFAULT_SYSTEM_PATHS: [&str; 19] = [
     "/etc/group",
     "/etc/nsswitch.conf",
     "/etc/ssl",
+    // git takes a system configuration it may not read for a fatal error (it stops on EACCES,
+    // where Landlock answers), as the git tool server and `run git` do.
+    "/etc/gitconfig",
     "/etc/static",
     "/dev/urandom",
     "/dev/zero",
