@@ -529,10 +529,12 @@ impl Config {
     }
 
     /// Each declared tool says one thing, names a server that is configured, and has a name of
-    /// its own; each server can be started.
+    /// its own; each server can be started, reads nothing of the box's own, and its tools'
+    /// labels cover the workspace roots it may read.
     fn declared_tools_check(&self) -> Result<(), String> {
         for (name, server) in &self.tool_servers {
             server.check(name)?;
+            self.server_reads_clear(name, server)?;
         }
         let mut seen = std::collections::BTreeSet::new();
         for d in &self.declared_tools {
@@ -545,6 +547,55 @@ impl Config {
             }
             if !seen.insert(d.name.as_str()) {
                 return Err(format!("[[declared_tools]] {:?} is declared twice", d.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// A server's `read_paths` hold nothing of the box (its home, or a directory above it) and
+    /// lie in no daemon's state; one that holds or lies in a workspace root makes every tool on
+    /// that server carry at least that root's class, and third-party text if the root holds it.
+    fn server_reads_clear(&self, name: &str, server: &ToolServerConfig) -> Result<(), String> {
+        let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let home = real(&self.paths.home);
+        for p in server.read_paths.iter().map(|p| real(p)) {
+            if home.starts_with(&p) || p.starts_with(&home) {
+                return Err(format!(
+                    "[tool_servers.{name}] read_paths: {} {} the box's home {}: its server would \
+                     read the audit chain, the daemons' keys and sockets",
+                    p.display(),
+                    if home.starts_with(&p) {
+                        "holds"
+                    } else {
+                        "lies in"
+                    },
+                    home.display()
+                ));
+            }
+            for root in &self.workspace.roots {
+                let r = real(&root.path);
+                if !(r.starts_with(&p) || p.starts_with(&r)) {
+                    continue;
+                }
+                for d in self.declared_tools.iter().filter(|d| d.server == name) {
+                    if d.reads < root.class || (root.untrusted && !d.untrusted) {
+                        return Err(format!(
+                            "[[declared_tools]] {:?}: its server {name} reads the workspace root \
+                             {} ({}{}), so its results carry that at least: declare reads = \
+                             {:?}{}",
+                            d.name,
+                            r.display(),
+                            root.class,
+                            if root.untrusted { ", untrusted" } else { "" },
+                            root.class.to_string(),
+                            if root.untrusted {
+                                " and untrusted = true"
+                            } else {
+                                ""
+                            }
+                        ));
+                    }
+                }
             }
         }
         Ok(())

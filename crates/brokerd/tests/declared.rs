@@ -247,6 +247,9 @@ for line in sys.stdin:
         a = m["params"]["arguments"]
         if a["what"] == "hang": time.sleep(3600)
         if a["what"] == "net": socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if a["what"] == "big":
+            say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": "a" * 100000}]}})
+            continue
         try:
             text = "read: " + open(a["path"]).read()
         except OSError as e:
@@ -296,6 +299,14 @@ fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_de
         let got = text(call(&h, n, "probe", json!({"what": "read", "path": path})));
         assert_eq!(got, "refused: PermissionError", "{path}");
     }
+    // An answer past what a frame holds is cut, saying so.
+    let big = text(call(&h, 8, "probe", json!({"what": "big"})));
+    assert!(
+        big.len() <= toolkit::declared::MAX_ANSWER + 200
+            && big.ends_with("bytes; the rest was not passed on)"),
+        "{} bytes",
+        big.len()
+    );
     // A network socket ends the server: the call fails, saying how.
     match call(&h, 5, "probe", json!({"what": "net"})) {
         ToolResponse::Failed { message } => assert!(
@@ -482,4 +493,41 @@ fn the_fetch_server_reaches_no_address_from_its_sandbox() {
         listener.accept().is_err(),
         "the server reached the listener"
     );
+}
+
+#[test]
+fn a_server_that_reads_the_box_or_a_root_above_its_tools_label_is_refused_by_check() {
+    let h = Home::new("");
+    // A root outside the box's home, as the owner's files are.
+    let elsewhere = Home::new("");
+    let vault = elsewhere.dir("vault");
+    let d = "0".repeat(64);
+    for (server, tools, why) in [
+        (
+            format!("read_paths = [{:?}]", h.home.display().to_string()),
+            "reads = \"public\"",
+            "the box's home",
+        ),
+        (
+            format!("read_paths = [{:?}]", vault.display().to_string()),
+            "reads = \"private\"",
+            "declare reads = \"secret\" and untrusted = true",
+        ),
+        (
+            format!("read_paths = [{:?}]", vault.display().to_string()),
+            "reads = \"secret\"\nuntrusted = false",
+            "declare reads = \"secret\" and untrusted = true",
+        ),
+    ] {
+        h.write_config(&format!(
+            "[[workspace.roots]]\npath = {:?}\nclass = \"secret\"\nuntrusted = true\n\n\
+             [tool_servers.s]\ncommand = [\"/bin/true\"]\n{server}\n\n\
+             [[declared_tools]]\nname = \"t\"\nserver = \"s\"\ndescription = \"d\"\n\
+             parameters = {{ type = \"object\" }}\ndigest = \"{d}\"\neffect = \"none\"\n{tools}\n",
+            vault.display().to_string()
+        ));
+        let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
+        assert_ne!(code, 0, "{server} {tools}");
+        assert!(err.contains(why), "{why}: {err}");
+    }
 }

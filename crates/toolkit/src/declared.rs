@@ -37,6 +37,10 @@ pub const CHANGED_ANCHOR: &str = "declared-tool-changed";
 /// The most bytes of a declared tool's arguments.
 pub const MAX_ARGS: usize = 64 * 1024;
 
+/// The most bytes of a declared tool's answer passed on (with its JSON escaping it fits in a
+/// frame); past it the answer is cut, saying so.
+pub const MAX_ANSWER: usize = 64 * 1024;
+
 /// What a declared tool does to the world, as its declaration says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -368,11 +372,22 @@ fn call(d: &Declaration, server: &Server, args: &Value) -> Result<Output, ToolEr
     };
     // What the tool says, failure or not, is its result and carries its label: the server's
     // words never pass as the box's own.
-    let content = if answer.is_error {
+    let mut content = if answer.is_error {
         format!("the tool reported an error:\n{}", answer.text)
     } else {
         answer.text.clone()
     };
+    if content.len() > MAX_ANSWER {
+        let mut end = MAX_ANSWER;
+        while !content.is_char_boundary(end) {
+            end -= 1;
+        }
+        content.truncate(end);
+        content.push_str(&format!(
+            "\n(cut: the tool's answer was longer than {MAX_ANSWER} bytes; the rest was not \
+             passed on)"
+        ));
+    }
     Ok(Output {
         content,
         summary: answer
