@@ -461,6 +461,12 @@ const SYSTEM: [&str; 12] = [
     "/lib64",
 ];
 
+/// The system trees a tool server's `read_paths` may not hold (a path inside one, such as
+/// `/etc/ssl`, is the owner's choice).
+const SERVER_NEVER: [&str; 9] = [
+    "/proc", "/sys", "/dev", "/etc", "/run", "/root", "/home", "/boot", "/var/lib",
+];
+
 impl Config {
     /// No workspace root holds the box itself: not `/`, not the home or a directory above it,
     /// not a daemon's own directory, the socket directories or the home's `etc`, `logs` and `dev`,
@@ -558,7 +564,32 @@ impl Config {
     fn server_reads_clear(&self, name: &str, server: &ToolServerConfig) -> Result<(), String> {
         let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let home = real(&self.paths.home);
+        let run = real(&layout::run_dir(&self.paths.home));
         for p in server.read_paths.iter().map(|p| real(p)) {
+            // Whole system trees that hold keys, other users' files or kernel interfaces, and
+            // the places of the box's sockets: never a server's to read.
+            let whole = SERVER_NEVER
+                .iter()
+                .map(Path::new)
+                .find(|d| d.starts_with(&p));
+            let inside = ["/proc", "/sys", "/run"]
+                .iter()
+                .map(PathBuf::from)
+                .chain([run.clone()])
+                .find(|d| p.starts_with(d));
+            if let Some(d) = whole.map(Path::to_path_buf).or(inside) {
+                return Err(format!(
+                    "[tool_servers.{name}] read_paths: {} {} {}: name the directories its \
+                     program needs (a virtualenv, a package's directory)",
+                    p.display(),
+                    if d.starts_with(&p) {
+                        "holds"
+                    } else {
+                        "lies in"
+                    },
+                    d.display()
+                ));
+            }
             if home.starts_with(&p) || p.starts_with(&home) {
                 return Err(format!(
                     "[tool_servers.{name}] read_paths: {} {} the box's home {}: its server would \
@@ -577,8 +608,11 @@ impl Config {
                 if !(r.starts_with(&p) || p.starts_with(&r)) {
                     continue;
                 }
+                // A writable root may hold files an untrusted session wrote (marked): what the
+                // server reads there may be third-party text.
+                let third_party = root.untrusted || root.writable;
                 for d in self.declared_tools.iter().filter(|d| d.server == name) {
-                    if d.reads < root.class || (root.untrusted && !d.untrusted) {
+                    if d.reads < root.class || (third_party && !d.untrusted) {
                         return Err(format!(
                             "[[declared_tools]] {:?}: its server {name} reads the workspace root \
                              {} ({}{}), so its results carry that at least: declare reads = \
@@ -586,9 +620,15 @@ impl Config {
                             d.name,
                             r.display(),
                             root.class,
-                            if root.untrusted { ", untrusted" } else { "" },
-                            root.class.to_string(),
                             if root.untrusted {
+                                ", untrusted"
+                            } else if root.writable {
+                                ", writable: it may hold what untrusted sessions wrote"
+                            } else {
+                                ""
+                            },
+                            root.class.to_string(),
+                            if third_party {
                                 " and untrusted = true"
                             } else {
                                 ""

@@ -167,7 +167,18 @@ pub fn tool_server(
         },
         max_output: sc.max_output_bytes,
         own_network: sc.network_namespace,
-        sandbox: child_sandbox(cfg, &sc.read_paths)?,
+        // It has no file of its own: changing a mode or an owner could only open brokerd's
+        // (Landlock does not govern either).
+        sandbox: child_sandbox(cfg, &sc.read_paths)?
+            .refusing(bxharden::seccomp::mode_changes(
+                bxharden::profiles::Arch::current().ok_or_else(|| {
+                    StartError::own(
+                        bxharden::sandbox::SANDBOX_ANCHOR,
+                        "no seccomp on this architecture",
+                    )
+                })?,
+            ))
+            .map_err(|e| StartError::own(bxharden::sandbox::SANDBOX_ANCHOR, e))?,
     })
 }
 

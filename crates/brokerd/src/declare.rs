@@ -105,7 +105,7 @@ fn entry(server: &str, tool: &Value) -> Result<String, String> {
     let text = toml::to_string(&json!({"declared_tools": [decl]}))
         .map_err(|e| format!("the tool {on_server:?} cannot be written as TOML: {e}"))?;
     Ok(format!(
-        "# {on_server} on {server}: the description is the server's; read it, and write what \
+        "# {on_server:?} on {server}: the description is the server's; read it, and write what \
          the model is to be told.\n# Choose reads, untrusted, effect (none | local | egress with \
          egress_max) and approval; nothing is trusted until you do.\n{text}"
     ))

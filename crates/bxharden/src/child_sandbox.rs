@@ -27,6 +27,8 @@ pub struct ChildSandbox {
     clone3: Vec<libc::sock_filter>,
     /// The calls refused with an errno (every `socket` for the `run` tool's child); may be empty.
     errno: Vec<libc::sock_filter>,
+    /// The calls refused besides ([`ChildSandbox::refusing`]); may be empty.
+    more: Vec<libc::sock_filter>,
     /// The allow-list with [`seccomp::SELF_PID`] where the child's own pid goes.
     main: Vec<libc::sock_filter>,
     self_places: usize,
@@ -78,6 +80,7 @@ impl ChildSandbox {
                 .as_ref()
                 .map(seccomp::to_kernel)
                 .unwrap_or_default(),
+            more: Vec::new(),
             main: seccomp::to_kernel(&filters.main),
             self_places: seccomp::self_pid_places(profile.seccomp()),
             log: mismatch == Mismatch::LogEperm,
@@ -110,10 +113,21 @@ impl ChildSandbox {
             landlock,
             clone3: self.clone3.clone(),
             errno: self.errno.clone(),
+            more: self.more.clone(),
             main: self.main.clone(),
             self_places: self.self_places,
             log: self.log,
         })
+    }
+
+    /// The same sandbox refusing `calls` besides, each with `EACCES`: for a child that must not
+    /// make what the profile allows ordinary programs (a declared tool's server changes no
+    /// file's mode or owner: [`seccomp::mode_changes`]).
+    pub fn refusing(mut self, calls: &[&str]) -> Result<ChildSandbox, SandboxError> {
+        let arch = Arch::current().ok_or(SandboxError::Seccomp(SeccompError::Arch))?;
+        let program = seccomp::refusal(calls, arch).map_err(SandboxError::Seccomp)?;
+        self.more = seccomp::to_kernel(&program);
+        Ok(self)
     }
 
     /// What Landlock will enforce in the child.
@@ -122,7 +136,7 @@ impl ChildSandbox {
     }
 
     /// Enter the sandbox: `PR_SET_NO_NEW_PRIVS`, the Landlock ruleset, the `clone3` filter, the
-    /// errno filter (if any), the allow-list bound to the child's own pid. System calls only (no allocation): call it in
+    /// errno filters (if any), the allow-list bound to the child's own pid. System calls only (no allocation): call it in
     /// the child after `fork`, e.g. from `pre_exec`. An error leaves the child to exit; it must
     /// not `execve`.
     pub fn enter(&self) -> std::io::Result<()> {
@@ -149,6 +163,9 @@ impl ChildSandbox {
         seccomp::install_here(&self.clone3, self.log)?;
         if !self.errno.is_empty() {
             seccomp::install_here(&self.errno, self.log)?;
+        }
+        if !self.more.is_empty() {
+            seccomp::install_here(&self.more, self.log)?;
         }
         seccomp::install_here(&main[..n], self.log)
     }

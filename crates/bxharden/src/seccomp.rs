@@ -301,6 +301,37 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
     )
 }
 
+/// The calls that change a file's mode or owner, as `arch` names them: Landlock does not govern
+/// them, so a process under a daemon's uid could make the daemon's own files (its audit chain,
+/// its directory) open to everyone. [`ChildSandbox::refusing`](crate::ChildSandbox::refusing)
+/// refuses them to a child that has no file of its own to change (a declared tool's server).
+pub fn mode_changes(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::X86_64 => &[
+            "chmod", "fchmod", "fchmodat", "chown", "fchown", "fchownat", "lchown",
+        ],
+        Arch::Aarch64 => &["fchmod", "fchmodat", "fchown", "fchownat"],
+    }
+}
+
+/// A filter that refuses `calls` with `EACCES` and lets everything else through (to the next
+/// filter), compiled for `arch`.
+pub fn refusal(calls: &[&str], arch: Arch) -> Result<BpfProgram, SeccompError> {
+    let rules: Vec<String> = calls
+        .iter()
+        .map(|c| format!("{{\"syscall\":\"{c}\"}}"))
+        .collect();
+    let json = format!(
+        "{{\"refused\":{{\"mismatch_action\":\"allow\",\"match_action\":{{\"errno\":{}}},\"filter\":[{}]}}}}",
+        libc::EACCES,
+        rules.join(",")
+    );
+    let mut map = seccompiler::compile_from_json(json.as_bytes(), target(arch))
+        .map_err(|e| SeccompError::Compile(e.to_string()))?;
+    map.remove("refused")
+        .ok_or_else(|| SeccompError::Compile("the filter of refused calls is missing".to_owned()))
+}
+
 /// Compile a profile's filters for `arch`.
 pub fn compile(
     profile: SeccompProfile,

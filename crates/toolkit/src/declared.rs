@@ -230,7 +230,7 @@ impl crate::AnyTool for DeclaredTool {
             marks_writes: false,
         })
     }
-    fn run(&self, args: &Value, _plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
         let d = &self.0;
         let server = env.servers.get(&d.server).ok_or_else(|| {
             ToolError::Failed(format!(
@@ -238,7 +238,7 @@ impl crate::AnyTool for DeclaredTool {
                 d.server, d.name
             ))
         })?;
-        call(d, server, args)
+        call(d, server, args, plan.carries)
     }
     fn place(&self, _args: &Value, _env: &Env) -> Option<String> {
         None
@@ -250,7 +250,9 @@ impl crate::AnyTool for DeclaredTool {
 
 /// Why a declared tool's call (or the owner's listing of a server) failed, as the owner's log
 /// says it; `who` is `the server of <tool>` or `the server <name>`. The model is told the same
-/// words: none of them are the server's.
+/// words, none of them the server's; but how a server that ran failed is its doing (which
+/// request, which exit code, when), so such a failure raises the session by the declared label
+/// as a result would ([`CallError::server_ran`]).
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     #[error("{who} could not be started: {why}")]
@@ -354,15 +356,49 @@ impl Server {
     }
 }
 
-/// One call: the server started for it, the conversation, the answer labelled as declared.
-fn call(d: &Declaration, server: &Server, args: &Value) -> Result<Output, ToolError> {
+impl CallError {
+    /// Whether the server ran: it had the call's arguments and could read its paths, so how
+    /// it failed (which request it refused, its exit code, when it stopped) may carry what it
+    /// read, and raises the session as its result would.
+    fn server_ran(&self) -> bool {
+        !matches!(
+            self,
+            CallError::Setup { .. }
+                | CallError::Spawn {
+                    error: spawn::SpawnError::Setup(..) | spawn::SpawnError::Start(..),
+                    ..
+                }
+        )
+    }
+}
+
+/// One call: the server started for it, the conversation, the answer labelled as declared
+/// (`carries`, the plan's label).
+fn call(
+    d: &Declaration,
+    server: &Server,
+    args: &Value,
+    carries: Label,
+) -> Result<Output, ToolError> {
     let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
     if let Err(e) = server.converse(&format!("the server of {}", d.name), &mut talk) {
         bxharden::log::fail_in(&"a declared tool", &e);
-        return Err(ToolError::Failed(format!(
+        let text = format!(
             "{e}; {}",
             bxcore::runbook::pointer(bxcore::runbook::Anchored::anchor(&e))
-        )));
+        );
+        // A failure the server could shape is what it answered: it carries the declared label.
+        return Err(if e.server_ran() {
+            ToolError::Touched(
+                crate::workspace::Reached {
+                    label: carries,
+                    read_only: None,
+                },
+                text,
+            )
+        } else {
+            ToolError::Failed(text)
+        });
     }
     let Some(Ok(answer)) = talk.outcome() else {
         return Err(ToolError::Failed(format!(

@@ -39,18 +39,14 @@ pub enum McpError {
     /// A line that is not a JSON-RPC message, or an answer of the wrong shape.
     #[error("the server said something that is not MCP: {0}")]
     Protocol(String),
-    /// The server answers with a revision the box does not speak.
-    #[error(
-        "the server speaks MCP revision {0:?}, which the box does not (it speaks {PROTOCOL_VERSION})"
-    )]
-    Version(String),
-    /// The server answered a request with a JSON-RPC error.
-    #[error("the server refused {method}: {message} (code {code})")]
-    Refused {
-        method: &'static str,
-        code: i64,
-        message: String,
-    },
+    /// The server answers with a revision the box does not speak (which one is the server's
+    /// word, and not passed on).
+    #[error("the server speaks an MCP revision the box does not (it speaks {PROTOCOL_VERSION})")]
+    Version,
+    /// The server answered a request with a JSON-RPC error (its message is the server's word,
+    /// and not passed on).
+    #[error("the server refused {method} (JSON-RPC error {code})")]
+    Refused { method: &'static str, code: i64 },
     /// `tools/list` does not offer the tool.
     #[error("the server no longer offers the tool {0:?}")]
     Gone(String),
@@ -188,11 +184,6 @@ impl Call {
             return Err(McpError::Refused {
                 method,
                 code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: e
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
             });
         }
         let result = obj
@@ -205,7 +196,7 @@ impl Call {
                     .and_then(Value::as_str)
                     .unwrap_or("");
                 if !PROTOCOL_VERSIONS.contains(&version) {
-                    return Err(McpError::Version(version.to_string()));
+                    return Err(McpError::Version);
                 }
                 self.phase = Phase::Listing(0);
                 let mut out =
