@@ -54,9 +54,8 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
     let b = DevBox::new();
     let script = b.beside("script.toml");
     fs::write(&script, SCRIPT).unwrap();
+    // The box is up: the server is asked as brokerd's user, which exists while it is.
     b.up(&["--script", script.to_str().unwrap()]);
-    let out = b.down();
-    assert!(out.status.success(), "{}", said(&out));
     let config = b.home().join("etc/brokerd.toml");
     append(
         &config,
@@ -67,7 +66,8 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
         ),
     );
 
-    // What the server offers, as entries that trust nothing.
+    // What the server offers, as entries that trust nothing (the running brokerd reads its
+    // configuration again only when restarted).
     let out = b.bxctl(&["tools", "ask", "--server", "time"]);
     assert!(out.status.success(), "{}", said(&out));
     let asked: toml::Table = toml::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
@@ -111,7 +111,9 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
     );
     assert!(listed.contains("workspace_read"), "{listed}");
 
-    b.up(&[]);
+    // A running brokerd offers what it started with: restarted, it offers `now`.
+    let out = b.bxctl(&["dev", "restart"]);
+    assert!(out.status.success(), "{}", said(&out));
     let out = b
         .bxctl_in_background(&["chat", "--session", "t1", "what time is it?"])
         .finish(DEADLINE)

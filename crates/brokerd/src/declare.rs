@@ -1,7 +1,8 @@
 //! What the owner declares tools from (`docs/tools.md`): `brokerd tools list` (every tool the
-//! broker offers, with the label its results carry, its effect and its approval rule) and
-//! `brokerd tools ask --server NAME` (the server's own `tools/list`, asked confined as a call
-//! is, each tool printed as a `[[declared_tools]]` entry to review and paste, with its digest).
+//! broker offers with this configuration, with the label its results carry, its effect and its
+//! approval rule) and `brokerd tools ask --server NAME` (the server's own `tools/list`, asked as
+//! brokerd's user and confined as a call is, each tool printed as a `[[declared_tools]]` entry
+//! to review and paste, with its digest).
 //!
 //! The entries `ask` prints trust nothing: results are third-party text, `reads = "private"`,
 //! the effect `local` and the approval `always`, until the owner chooses otherwise; the
@@ -12,9 +13,15 @@ use toolkit::{ApprovalRule, Effect, Reads};
 
 use crate::config::Config;
 
-/// `brokerd tools list`: one line per tool the broker offers.
+/// `brokerd tools list`: one line per tool the broker offers with this configuration (a
+/// running brokerd offers what it was started with: restart it after a change).
 pub fn list(cfg: &Config) -> Result<Vec<String>, String> {
-    let registry = cfg.registry().map_err(|e| e.to_string())?;
+    // As `serve` offers them: web_fetch only with a gateway.
+    let env = toolkit::Env {
+        gateway: cfg.gateway.socket.clone(),
+        ..toolkit::Env::default()
+    };
+    let registry = cfg.registry().map_err(|e| e.to_string())?.offered(&env);
     let mut out = Vec::new();
     for e in registry.entries() {
         let d = e.declared();
@@ -57,6 +64,17 @@ pub fn ask(cfg: &Config, name: &str) -> Result<String, String> {
             }
         ));
     };
+    // As root, as brokerd's own user (`[sandbox] user`), as a call is: what that user cannot
+    // read, the server cannot read in a call either.
+    let id = bxharden::Identity::resolve(&cfg.sandbox).map_err(|e| {
+        format!(
+            "{e}: the server is asked as brokerd's user ([sandbox] user), as a call is (a dev box's \
+             users exist while it is up: `bxctl dev up` first)"
+        )
+    })?;
+    if id.drops {
+        bxharden::privdrop::drop_to(&id).map_err(|e| e.to_string())?;
+    }
     let server = crate::daemon::tool_server(cfg, sc).map_err(|e| e.to_string())?;
     let tools = server.list(name).map_err(|e| {
         format!(
@@ -99,9 +117,8 @@ fn entry(server: &str, tool: &Value) -> Result<String, String> {
         "approval": ApprovalRule::Always.as_str(),
         "parameters": without_nulls(tool.get("inputSchema").cloned().unwrap_or(json!({"type": "object"}))),
     });
-    if name != on_server {
-        decl["tool"] = json!(on_server);
-    }
+    // Always named: a declaration renamed by the owner still calls the server's tool.
+    decl["tool"] = json!(on_server);
     let text = toml::to_string(&json!({"declared_tools": [decl]}))
         .map_err(|e| format!("the tool {on_server:?} cannot be written as TOML: {e}"))?;
     Ok(format!(

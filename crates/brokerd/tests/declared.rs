@@ -235,7 +235,9 @@ const PROBE: &str = r#"
 import json, os, socket, sys, time
 def say(m):
     sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
-tool = {"name": sys.argv[1] if len(sys.argv) > 1 else "probe", "description": "probe", "inputSchema": {"type": "object"}}
+name = sys.argv[1] if len(sys.argv) > 1 else "probe"
+if name == "whoami": name = "uid-%d" % os.getuid()
+tool = {"name": name, "description": "probe", "inputSchema": {"type": "object"}}
 for line in sys.stdin:
     m = json.loads(line)
     if "id" not in m: continue
@@ -424,6 +426,19 @@ fn the_git_server_reads_the_repository_it_is_given_and_no_other() {
         git(repo, &["init", "-q", "."]);
         git(repo, &["commit", "-q", "--allow-empty", "-m", message]);
     }
+    if is_root() {
+        // brokerd runs as nobody: the repositories are nobody's too (git refuses another's).
+        let out = std::process::Command::new("chown")
+            .args(["-R", "nobody:"])
+            .arg(&scratch.home)
+            .output_bounded()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     paths.push(given.clone());
     let argv = vec![beside(&program, "mcp-server-git")];
     let h = home(&argv, &paths, "", "");
@@ -439,19 +454,6 @@ fn the_git_server_reads_the_repository_it_is_given_and_no_other() {
         ],
     );
     let h = home(&argv, &paths, "", &log);
-    if is_root() {
-        // brokerd runs as nobody: the repositories are nobody's too (git refuses another's).
-        let out = std::process::Command::new("chown")
-            .args(["-R", "nobody:"])
-            .arg(&scratch.home)
-            .output_bounded()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
     let b = Brokerd::start(&h);
     let text = |r: ToolResponse| match r {
         ToolResponse::Result {
@@ -620,5 +622,30 @@ fn what_tools_ask_prints_of_a_hostile_server_is_one_entry_that_trusts_nothing() 
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'),
         "{out}"
+    );
+}
+
+#[test]
+fn tools_ask_starts_the_server_as_brokerds_user_as_a_call_does() {
+    let Some(program) = time_server() else { return };
+    let paths = read_paths(&program);
+    let python = paths[0].join("bin/python").display().to_string();
+    // The probe names its one tool by the uid it runs as.
+    let argv = [python, "-c".into(), PROBE.into(), "whoami".into()];
+    let h = home(&argv, &paths, "", "");
+    let entries = asked(&h);
+    let brokerds = if is_root() {
+        nix::unistd::User::from_name("nobody")
+            .unwrap()
+            .unwrap()
+            .uid
+            .as_raw()
+    } else {
+        nix::unistd::Uid::effective().as_raw()
+    };
+    assert_eq!(
+        entries[0]["tool"].as_str(),
+        Some(format!("uid-{brokerds}").as_str()),
+        "the server ran as brokerd's user ([sandbox] user), as a call's does"
     );
 }

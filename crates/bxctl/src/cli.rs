@@ -294,12 +294,13 @@ impl From<RouteArg> for bxcore::MemoryRoute {
 
 #[derive(Debug, Subcommand)]
 pub enum ToolsCommand {
-    /// Every tool brokerd offers, built in or declared: the label its results carry, its
-    /// effect, its approval rule.
+    /// Every tool brokerd's configuration offers, built in or declared: the label its results
+    /// carry, its effect, its approval rule (a running brokerd offers what it started with:
+    /// restart it after a change).
     List,
-    /// Start the declared tools' server NAME confined, as a call would, and print its tools as
-    /// [[declared_tools]] entries that trust nothing, each with its digest: review one, choose
-    /// its label, and add it to brokerd's configuration.
+    /// Start the declared tools' server NAME as brokerd's user and confined, as a call would,
+    /// and print its tools as [[declared_tools]] entries that trust nothing, each with its
+    /// digest: review one, choose its label, add it to brokerd's configuration, restart brokerd.
     Ask {
         /// The server, as `[tool_servers.NAME]` in brokerd's configuration names it.
         #[arg(long, value_name = "NAME")]

@@ -321,6 +321,9 @@ impl Server {
             who: who.to_string(),
             error,
         })?;
+        if !matches!(talk.outcome(), Some(Ok(_))) {
+            said_on_stderr(who, &done.stderr.bytes);
+        }
         match talk.outcome() {
             Some(Ok(_)) => Ok(()),
             Some(Err(error)) => Err(CallError::Mcp {
@@ -370,6 +373,26 @@ impl CallError {
                 }
         )
     }
+}
+
+/// The most of a failed server's standard error the owner's log line keeps: its end, where a
+/// program says why it stopped.
+const STDERR_TAIL: usize = 600;
+
+/// What a server that did not answer said on its standard error, for the owner's log only
+/// (escaped: no terminal escape or line of its own reaches the log); the model never sees it.
+fn said_on_stderr(who: &str, stderr: &[u8]) {
+    if stderr.is_empty() {
+        return;
+    }
+    let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(STDERR_TAIL)..]);
+    bxharden::log::line(
+        FAILED_ANCHOR,
+        &format!(
+            "brokerd: {who} said on its standard error, ending: {tail:?}; {}",
+            bxcore::runbook::pointer(FAILED_ANCHOR)
+        ),
+    );
 }
 
 /// One call: the server started for it, the conversation, the answer labelled as declared

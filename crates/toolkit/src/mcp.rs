@@ -47,8 +47,8 @@ pub enum McpError {
     /// and not passed on).
     #[error("the server refused {method} (JSON-RPC error {code})")]
     Refused { method: &'static str, code: i64 },
-    /// `tools/list` does not offer the tool.
-    #[error("the server no longer offers the tool {0:?}")]
+    /// `tools/list` does not offer the tool (the declaration's `tool`, else its `name`).
+    #[error("the server offers no tool named {0:?} (the declaration's `tool`, else its `name`)")]
     Gone(String),
     /// `tools/list` offers it with a description or schema other than the owner declared.
     #[error(
