@@ -5,7 +5,7 @@
 //! through loopd and the broker, its result in the session with the declared label.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use boxmaker_e2e::{DEADLINE, DevBox, said};
 
@@ -19,29 +19,6 @@ after = "tool"
 text = "That is the time."
 "#;
 
-fn time_server() -> Option<PathBuf> {
-    match std::env::var("MCP_SERVER_TIME") {
-        Ok(p) if !p.trim().is_empty() => Some(PathBuf::from(p.trim())),
-        _ => {
-            bxtest::skip(
-                "MCP_SERVER_TIME is not set: no MCP reference server to add as a declared tool \
-                 (.ci/peers installs mcp-server-time; see docs/testing.md)",
-            );
-            None
-        }
-    }
-}
-
-/// The virtualenv `program` lies in, and the Python installation its interpreter links to.
-fn read_paths(program: &Path) -> Vec<PathBuf> {
-    let venv = program.parent().unwrap().parent().unwrap().to_path_buf();
-    let python = fs::canonicalize(venv.join("bin/python")).unwrap();
-    vec![
-        venv,
-        python.parent().unwrap().parent().unwrap().to_path_buf(),
-    ]
-}
-
 fn append(path: &Path, text: &str) {
     let mut all = fs::read_to_string(path).unwrap();
     all.push_str(text);
@@ -50,7 +27,9 @@ fn append(path: &Path, text: &str) {
 
 #[test]
 fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
-    let Some(program) = time_server() else { return };
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
     let b = DevBox::new();
     let script = b.beside("script.toml");
     fs::write(&script, SCRIPT).unwrap();
@@ -62,7 +41,7 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
         &format!(
             "\n[tool_servers.time]\ncommand = [{:?}, \"--local-timezone\", \"Etc/UTC\"]\nread_paths = {}\n",
             program.display().to_string(),
-            serde_json::json!(read_paths(&program))
+            serde_json::json!(bxtest::venv_read_paths(&program))
         ),
     );
 

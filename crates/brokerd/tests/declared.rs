@@ -13,32 +13,8 @@ use bxtest::OutputBounded;
 use serde_json::{Value, json};
 use support::*;
 
-/// `MCP_SERVER_TIME`, or a skip saying why there is none.
-fn time_server() -> Option<PathBuf> {
-    match std::env::var("MCP_SERVER_TIME") {
-        Ok(p) if !p.trim().is_empty() => Some(PathBuf::from(p.trim())),
-        _ => {
-            bxtest::skip(
-                "MCP_SERVER_TIME is not set: no MCP reference server to test declared tools \
-                 against (.ci/peers installs mcp-server-time; see docs/testing.md)",
-            );
-            None
-        }
-    }
-}
-
-/// What a server of the virtualenv `program` lies in must read: the virtualenv, and the Python
-/// installation its interpreter links to.
-fn read_paths(program: &Path) -> Vec<PathBuf> {
-    let venv = program.parent().unwrap().parent().unwrap().to_path_buf();
-    let python = std::fs::canonicalize(venv.join("bin/python")).unwrap();
-    let prefix = python.parent().unwrap().parent().unwrap().to_path_buf();
-    vec![venv, prefix]
-}
-
-/// `brokerd tools ask --server s` on `h`'s configuration: the server's tools as the entries
-/// it prints, parsed.
-fn asked(h: &Home) -> Vec<toml::Table> {
+/// What `brokerd tools ask --server s` prints on `h`'s configuration.
+fn ask_printed(h: &Home) -> String {
     let (code, out, err) = run(&[
         "tools",
         "ask",
@@ -48,6 +24,12 @@ fn asked(h: &Home) -> Vec<toml::Table> {
         "s",
     ]);
     assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// The server's tools as the entries `brokerd tools ask` prints, parsed.
+fn asked(h: &Home) -> Vec<toml::Table> {
+    let out = ask_printed(h);
     let t: toml::Table = toml::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     t["declared_tools"]
         .as_array()
@@ -95,6 +77,21 @@ fn declaration(name: &str, tool: &str, digest: &str, rest: &str) -> String {
     )
 }
 
+/// A call's result, which its declaration labels private and third-party text.
+fn private_and_untrusted(r: ToolResponse, b: &Brokerd) -> String {
+    match r {
+        ToolResponse::Result {
+            content,
+            class,
+            untrusted,
+        } => {
+            assert_eq!((class, untrusted), (DataClass::Private, true));
+            content
+        }
+        other => panic!("{other:?} {}", b.stderr()),
+    }
+}
+
 fn call(h: &Home, n: u64, tool: &str, args: Value) -> ToolResponse {
     tool_call(h, "s", n, tool, args)
 }
@@ -112,9 +109,11 @@ const TIME_SCHEMA: &str = "parameters = { type = \"object\", properties = { time
 
 #[test]
 fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_declared_label() {
-    let Some(program) = time_server() else { return };
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
     let argv = time_argv(&program);
-    let paths = read_paths(&program);
+    let paths = bxtest::venv_read_paths(&program);
     // The owner's flow: the server configured, asked what it offers, one tool chosen.
     let h = home(&argv, &paths, "", "");
     let entries = asked(&h);
@@ -195,14 +194,16 @@ fn a_declared_tool_is_called_on_its_real_server_and_its_result_carries_the_decla
 
 #[test]
 fn a_tool_whose_description_changed_since_it_was_declared_is_never_called() {
-    let Some(program) = time_server() else { return };
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
     let argv = time_argv(&program);
     // The digest of another description: what the owner declared is not what the server says.
     let other = toolkit::mcp::tool_digest(&json!({"name": "get_current_time",
         "description": "Get current time", "inputSchema": {"type": "object"}}));
     let h = home(
         &argv,
-        &read_paths(&program),
+        &bxtest::venv_read_paths(&program),
         "",
         &declaration(
             "now",
@@ -266,8 +267,10 @@ for line in sys.stdin:
 
 #[test]
 fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_deadline() {
-    let Some(program) = time_server() else { return };
-    let paths = read_paths(&program);
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
+    let paths = bxtest::venv_read_paths(&program);
     let python = paths[0].join("bin/python").display().to_string();
     let argv = vec![python, "-c".to_string(), PROBE.to_string()];
     let digest = toolkit::mcp::tool_digest(&json!({"name": "probe", "description": "probe",
@@ -284,17 +287,7 @@ fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_de
         ),
     );
     let b = Brokerd::start(&h);
-    let text = |r: ToolResponse| match r {
-        ToolResponse::Result {
-            content,
-            class,
-            untrusted,
-        } => {
-            assert_eq!((class, untrusted), (DataClass::Private, true));
-            content
-        }
-        other => panic!("{other:?} {}", b.stderr()),
-    };
+    let text = |r: ToolResponse| private_and_untrusted(r, &b);
     // Its own paths it reads; brokerd's chain, the box's home and /etc/shadow it does not.
     let own = paths[0].join("pyvenv.cfg").display().to_string();
     assert!(text(call(&h, 1, "probe", json!({"what": "read", "path": own}))).starts_with("read: "));
@@ -418,8 +411,10 @@ fn git(dir: &Path, args: &[&str]) {
 
 #[test]
 fn the_git_server_reads_the_repository_it_is_given_and_no_other() {
-    let Some(program) = time_server() else { return };
-    let mut paths = read_paths(&program);
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
+    let mut paths = bxtest::venv_read_paths(&program);
     let scratch = Home::new("");
     let (given, other) = (scratch.dir("given"), scratch.dir("other"));
     for (repo, message) in [(&given, "the given history"), (&other, "a private history")] {
@@ -455,17 +450,7 @@ fn the_git_server_reads_the_repository_it_is_given_and_no_other() {
     );
     let h = home(&argv, &paths, "", &log);
     let b = Brokerd::start(&h);
-    let text = |r: ToolResponse| match r {
-        ToolResponse::Result {
-            content,
-            class,
-            untrusted,
-        } => {
-            assert_eq!((class, untrusted), (DataClass::Private, true));
-            content
-        }
-        other => panic!("{other:?} {}", b.stderr()),
-    };
+    let text = |r: ToolResponse| private_and_untrusted(r, &b);
     let seen = text(call(
         &h,
         1,
@@ -489,8 +474,10 @@ fn the_git_server_reads_the_repository_it_is_given_and_no_other() {
 
 #[test]
 fn the_fetch_server_reaches_no_address_from_its_sandbox() {
-    let Some(program) = time_server() else { return };
-    let paths = read_paths(&program);
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
+    let paths = bxtest::venv_read_paths(&program);
     let argv = vec![
         beside(&program, "mcp-server-fetch"),
         "--ignore-robots-txt".into(),
@@ -587,8 +574,10 @@ fn a_server_that_reads_the_box_or_a_root_above_its_tools_label_is_refused_by_che
 
 #[test]
 fn what_tools_ask_prints_of_a_hostile_server_is_one_entry_that_trusts_nothing() {
-    let Some(program) = time_server() else { return };
-    let paths = read_paths(&program);
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
+    let paths = bxtest::venv_read_paths(&program);
     let python = paths[0].join("bin/python").display().to_string();
     // A tool name that would end the comment line `ask` writes above the entry and start a
     // trusting entry of its own, with a terminal escape besides.
@@ -600,15 +589,7 @@ fn what_tools_ask_prints_of_a_hostile_server_is_one_entry_that_trusts_nothing() 
         name.to_string(),
     ];
     let h = home(&argv, &paths, "", "");
-    let (code, out, err) = run(&[
-        "tools",
-        "ask",
-        "--config",
-        h.config.to_str().unwrap(),
-        "--server",
-        "s",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let out = ask_printed(&h);
     assert!(!out.contains('\u{1b}'), "{out:?}");
     let t: toml::Table = toml::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let entries = t["declared_tools"].as_array().unwrap();
@@ -627,8 +608,10 @@ fn what_tools_ask_prints_of_a_hostile_server_is_one_entry_that_trusts_nothing() 
 
 #[test]
 fn tools_ask_starts_the_server_as_brokerds_user_as_a_call_does() {
-    let Some(program) = time_server() else { return };
-    let paths = read_paths(&program);
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
+    let paths = bxtest::venv_read_paths(&program);
     let python = paths[0].join("bin/python").display().to_string();
     // The probe names its one tool by the uid it runs as.
     let argv = [python, "-c".into(), PROBE.into(), "whoami".into()];

@@ -156,6 +156,40 @@ pub fn honcho_auth() -> Option<(String, PathBuf)> {
     Some((url.trim().to_string(), PathBuf::from(token.trim())))
 }
 
+/// The MCP reference server `mcp-server-time` (`$MCP_SERVER_TIME`; `.ci/peers` installs it with
+/// `mcp-server-git` and `mcp-server-fetch` beside it in one virtualenv), or `None` after a skip
+/// saying why (a failure under `CI=true`).
+#[track_caller]
+pub fn mcp_server_time() -> Option<PathBuf> {
+    match std::env::var("MCP_SERVER_TIME") {
+        Ok(p) if !p.trim().is_empty() => Some(PathBuf::from(p.trim())),
+        _ => {
+            skip(
+                "MCP_SERVER_TIME is not set: no MCP reference server to test declared tools \
+                 against (.ci/peers installs mcp-server-time; see docs/testing.md)",
+            );
+            None
+        }
+    }
+}
+
+/// What a server of the virtualenv `program` lies in must read: the virtualenv, and the Python
+/// installation its interpreter links to (a declared tool server's `read_paths`).
+pub fn venv_read_paths(program: &Path) -> Vec<PathBuf> {
+    let venv = program
+        .parent()
+        .and_then(Path::parent)
+        .expect("a program in <venv>/bin")
+        .to_path_buf();
+    let python = std::fs::canonicalize(venv.join("bin/python")).expect("the venv's python");
+    let prefix = python
+        .parent()
+        .and_then(Path::parent)
+        .expect("<prefix>/bin/python")
+        .to_path_buf();
+    vec![venv, prefix]
+}
+
 /// A name no other test, run or process uses at the same time: `prefix`, the process id, the
 /// time in nanoseconds and a counter, in the characters every id allows (`A-Z a-z 0-9 _ -`).
 pub fn unique_name(prefix: &str) -> String {
