@@ -547,7 +547,7 @@ fn wait_watching(
 /// Run an allowed call, raise the session by its result, and answer. A run that fails after it
 /// ran against a root's files raises as its result would have.
 fn run(c: &mut Call<'_>, entry: &Entry, plan: &Plan) {
-    match entry.run(&c.args, plan, &c.broker.env) {
+    match entry.run(&c.args, plan, &c.broker.env, &c.session) {
         Ok(out) => {
             // Released from a secret root: what came from the root (never the box's own words
             // or a root's path) fingerprinted, durably, before anyone sees it.

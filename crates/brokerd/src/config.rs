@@ -272,7 +272,33 @@ pub struct ToolServerConfig {
     /// Give it a user and network namespace of its own where the system allows it.
     #[serde(default = "yes")]
     pub network_namespace: bool,
+    /// `"session"`: a directory of its own for each session, the one place its calls may write
+    /// (`{state}` in `command` and `env`); `"none"`: it writes nowhere.
+    #[serde(default)]
+    pub state: ServerState,
+    /// The most a session's place may hold when a call starts, in MiB (any one file too).
+    #[serde(default = "server_state_max_mb")]
+    pub state_max_mb: u64,
+    /// Variables its environment holds besides `PATH`, `HOME` and `LANG`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
+
+/// Whether a tool server has a place of its own to write.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerState {
+    #[default]
+    None,
+    Session,
+}
+
+fn server_state_max_mb() -> u64 {
+    16
+}
+
+/// The most variables a tool server's `env` names.
+pub const MAX_SERVER_ENV: usize = 32;
 
 fn server_timeout_ms() -> u64 {
     30_000
@@ -298,6 +324,18 @@ pub const MAX_SERVER_OUTPUT: usize = 1 << 20;
 impl ToolServerConfig {
     fn check(&self, name: &str) -> Result<(), String> {
         let at = format!("[tool_servers.{name}]");
+        // It names a directory of its state (`<home>/broker/tool-state/<name>`).
+        let name_ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !name_ok {
+            return Err(format!(
+                "{at}: a server's name is 1 to 64 of a-z, 0-9, '_' and '-'"
+            ));
+        }
+        self.env_check(&at)?;
         let program = self.command.first().map(PathBuf::from);
         match &program {
             Some(p) if p.is_absolute() => {}
@@ -315,10 +353,11 @@ impl ToolServerConfig {
                 ));
             }
         }
-        let bounds: [(&str, u64, u64, u64); 4] = [
+        let bounds: [(&str, u64, u64, u64); 5] = [
             ("timeout_ms", self.timeout_ms, 100, MAX_SERVER_TIMEOUT_MS),
             ("memory_mb", self.memory_mb, 16, 1 << 20),
             ("processes", self.processes, 1, 4096),
+            ("state_max_mb", self.state_max_mb, 1, 1024),
             (
                 "max_output_bytes",
                 self.max_output_bytes as u64,
@@ -330,6 +369,53 @@ impl ToolServerConfig {
             if !(lo..=hi).contains(&v) {
                 return Err(format!("{at} {key} = {v} is not between {lo} and {hi}"));
             }
+        }
+        Ok(())
+    }
+
+    /// `env` names at most [`MAX_SERVER_ENV`] variables, each `[A-Z_][A-Z0-9_]*` and none of
+    /// what the box sets or the loader obeys; `{state}` only where the server has a place.
+    fn env_check(&self, at: &str) -> Result<(), String> {
+        if self.env.len() > MAX_SERVER_ENV {
+            return Err(format!(
+                "{at} env names more than {MAX_SERVER_ENV} variables"
+            ));
+        }
+        for (k, v) in &self.env {
+            let name_ok = k
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_uppercase() || b == b'_')
+                && k.bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+            if !name_ok || k.len() > 64 {
+                return Err(format!(
+                    "{at} env: {k:?} is not a variable's name (1 to 64 of A-Z, 0-9 and '_', not \
+                     starting with a digit)"
+                ));
+            }
+            if ["PATH", "HOME", "LANG"].contains(&k.as_str()) || k.starts_with("LD_") {
+                return Err(format!(
+                    "{at} env: {k} is the box's to set (PATH, HOME, LANG) or the loader's \
+                     (LD_*)"
+                ));
+            }
+            if v.len() > 4096 || v.contains('\0') {
+                return Err(format!(
+                    "{at} env: {k}'s value is at most 4096 bytes, with no NUL"
+                ));
+            }
+        }
+        let names_state = self
+            .command
+            .iter()
+            .chain(self.env.values())
+            .any(|w| w.contains(toolkit::declared::STATE_WORD));
+        if names_state && self.state != ServerState::Session {
+            return Err(format!(
+                "{at}: command or env names {{state}}, the session's place, but the server has \
+                 none (state = \"session\" gives it one)"
+            ));
         }
         Ok(())
     }
@@ -684,6 +770,12 @@ impl Config {
     /// `<home>/broker`: brokerd's own directory.
     pub fn broker_dir(&self) -> PathBuf {
         self.paths.home.join("broker")
+    }
+
+    /// `<home>/broker/tool-state/<server>`: the places of a tool server with `state =
+    /// "session"`, one directory for each session.
+    pub fn tool_state_dir(&self, server: &str) -> PathBuf {
+        self.broker_dir().join("tool-state").join(server)
     }
 
     /// `<home>/broker/sessions`: the state files.

@@ -108,7 +108,7 @@ pub fn prepare(s: &mut Start<Config>, read: Read) -> Result<Prepared, StartError
     };
     let mut servers = toolkit::Servers::new();
     for (name, sc) in &cfg.tool_servers {
-        servers.insert(name.clone(), Arc::new(tool_server(cfg, sc)?));
+        servers.insert(name.clone(), Arc::new(tool_server(cfg, name, sc)?));
     }
     let state = s.listen(&s.cfg().state_socket())?;
     let tools = s.listen(&s.cfg().broker_socket())?;
@@ -150,25 +150,35 @@ fn child_sandbox(cfg: &Config, extra: &[std::path::PathBuf]) -> Result<ChildSand
 /// `[tool_servers.<name>]` made ready to start for each call (`toolkit::declared`).
 pub fn tool_server(
     cfg: &Config,
+    name: &str,
     sc: &crate::config::ToolServerConfig,
 ) -> Result<toolkit::Server, StartError> {
     Ok(toolkit::Server {
         program: sc.command[0].clone().into(),
         argv: sc.command.clone(),
+        env: sc.env.clone().into_iter().collect(),
+        state: (sc.state == crate::config::ServerState::Session).then(|| toolkit::StatePlace {
+            base: cfg.tool_state_dir(name),
+            max_bytes: sc.state_max_mb << 20,
+        }),
         path: cfg.run.clone().unwrap_or_default().path,
         timeout: std::time::Duration::from_millis(sc.timeout_ms),
         limits: toolkit::run::spawn::Limits {
             cpu_seconds: sc.timeout_ms.div_ceil(1000) + 1,
             memory_bytes: sc.memory_mb << 20,
-            // It writes no file: it is given no place to write.
-            file_bytes: 1 << 20,
+            // A file in its session's place is held to what the place may hold; elsewhere it
+            // may write nothing.
+            file_bytes: match sc.state {
+                crate::config::ServerState::Session => sc.state_max_mb << 20,
+                crate::config::ServerState::None => 1 << 20,
+            },
             processes: sc.processes,
             open_files: 256,
         },
         max_output: sc.max_output_bytes,
         own_network: sc.network_namespace,
-        // It has no file of its own: changing a mode or an owner could only open brokerd's
-        // (Landlock does not govern either).
+        // Changing a mode or an owner could open brokerd's own files (Landlock governs
+        // neither), and a server needs neither for the files of its place.
         sandbox: child_sandbox(cfg, &sc.read_paths)?
             .refusing(bxharden::seccomp::mode_changes(
                 bxharden::profiles::Arch::current().ok_or_else(|| {

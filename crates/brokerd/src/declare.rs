@@ -75,7 +75,7 @@ pub fn ask(cfg: &Config, name: &str) -> Result<String, String> {
     if id.drops {
         bxharden::privdrop::drop_to(&id).map_err(|e| e.to_string())?;
     }
-    let server = crate::daemon::tool_server(cfg, sc).map_err(|e| e.to_string())?;
+    let server = crate::daemon::tool_server(cfg, name, sc).map_err(|e| e.to_string())?;
     let tools = server.list(name).map_err(|e| {
         format!(
             "{e}; {}",

@@ -389,6 +389,57 @@ fn a_declaration_that_names_no_server_or_says_two_things_is_refused_by_check() {
     assert!(err.contains("an absolute path (no shell)"), "{err}");
 }
 
+#[test]
+fn a_servers_place_or_environment_that_says_two_things_is_refused_by_check() {
+    for (server, why) in [
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\", \"{state}/db\"]\n",
+            "command or env names {state}, the session's place, but the server has none",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nenv = { DB = \"{state}/db\" }\n",
+            "command or env names {state}, the session's place, but the server has none",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nenv = { PATH = \"/tmp\" }\n",
+            "env: PATH is the box's to set",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nenv = { LD_PRELOAD = \"/tmp/x.so\" }\n",
+            "or the loader's (LD_*)",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nenv = { \"a b\" = \"x\" }\n",
+            "is not a variable's name",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nstate = \"session\"\nstate_max_mb = 0\n",
+            "state_max_mb = 0 is not between 1 and 1024",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nstate = \"forever\"\n",
+            "unknown variant `forever`",
+        ),
+        (
+            "[tool_servers.\"../x\"]\ncommand = [\"/bin/true\"]\n",
+            "a server's name is 1 to 64 of a-z, 0-9, '_' and '-'",
+        ),
+    ] {
+        let h = Home::new(server);
+        let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
+        assert_ne!(code, 0, "{server}");
+        assert!(err.contains(why), "{why}: {err}");
+        // Refused before anything is made: no place of any server.
+        assert!(!h.home.join("broker/tool-state").exists(), "{server}");
+    }
+    let h = Home::new(
+        "[tool_servers.s]\ncommand = [\"/bin/true\", \"{state}/db\"]\nstate = \"session\"\n\
+         env = { DB = \"{state}/db\" }\n",
+    );
+    let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+}
+
 /// Another server of the virtualenv `MCP_SERVER_TIME` lies in.
 fn beside(time: &Path, server: &str) -> String {
     time.with_file_name(server).display().to_string()
@@ -631,4 +682,198 @@ fn tools_ask_starts_the_server_as_brokerds_user_as_a_call_does() {
         Some(format!("uid-{brokerds}").as_str()),
         "the server ran as brokerd's user ([sandbox] user), as a call's does"
     );
+}
+
+/// The npm reference server `server` of `dir`, run by `node`: its argv (then `args`) and what it
+/// reads (the packages beside it). Node's code reserves more address space than Python's, so
+/// its servers are given 4 GiB.
+fn node_server(
+    dir: &Path,
+    node: &Path,
+    server: &str,
+    args: &[&str],
+) -> (Vec<String>, Vec<PathBuf>) {
+    let mut argv = vec![
+        node.display().to_string(),
+        dir.join(server).join("dist/index.js").display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let modules = dir.parent().expect("<node_modules>/@modelcontextprotocol");
+    (argv, vec![modules.to_path_buf()])
+}
+
+const NODE_LIMITS: &str = "memory_mb = 4096\ntimeout_ms = 60000";
+
+/// A confined home with the npm server's tools `tools` declared as asked, each chosen
+/// `reads = "private"`, `effect = "none"`, `approval = "never"` (results untrusted).
+fn node_home(argv: &[String], paths: &[PathBuf], extra: &str, tools: &[&str]) -> Home {
+    let h = home(argv, paths, extra, "");
+    let entries = asked(&h);
+    let declared: String = tools
+        .iter()
+        .map(|t| {
+            chosen(
+                &entries,
+                t,
+                &[
+                    ("name", &t.replace('-', "_")),
+                    ("description", "What the owner says it does."),
+                    ("reads", "private"),
+                    ("effect", "none"),
+                    ("approval", "never"),
+                ],
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    home(argv, paths, extra, &declared)
+}
+
+fn session_call(h: &Home, session: &str, n: u64, tool: &str, args: Value) -> ToolResponse {
+    tool_call(h, session, n, tool, args)
+}
+
+#[test]
+fn an_npm_reference_server_is_called_as_declared_and_its_result_carries_the_declared_label() {
+    let Some((dir, node)) = bxtest::mcp_node_servers() else {
+        return;
+    };
+    let (argv, paths) = node_server(&dir, &node, "server-everything", &[]);
+    let h = node_home(&argv, &paths, NODE_LIMITS, &["echo"]);
+    let b = Brokerd::start(&h);
+    let got = private_and_untrusted(call(&h, 1, "echo", json!({"message": "hello, box"})), &b);
+    assert!(got.contains("hello, box"), "{got}");
+    assert_eq!(events(&h, "s", 1), ["requested", "allowed", "result"]);
+}
+
+#[test]
+fn a_server_with_a_place_of_its_own_keeps_each_sessions_state_from_every_other_session() {
+    let Some((dir, node)) = bxtest::mcp_node_servers() else {
+        return;
+    };
+    let (argv, paths) = node_server(&dir, &node, "server-memory", &[]);
+    let extra = format!(
+        "{NODE_LIMITS}\nstate = \"session\"\nenv = {{ MEMORY_FILE_PATH = \"{{state}}/memory.jsonl\" }}"
+    );
+    let h = node_home(&argv, &paths, &extra, &["create_entities", "read_graph"]);
+    let b = Brokerd::start(&h);
+    let text = |r: ToolResponse| private_and_untrusted(r, &b);
+    let secret = "the vault code is 4417";
+    let entity = json!({"entities": [{"name": "vault", "entityType": "fact",
+        "observations": [secret]}]});
+    text(session_call(&h, "s", 1, "create_entities", entity));
+    // The session that wrote it reads it back, on a server started afresh for the call.
+    assert!(text(session_call(&h, "s", 2, "read_graph", json!({}))).contains(secret));
+    // Another session's server has a place of its own, and the first one's is not in it.
+    let other = text(session_call(&h, "t", 3, "read_graph", json!({})));
+    assert!(!other.contains("4417"), "{other}");
+    // The places are brokerd's, one for each session, where the owner's docs say.
+    let places = h.home.join("broker/tool-state/s");
+    let written = std::fs::read_to_string(places.join("s/memory.jsonl")).unwrap();
+    assert!(written.contains(secret), "{written}");
+    assert!(
+        !places.join("t/memory.jsonl").exists()
+            || !std::fs::read_to_string(places.join("t/memory.jsonl"))
+                .unwrap()
+                .contains("4417")
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(places.join("s"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o700, "a session's place is brokerd's alone");
+}
+
+#[test]
+fn a_sessions_place_past_its_bound_refuses_the_call_and_no_other_sessions() {
+    let Some((dir, node)) = bxtest::mcp_node_servers() else {
+        return;
+    };
+    let (argv, paths) = node_server(&dir, &node, "server-memory", &[]);
+    let extra = format!(
+        "{NODE_LIMITS}\nstate = \"session\"\nstate_max_mb = 1\nenv = {{ MEMORY_FILE_PATH = \"{{state}}/memory.jsonl\" }}"
+    );
+    let h = node_home(&argv, &paths, &extra, &["read_graph"]);
+    let b = Brokerd::start(&h);
+    // Session s's place holds 2 MiB already (as a server that wrote on, call after call, would).
+    let place = h.home.join("broker/tool-state/s/s");
+    std::fs::create_dir_all(&place).unwrap();
+    std::fs::write(place.join("filler"), vec![b'x'; 2 << 20]).unwrap();
+    let owner = std::fs::metadata(h.home.join("broker")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    chown_tree(&h.home.join("broker/tool-state"), owner.uid(), owner.gid());
+    match session_call(&h, "s", 1, "read_graph", json!({})) {
+        ToolResponse::Failed { message } => assert!(
+            message.contains("this session's place on it holds 2097152 bytes")
+                && message.ends_with("see docs/runbook.md#declared-tool-state-full"),
+            "{message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    b.wait_log("declared-tool-state-full");
+    // Nothing ran, so nothing raised session s; session t's calls go on.
+    private_and_untrusted(session_call(&h, "t", 2, "read_graph", json!({})), &b);
+}
+
+#[test]
+fn the_filesystem_server_reads_only_its_declared_root_whatever_it_is_told() {
+    let Some((dir, node)) = bxtest::mcp_node_servers() else {
+        return;
+    };
+    let root = tempfile_root();
+    std::fs::write(root.join("notes.txt"), "buy milk").unwrap();
+    // Told it may use the whole system; given only the root to read.
+    let (argv, mut paths) = node_server(&dir, &node, "server-filesystem", &["/"]);
+    paths.push(root.clone());
+    let h = node_home(
+        &argv,
+        &paths,
+        NODE_LIMITS,
+        &["read_text_file", "write_file"],
+    );
+    let b = Brokerd::start(&h);
+    let text = |r: ToolResponse| private_and_untrusted(r, &b);
+    let read = |n, path: &Path| {
+        text(session_call(
+            &h,
+            "s",
+            n,
+            "read_text_file",
+            json!({"path": path.display().to_string()}),
+        ))
+    };
+    assert!(read(1, &root.join("notes.txt")).contains("buy milk"));
+    for (n, path) in [
+        (2, h.config.clone()),
+        (3, h.chain()),
+        (4, PathBuf::from("/etc/shadow")),
+    ] {
+        let got = read(n, &path);
+        assert!(
+            got.starts_with("the tool reported an error:") && !got.contains("[sandbox]"),
+            "{path:?}: {got}"
+        );
+    }
+    // Its root is read-only to it: a write fails, and nothing is written.
+    let got = text(session_call(
+        &h,
+        "s",
+        5,
+        "write_file",
+        json!({"path": root.join("new.txt").display().to_string(), "content": "x"}),
+    ));
+    assert!(got.starts_with("the tool reported an error:"), "{got}");
+    assert!(!root.join("new.txt").exists());
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A directory of the test's own that brokerd's user may read.
+fn tempfile_root() -> PathBuf {
+    let root = std::env::temp_dir().join(bxtest::unique_name("fs-root"));
+    std::fs::create_dir_all(&root).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+    root
 }

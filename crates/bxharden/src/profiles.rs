@@ -422,16 +422,20 @@ const PROGRAM: &[&str] = &[
     "rt_sigsuspend",      // shells waiting for a child's signal
     "rt_sigtimedwait",    // the same with a deadline (the child's supervisor too)
     "membarrier",         // runtimes and JITs (Go, node) at start
-    "get_robust_list",    // glibc and runtimes reading a thread's futex list
-    "fadvise64",          // `sort`, `cp`, `tail` telling the kernel how they read
-    "msync",              // programs writing mapped files (`sqlite3`, `git`)
-    "mincore",            // runtimes probing which pages are resident (Go)
-    "getxattr",           // `ls -l` (ACLs, security labels), `cp -a`
-    "lgetxattr",          // the same without following a link
-    "fgetxattr",          // the same on an open file
-    "flistxattr",         // `cp -a` copying extended attributes
-    "listxattr",          // the same by path
-    "llistxattr",         // the same without following a link
+    "pkey_alloc",         // node's JIT (V8) keeping its code pages behind a protection key
+    "pkey_mprotect",      // the same, marking pages with the key
+    "pkey_free",          // the same, giving the key back
+    "capget", // node at start, and libcap users reading what they hold (capset stays refused)
+    "get_robust_list", // glibc and runtimes reading a thread's futex list
+    "fadvise64", // `sort`, `cp`, `tail` telling the kernel how they read
+    "msync",  // programs writing mapped files (`sqlite3`, `git`)
+    "mincore", // runtimes probing which pages are resident (Go)
+    "getxattr", // `ls -l` (ACLs, security labels), `cp -a`
+    "lgetxattr", // the same without following a link
+    "fgetxattr", // the same on an open file
+    "flistxattr", // `cp -a` copying extended attributes
+    "listxattr", // the same by path
+    "llistxattr", // the same without following a link
 ];
 
 /// What glibc and the loader call on x86_64 besides.

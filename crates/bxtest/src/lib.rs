@@ -173,6 +173,30 @@ pub fn mcp_server_time() -> Option<PathBuf> {
     }
 }
 
+/// The directory of the MCP reference servers on npm (`server-everything`, `-filesystem`,
+/// `-memory`), which `.ci/peers` installs and names in `MCP_NODE_SERVERS`, and the system's
+/// node that runs them; `None`, said as a skip, without either.
+pub fn mcp_node_servers() -> Option<(PathBuf, PathBuf)> {
+    let dir = std::env::var("MCP_NODE_SERVERS")
+        .ok()
+        .filter(|p| !p.trim().is_empty());
+    let node = ["/usr/bin/node", "/usr/local/bin/node"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists());
+    match (dir, node) {
+        (Some(d), Some(node)) => Some((PathBuf::from(d.trim()), node)),
+        _ => {
+            skip(
+                "MCP_NODE_SERVERS is not set or there is no node: no MCP reference server on \
+                 npm to test declared tools against (.ci/peers installs them; see \
+                 docs/testing.md)",
+            );
+            None
+        }
+    }
+}
+
 /// What a server of the virtualenv `program` lies in must read: the virtualenv, and the Python
 /// installation its interpreter links to (a declared tool server's `read_paths`).
 pub fn venv_read_paths(program: &Path) -> Vec<PathBuf> {

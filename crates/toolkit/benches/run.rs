@@ -96,7 +96,9 @@ fn main() {
         for _ in 0..n {
             let t = Instant::now();
             let plan = run.plan_seen(&args, &env, Label::FRESH).unwrap();
-            let out = run.run(&args, &plan, &env).unwrap();
+            let out = run
+                .run(&args, &plan, &env, &bxcore::SessionId::new("s").unwrap())
+                .unwrap();
             assert!(out.content.starts_with("exit code 0"), "{}", out.content);
             times.push(t.elapsed());
         }

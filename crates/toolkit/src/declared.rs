@@ -16,11 +16,11 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bxcore::{DataClass, Label};
+use bxcore::{DataClass, Label, SessionId};
 use bxharden::ChildSandbox;
 use serde::Deserialize;
 use serde_json::Value;
@@ -33,6 +33,14 @@ use crate::{ApprovalRule, Declared, Effect, Env, FromPlace, Output, Plan, Reads,
 pub const FAILED_ANCHOR: &str = "declared-tool-failed";
 /// The runbook anchor of a declared tool whose server changed it since the owner declared it.
 pub const CHANGED_ANCHOR: &str = "declared-tool-changed";
+/// The runbook anchor of a call refused because its session's place on the server is full.
+pub const STATE_FULL_ANCHOR: &str = "declared-tool-state-full";
+
+/// What a server's command and environment write for its session's place (`state = "session"`).
+pub const STATE_WORD: &str = "{state}";
+
+/// The most files and directories a session's place may hold; past it, it is full.
+pub const MAX_STATE_ENTRIES: usize = 10_000;
 
 /// The most bytes of a declared tool's arguments.
 pub const MAX_ARGS: usize = 64 * 1024;
@@ -168,14 +176,35 @@ impl Declaration {
     }
 }
 
+/// A server's place of its own (`state = "session"`): one directory for each session, the only
+/// place its calls may write, which no call of another session sees. What a session wrote there
+/// comes back only to that session, whose label already covers it.
+#[derive(Debug)]
+pub struct StatePlace {
+    /// `<brokerd's directory>/tool-state/<server>`: each session's directory is in it, named by
+    /// the session.
+    pub base: PathBuf,
+    /// The most bytes a session's directory may hold when a call starts (and any one file).
+    pub max_bytes: u64,
+}
+
+/// The name of the directory `brokerd tools ask` lists a server in: no session can have it
+/// (a session id has no `.`).
+const LISTING_PLACE: &str = ".listing";
+
 /// One MCP server the box starts for each call of its tools, prepared by brokerd before its own
 /// sandbox.
 #[derive(Debug)]
 pub struct Server {
     /// Its program, an absolute path.
     pub program: PathBuf,
-    /// Its arguments, `argv[0]` first.
+    /// Its arguments, `argv[0]` first; [`STATE_WORD`] stands for its session's place.
     pub argv: Vec<String>,
+    /// The owner's variables besides `PATH`, `HOME` and `LANG`; [`STATE_WORD`] in a value stands
+    /// for its session's place.
+    pub env: Vec<(String, String)>,
+    /// Its place of its own, one for each session; `None`: it may write nowhere.
+    pub state: Option<StatePlace>,
     /// The fixed `PATH` it starts with.
     pub path: Vec<PathBuf>,
     /// How long one call may take, the server's start included.
@@ -230,7 +259,13 @@ impl crate::AnyTool for DeclaredTool {
             marks_writes: false,
         })
     }
-    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+    fn run(
+        &self,
+        args: &Value,
+        plan: &Plan,
+        env: &Env,
+        session: &SessionId,
+    ) -> Result<Output, ToolError> {
         let d = &self.0;
         let server = env.servers.get(&d.server).ok_or_else(|| {
             ToolError::Failed(format!(
@@ -238,7 +273,7 @@ impl crate::AnyTool for DeclaredTool {
                 d.server, d.name
             ))
         })?;
-        call(d, server, args, plan.carries)
+        call(d, server, args, plan.carries, session)
     }
     fn place(&self, _args: &Value, _env: &Env) -> Option<String> {
         None
@@ -266,6 +301,11 @@ pub enum CallError {
     Silent { who: String, how: String },
     #[error("{who}: {error}")]
     Mcp { who: String, error: McpError },
+    #[error(
+        "{who} was not started: this session's place on it holds {held}, more than its \
+         state_max_mb allows"
+    )]
+    StateFull { who: String, held: String },
 }
 
 impl bxcore::runbook::Anchored for CallError {
@@ -275,21 +315,49 @@ impl bxcore::runbook::Anchored for CallError {
                 error: McpError::Changed { .. } | McpError::Gone(_),
                 ..
             } => CHANGED_ANCHOR,
+            CallError::StateFull { .. } => STATE_FULL_ANCHOR,
             _ => FAILED_ANCHOR,
         }
     }
 }
 
 impl Server {
-    /// Start the server for one conversation, confined, and hold it to its end or deadline.
-    /// `Ok` once the conversation has what it asked for.
-    pub fn converse(&self, who: &str, talk: &mut mcp::Call) -> Result<(), CallError> {
+    /// Start the server for one conversation, confined, and hold it to its end or deadline;
+    /// `place` is the directory it may write (its session's), if it has one. `Ok` once the
+    /// conversation has what it asked for.
+    pub fn converse(
+        &self,
+        who: &str,
+        place: Option<&Path>,
+        talk: &mut mcp::Call,
+    ) -> Result<(), CallError> {
         let setup = |why: String| CallError::Setup {
             who: who.to_string(),
             why,
         };
         let cstring =
             |s: &str| CString::new(s).map_err(|_| setup("a NUL character in its command".into()));
+        let placed = |s: &str| match place {
+            Some(p) => s.replace(STATE_WORD, &p.display().to_string()),
+            None => s.to_string(),
+        };
+        // Its session's place, read-write, beside what every call of it reads.
+        let own;
+        let sandbox = match place {
+            Some(p) => {
+                own = self
+                    .sandbox
+                    .with_paths(&[p.to_path_buf()], &[])
+                    .map_err(|e| setup(format!("its sandbox: {e}")))?;
+                &own
+            }
+            None => &self.sandbox,
+        };
+        let mut env = spawn::environment(&self.path, "/var/empty")
+            .map_err(|_| setup("a NUL character in its PATH".into()))?;
+        for (k, v) in &self.env {
+            env.push(cstring(&format!("{k}={}", placed(v)))?);
+        }
         let cwd = nix::fcntl::open(
             "/",
             nix::fcntl::OFlag::O_PATH
@@ -305,15 +373,14 @@ impl Server {
             argv: self
                 .argv
                 .iter()
-                .map(|a| cstring(a))
+                .map(|a| cstring(&placed(a)))
                 .collect::<Result<_, _>>()?,
-            env: spawn::environment(&self.path, "/var/empty")
-                .map_err(|_| setup("a NUL character in its PATH".into()))?,
+            env,
             cwd,
             stdin: Input::Talk(talk),
             timeout: self.timeout,
             limits: self.limits,
-            sandbox: &self.sandbox,
+            sandbox,
             own_network: self.own_network,
             max_output: self.max_output,
         };
@@ -352,11 +419,96 @@ impl Server {
 
     /// The server's tools as its `tools/list` gives them (every page), asked confined as a
     /// call is: what the owner declares tools from (`brokerd tools ask`).
+    /// A server with a place of its own is listed in a place no session has, emptied after.
     pub fn list(&self, name: &str) -> Result<Vec<Value>, CallError> {
+        let who = format!("the server {name}");
         let mut talk = mcp::Call::listing();
-        self.converse(&format!("the server {name}"), &mut talk)?;
+        let place = match &self.state {
+            Some(state) => Some(state.place(&who, LISTING_PLACE)?),
+            None => None,
+        };
+        let said = self.converse(&who, place.as_deref(), &mut talk);
+        if let Some(p) = &place {
+            let _ = std::fs::remove_dir_all(p);
+        }
+        said?;
         Ok(talk.listed().map(<[Value]>::to_vec).unwrap_or_default())
     }
+
+    /// The place a call of `session` may write, made if it is not there yet; `None` for a server
+    /// without one.
+    fn session_place(&self, who: &str, session: &SessionId) -> Result<Option<PathBuf>, CallError> {
+        match &self.state {
+            Some(state) => state.place(who, session.as_str()).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl StatePlace {
+    /// `<base>/<name>`, a directory of brokerd's alone (0700) that is not a link, holding at
+    /// most `max_bytes` and [`MAX_STATE_ENTRIES`] entries.
+    fn place(&self, who: &str, name: &str) -> Result<PathBuf, CallError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let setup = |why: String| CallError::Setup {
+            who: who.to_string(),
+            why,
+        };
+        let place = self.base.join(name);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&place)
+            .map_err(|e| setup(format!("its place {}: {e}", place.display())))?;
+        // The server writes only inside it, so it cannot have replaced it; brokerd checks anyway.
+        match std::fs::symlink_metadata(&place) {
+            Ok(m) if m.is_dir() => {}
+            _ => {
+                return Err(setup(format!(
+                    "its place {} is not a directory",
+                    place.display()
+                )));
+            }
+        }
+        let (bytes, entries) = held(&place);
+        if bytes > self.max_bytes || entries > MAX_STATE_ENTRIES {
+            return Err(CallError::StateFull {
+                who: who.to_string(),
+                held: if entries > MAX_STATE_ENTRIES {
+                    format!("more than {MAX_STATE_ENTRIES} files")
+                } else {
+                    format!("{bytes} bytes")
+                },
+            });
+        }
+        Ok(place)
+    }
+}
+
+/// The bytes and entries below `dir`, links not followed; the walk stops once past
+/// [`MAX_STATE_ENTRIES`].
+fn held(dir: &Path) -> (u64, usize) {
+    let (mut bytes, mut entries) = (0u64, 0usize);
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(list) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in list.flatten() {
+            entries += 1;
+            if entries > MAX_STATE_ENTRIES {
+                return (bytes, entries);
+            }
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            bytes = bytes.saturating_add(m.len());
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+        }
+    }
+    (bytes, entries)
 }
 
 impl CallError {
@@ -367,6 +519,7 @@ impl CallError {
         !matches!(
             self,
             CallError::Setup { .. }
+                | CallError::StateFull { .. }
                 | CallError::Spawn {
                     error: spawn::SpawnError::Setup(..) | spawn::SpawnError::Start(..),
                     ..
@@ -402,9 +555,14 @@ fn call(
     server: &Server,
     args: &Value,
     carries: Label,
+    session: &SessionId,
 ) -> Result<Output, ToolError> {
+    let who = format!("the server of {}", d.name);
     let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
-    if let Err(e) = server.converse(&format!("the server of {}", d.name), &mut talk) {
+    let said = server
+        .session_place(&who, session)
+        .and_then(|place| server.converse(&who, place.as_deref(), &mut talk));
+    if let Err(e) = said {
         bxharden::log::fail_in(&"a declared tool", &e);
         let text = format!(
             "{e}; {}",

@@ -17,7 +17,7 @@ pub mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
-pub use declared::{Declaration, Server, Servers};
+pub use declared::{Declaration, Server, Servers, StatePlace};
 pub use marks::{MarkError, MarkSet, Marks, NewMark};
 pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};
@@ -30,7 +30,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bxcore::Label;
+use bxcore::{Label, SessionId};
 use serde_json::Value;
 
 /// What a tool gives back when it ran: the text the model is shown, for the audit chain a
@@ -179,7 +179,14 @@ pub(crate) trait AnyTool: Send + Sync + fmt::Debug {
     fn available(&self, env: &Env) -> bool;
     fn validate(&self, args: &Value) -> Result<(), String>;
     fn plan(&self, args: &Value, env: &Env, seen: Label) -> Result<Plan, ToolError>;
-    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError>;
+    /// `session` is the calling session's: a declared tool's server keeps a place for each.
+    fn run(
+        &self,
+        args: &Value,
+        plan: &Plan,
+        env: &Env,
+        session: &SessionId,
+    ) -> Result<Output, ToolError>;
     fn place(&self, args: &Value, env: &Env) -> Option<String>;
     fn leak_view(&self, args: &Value) -> Option<Value>;
 }
@@ -207,7 +214,13 @@ impl<T: Tool> AnyTool for T {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
         Tool::plan_seen(self, &args, env, seen)
     }
-    fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
+    fn run(
+        &self,
+        args: &Value,
+        plan: &Plan,
+        env: &Env,
+        _session: &SessionId,
+    ) -> Result<Output, ToolError> {
         let args = args::parse(Tool::name(self), args).map_err(ToolError::Refused)?;
         Tool::run(self, &args, plan, env)
     }

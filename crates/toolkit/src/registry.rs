@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use bxcore::{DataClass, Label, ToolDef};
+use bxcore::{DataClass, Label, SessionId, ToolDef};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -162,9 +162,15 @@ impl Entry {
         Ok(plan)
     }
 
-    /// Run the call. Only after the policy allowed it.
-    pub fn run(&self, args: &Value, plan: &Plan, env: &Env) -> Result<Output, ToolError> {
-        self.tool.run(args, plan, env)
+    /// Run `session`'s call. Only after the policy allowed it.
+    pub fn run(
+        &self,
+        args: &Value,
+        plan: &Plan,
+        env: &Env,
+        session: &SessionId,
+    ) -> Result<Output, ToolError> {
+        self.tool.run(args, plan, env, session)
     }
 
     /// The arguments as the leak check reads them ([`crate::Tool::leak_view`]).

@@ -69,7 +69,7 @@ proptest! {
         }
         let args = json!({ "path": path });
         let plan = read.plan(&args, &env).unwrap();
-        if let Ok(out) = read.run(&args, &plan, &env) {
+        if let Ok(out) = read.run(&args, &plan, &env, &bxcore::SessionId::new("s").unwrap()) {
             // Every file outside the root says "outside" (or is no file of this tree at all).
             prop_assert_eq!(out.content, "inside", "{} read what lies outside", path);
         }

@@ -100,7 +100,14 @@ fn web_fetch_run_without_a_gateway_fails_saying_so() {
     let e = reg.get("web_fetch").unwrap();
     let args = json!({"url": "https://example.org/"});
     let plan = e.plan(&args, &Env::default()).unwrap();
-    let err = e.run(&args, &plan, &Env::default()).unwrap_err();
+    let err = e
+        .run(
+            &args,
+            &plan,
+            &Env::default(),
+            &bxcore::SessionId::new("s").unwrap(),
+        )
+        .unwrap_err();
     assert_eq!(err.to_string(), "no gateway is configured");
 }
 

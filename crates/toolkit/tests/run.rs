@@ -119,7 +119,14 @@ impl Box_ {
     fn call(&self, args: Value, seen: Label) -> (Plan, Result<String, ToolError>) {
         let plan = self.plan(&args, seen).unwrap();
         let e = self.reg.get("run").unwrap();
-        let out = e.run(&args, &plan, &self.env).map(|o| o.content);
+        let out = e
+            .run(
+                &args,
+                &plan,
+                &self.env,
+                &bxcore::SessionId::new("s").unwrap(),
+            )
+            .map(|o| o.content);
         (plan, out)
     }
 }
@@ -608,7 +615,7 @@ fn a_hard_link_made_after_the_decision_stops_the_call() {
     fs::hard_link(b.base.join("vault/pin.txt"), b.base.join("notes/copy.txt")).unwrap();
     let e = b.reg.get("run").unwrap();
     let _shared = FORKS.read().unwrap_or_else(|e| e.into_inner());
-    match e.run(&args, &plan, &b.env) {
+    match e.run(&args, &plan, &b.env, &bxcore::SessionId::new("s").unwrap()) {
         Err(ToolError::Touched(labels, why)) => {
             assert_eq!(labels.label.class, DataClass::Secret);
             assert!(why.contains("ask again"), "{why}");

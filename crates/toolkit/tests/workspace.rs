@@ -70,7 +70,8 @@ fn read(b: &Box_, path: &str) -> Result<String, ToolError> {
     let args = json!({ "path": path });
     e.validate(&args).unwrap();
     let plan = e.plan(&args, &b.env)?;
-    e.run(&args, &plan, &b.env).map(|o| o.content)
+    e.run(&args, &plan, &b.env, &bxcore::SessionId::new("s").unwrap())
+        .map(|o| o.content)
 }
 
 fn refused_as_leaving(r: Result<String, ToolError>) {
@@ -249,7 +250,8 @@ fn a_listing_names_files_and_marks_directories() {
     let list = |path: String| {
         let args = json!({ "path": path });
         let plan = e.plan(&args, &b.env).unwrap();
-        e.run(&args, &plan, &b.env).unwrap()
+        e.run(&args, &plan, &b.env, &bxcore::SessionId::new("s").unwrap())
+            .unwrap()
     };
     let out = list(b.notes.clone());
     assert_eq!(out.content, "a.txt\nsub/");
@@ -262,7 +264,8 @@ fn write(b: &Box_, path: &str, content: &str) -> Result<String, ToolError> {
     let args = json!({ "path": path, "content": content });
     e.validate(&args).unwrap();
     let plan = e.plan(&args, &b.env)?;
-    e.run(&args, &plan, &b.env).map(|o| o.content)
+    e.run(&args, &plan, &b.env, &bxcore::SessionId::new("s").unwrap())
+        .map(|o| o.content)
 }
 
 #[test]

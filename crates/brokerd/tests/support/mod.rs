@@ -341,7 +341,7 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-fn chown_tree(p: &Path, uid: u32, gid: u32) {
+pub fn chown_tree(p: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::chown(p, Some(uid), Some(gid)).unwrap();
     if p.is_dir() {
         for e in fs::read_dir(p).unwrap() {
