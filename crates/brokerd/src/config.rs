@@ -624,6 +624,15 @@ impl Config {
     /// its own; each server can be started, reads nothing of the box's own, and its tools'
     /// labels cover the workspace roots it may read.
     fn declared_tools_check(&self) -> Result<(), String> {
+        // Without Landlock a server would read all brokerd's user may: its chain, its keys.
+        if !self.tool_servers.is_empty() && !self.sandbox.require {
+            return Err(
+                "[tool_servers] need [sandbox] require = true: with require = false, on a kernel \
+                 without Landlock, a server would start unconfined and read all brokerd's user \
+                 may"
+                .to_string(),
+            );
+        }
         for (name, server) in &self.tool_servers {
             server.check(name)?;
             self.server_reads_clear(name, server)?;

@@ -250,6 +250,13 @@ for line in sys.stdin:
         a = m["params"]["arguments"]
         if a["what"] == "hang": time.sleep(3600)
         if a["what"] == "net": socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if a["what"] == "append":
+            log = os.environ["STATE"] + "/log"
+            old = open(log).read() if os.path.exists(log) else ""
+            time.sleep(1)
+            open(log, "w").write(old + a["line"] + "\n")
+            say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": "appended"}]}})
+            continue
         if a["what"] == "big":
             say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": "a" * 100000}]}})
             continue
@@ -375,7 +382,7 @@ fn a_declaration_that_names_no_server_or_says_two_things_is_refused_by_check() {
             "the box has a tool of that name already",
         ),
     ] {
-        let h = Home::new(&format!(
+        let h = Home::sandboxed(&format!(
             "[tool_servers.s]\ncommand = [\"/bin/true\"]\n\n{}",
             declared.replace("{D}", &"0".repeat(64))
         ));
@@ -383,7 +390,7 @@ fn a_declaration_that_names_no_server_or_says_two_things_is_refused_by_check() {
         assert_ne!(code, 0, "{declared}");
         assert!(err.contains(why), "{why}: {err}");
     }
-    let h = Home::new("[tool_servers.s]\ncommand = [\"true\"]\n");
+    let h = Home::sandboxed("[tool_servers.s]\ncommand = [\"true\"]\n");
     let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
     assert_ne!(code, 0);
     assert!(err.contains("an absolute path (no shell)"), "{err}");
@@ -424,15 +431,19 @@ fn a_servers_place_or_environment_that_says_two_things_is_refused_by_check() {
             "[tool_servers.\"../x\"]\ncommand = [\"/bin/true\"]\n",
             "a server's name is 1 to 64 of a-z, 0-9, '_' and '-'",
         ),
+        (
+            "[sandbox]\nrequire = false\n\n[tool_servers.s]\ncommand = [\"/bin/true\"]\n",
+            "[tool_servers] need [sandbox] require = true",
+        ),
     ] {
-        let h = Home::new(server);
+        let h = Home::sandboxed(server);
         let (code, _, err) = run(&["check", "--config", h.config.to_str().unwrap()]);
         assert_ne!(code, 0, "{server}");
         assert!(err.contains(why), "{why}: {err}");
         // Refused before anything is made: no place of any server.
         assert!(!h.home.join("broker/tool-state").exists(), "{server}");
     }
-    let h = Home::new(
+    let h = Home::sandboxed(
         "[tool_servers.s]\ncommand = [\"/bin/true\", \"{state}/db\"]\nstate = \"session\"\n\
          env = { DB = \"{state}/db\" }\n",
     );
@@ -608,7 +619,7 @@ fn a_server_that_reads_the_box_or_a_root_above_its_tools_label_is_refused_by_che
             "declare reads = \"secret\" and untrusted = true",
         ),
     ] {
-        h.write_config(&format!(
+        h.write_sandboxed(&format!(
             "[[workspace.roots]]\npath = {:?}\nclass = \"private\"\nwritable = true\n\n\
              [[workspace.roots]]\npath = {:?}\nclass = \"secret\"\nuntrusted = true\n\n\
              [tool_servers.s]\ncommand = [\"/bin/true\"]\n{server}\n\n\
@@ -876,4 +887,54 @@ fn tempfile_root() -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
     root
+}
+
+#[test]
+fn two_calls_of_one_session_on_a_server_with_a_place_take_turns_and_lose_nothing() {
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
+    let paths = bxtest::venv_read_paths(&program);
+    let python = paths[0].join("bin/python").display().to_string();
+    let argv = vec![python, "-c".to_string(), PROBE.to_string()];
+    let digest = toolkit::mcp::tool_digest(&json!({"name": "probe", "description": "probe",
+        "inputSchema": {"type": "object"}}));
+    let h = home(
+        &argv,
+        &paths,
+        "state = \"session\"\nenv = { STATE = \"{state}\" }",
+        &declaration(
+            "probe",
+            "probe",
+            &digest,
+            "parameters = { type = \"object\" }\nreads = \"private\"\neffect = \"none\"\n",
+        ),
+    );
+    let b = Brokerd::start(&h);
+    // Each call reads the server's file, waits a second, and writes it back with its line: two
+    // at once, unheld, would both read it empty and one line would be lost.
+    let h = std::sync::Arc::new(h);
+    let calls: Vec<_> = ["one", "two"]
+        .into_iter()
+        .enumerate()
+        .map(|(n, line)| {
+            let h = std::sync::Arc::clone(&h);
+            std::thread::spawn(move || {
+                call(
+                    &h,
+                    n as u64 + 1,
+                    "probe",
+                    json!({"what": "append", "line": line}),
+                )
+            })
+        })
+        .collect();
+    for c in calls {
+        let r = bxtest::join(c, "a call of the probe");
+        assert_eq!(private_and_untrusted(r, &b), "appended");
+    }
+    let log = std::fs::read_to_string(h.home.join("broker/tool-state/s/s/log")).unwrap();
+    let mut lines: Vec<&str> = log.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["one", "two"], "{log}");
 }

@@ -424,31 +424,40 @@ impl Server {
         let who = format!("the server {name}");
         let mut talk = mcp::Call::listing();
         let place = match &self.state {
-            Some(state) => Some(state.place(&who, LISTING_PLACE)?),
+            Some(state) => Some(state.place(&who, LISTING_PLACE, self.timeout)?),
             None => None,
         };
-        let said = self.converse(&who, place.as_deref(), &mut talk);
+        let said = self.converse(&who, place.as_ref().map(|p| p.path.as_path()), &mut talk);
         if let Some(p) = &place {
-            let _ = std::fs::remove_dir_all(p);
+            let _ = std::fs::remove_dir_all(&p.path);
         }
         said?;
         Ok(talk.listed().map(<[Value]>::to_vec).unwrap_or_default())
     }
 
-    /// The place a call of `session` may write, made if it is not there yet; `None` for a server
-    /// without one.
-    fn session_place(&self, who: &str, session: &SessionId) -> Result<Option<PathBuf>, CallError> {
+    /// The place a call of `session` may write, made if it is not there yet and held for the
+    /// call; `None` for a server without one.
+    fn session_place(&self, who: &str, session: &SessionId) -> Result<Option<Held>, CallError> {
         match &self.state {
-            Some(state) => state.place(who, session.as_str()).map(Some),
+            Some(state) => state.place(who, session.as_str(), self.timeout).map(Some),
             None => Ok(None),
         }
     }
 }
 
+/// A session's place, held by one call at a time: two calls of one session at once would each
+/// read the server's files and write them back, and one's writes would be lost.
+struct Held {
+    path: PathBuf,
+    /// The place's directory, `flock`ed; closing it lets the next call in.
+    _lock: std::fs::File,
+}
+
 impl StatePlace {
     /// `<base>/<name>`, a directory of brokerd's alone (0700) that is not a link, holding at
-    /// most `max_bytes` and [`MAX_STATE_ENTRIES`] entries.
-    fn place(&self, who: &str, name: &str) -> Result<PathBuf, CallError> {
+    /// most `max_bytes` and [`MAX_STATE_ENTRIES`] entries, held for one call (waiting at most
+    /// `wait` for the call of the same session that holds it).
+    fn place(&self, who: &str, name: &str, wait: Duration) -> Result<Held, CallError> {
         use std::os::unix::fs::DirBuilderExt;
         let setup = |why: String| CallError::Setup {
             who: who.to_string(),
@@ -470,6 +479,7 @@ impl StatePlace {
                 )));
             }
         }
+        let lock = hold(&place, wait).map_err(|why| setup(why))?;
         let (bytes, entries) = held(&place);
         if bytes > self.max_bytes || entries > MAX_STATE_ENTRIES {
             return Err(CallError::StateFull {
@@ -481,7 +491,39 @@ impl StatePlace {
                 },
             });
         }
-        Ok(place)
+        Ok(Held {
+            path: place,
+            _lock: lock,
+        })
+    }
+}
+
+/// `dir`, opened and `flock`ed exclusively within `wait`.
+fn hold(dir: &Path, wait: Duration) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dir)
+        .map_err(|e| format!("its place {}: {e}", dir.display()))?;
+    let until = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock on a descriptor this function owns, with integer flags.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(format!("its place {}: {e}", dir.display()));
+        }
+        if std::time::Instant::now() >= until {
+            return Err(format!(
+                "another call of this session on it held its place for longer than {} ms",
+                wait.as_millis()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -559,9 +601,9 @@ fn call(
 ) -> Result<Output, ToolError> {
     let who = format!("the server of {}", d.name);
     let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
-    let said = server
-        .session_place(&who, session)
-        .and_then(|place| server.converse(&who, place.as_deref(), &mut talk));
+    let said = server.session_place(&who, session).and_then(|place| {
+        server.converse(&who, place.as_ref().map(|p| p.path.as_path()), &mut talk)
+    });
     if let Err(e) = said {
         bxharden::log::fail_in(&"a declared tool", &e);
         let text = format!(

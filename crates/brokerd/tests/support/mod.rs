@@ -36,6 +36,23 @@ impl Home {
         h
     }
 
+    /// A home whose config is `[paths]` plus `extra` TOML, the sandbox required (the default):
+    /// what `brokerd check` is asked about tool servers, which need it.
+    pub fn sandboxed(extra: &str) -> Home {
+        let h = Home::new("");
+        h.write_sandboxed(extra);
+        h
+    }
+
+    /// The config `[paths]` plus `extra`, the sandbox required ([`Home::sandboxed`]).
+    pub fn write_sandboxed(&self, extra: &str) {
+        let text = format!(
+            "[paths]\nhome = {:?}\n\n{extra}\n",
+            self.home.display().to_string()
+        );
+        fs::write(&self.config, text).unwrap();
+    }
+
     /// A home with a writable private root `notes`, its config plus `extra` TOML: what the
     /// approval tests write into.
     pub fn with_notes(extra: &str) -> Home {
