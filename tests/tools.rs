@@ -19,10 +19,40 @@ after = "tool"
 text = "That is the time."
 "#;
 
-fn append(path: &Path, text: &str) {
-    let mut all = fs::read_to_string(path).unwrap();
-    all.push_str(text);
-    fs::write(path, all).unwrap();
+/// A line of the owner's own in brokerd.toml, which bxctl's edits keep.
+const NOTE: &str = "# The owner's note: the time server, for the calendar's sake.";
+
+/// `bxctl tools add`, as the owner chooses for the time server's tool.
+const ADD: [&str; 16] = [
+    "tools",
+    "add",
+    "--server",
+    "time",
+    "--tool",
+    "get_current_time",
+    "--name",
+    "now",
+    "--description",
+    "The current time in an IANA timezone.",
+    "--reads",
+    "public",
+    "--effect",
+    "none",
+    "--approval",
+    "never",
+];
+
+/// `[tool_servers.time]` at the end of brokerd.toml `config`, under the owner's [`NOTE`]: the
+/// reference server `program`, as an owner configures it.
+fn add_time_server(config: &Path, program: &Path) {
+    let mut all = fs::read_to_string(config).unwrap();
+    all.push_str(&format!(
+        "\n{NOTE}\n[tool_servers.time]\ncommand = [{:?}, \"--local-timezone\", \"Etc/UTC\"]\n\
+         read_paths = {}\n",
+        program.display().to_string(),
+        serde_json::json!(bxtest::venv_read_paths(program))
+    ));
+    fs::write(config, all).unwrap();
 }
 
 #[test]
@@ -36,47 +66,33 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
     // The box is up: the server is asked as brokerd's user, which exists while it is.
     b.up(&["--script", script.to_str().unwrap()]);
     let config = b.home().join("etc/brokerd.toml");
-    append(
-        &config,
-        &format!(
-            "\n[tool_servers.time]\ncommand = [{:?}, \"--local-timezone\", \"Etc/UTC\"]\nread_paths = {}\n",
-            program.display().to_string(),
-            serde_json::json!(bxtest::venv_read_paths(&program))
-        ),
-    );
+    add_time_server(&config, &program);
 
     // What the server offers, as entries that trust nothing (the running brokerd reads its
     // configuration again only when restarted).
     let out = b.bxctl(&["tools", "ask", "--server", "time"]);
     assert!(out.status.success(), "{}", said(&out));
     let asked: toml::Table = toml::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
-    let mut entry = asked["declared_tools"]
+    let entry = asked["declared_tools"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"].as_str() == Some("get_current_time"))
-        .expect("get_current_time offered")
-        .as_table()
-        .unwrap()
-        .clone();
+        .find(|e| e["tool"].as_str() == Some("get_current_time"))
+        .expect("get_current_time offered");
     assert_eq!(entry["untrusted"].as_bool(), Some(true));
-    // The owner's choices.
-    for (k, v) in [
-        ("name", "now"),
-        ("tool", "get_current_time"),
-        ("description", "The current time in an IANA timezone."),
-        ("reads", "public"),
-        ("effect", "none"),
-        ("approval", "never"),
-    ] {
-        entry.insert(k.into(), toml::Value::String(v.into()));
-    }
-    let declared = toml::to_string(&toml::Table::from_iter([(
-        "declared_tools".to_string(),
-        toml::Value::Array(vec![toml::Value::Table(entry)]),
-    )]))
-    .unwrap();
-    append(&config, &format!("\n{declared}"));
+    // The owner's choices, declared by bxctl into brokerd.toml, the owner's own lines kept.
+    let out = b.bxctl(&ADD);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        said(&out).contains("now is declared in") && said(&out).contains("restart brokerd"),
+        "{}",
+        said(&out)
+    );
+    // The server's words about its arguments are not what the model is told.
+    assert!(said(&out).contains("were left out"), "{}", said(&out));
+    let written = fs::read_to_string(&config).unwrap();
+    assert!(written.contains(NOTE), "{written}");
+    assert!(!written.contains("IANA timezone name (e.g."), "{written}");
 
     let out = b.bxctl(&["tools", "list"]);
     assert!(out.status.success(), "{}", said(&out));
@@ -109,4 +125,131 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
         .unwrap_or_else(|| panic!("no result of now in the chain:\n{chain}"));
     assert_eq!(result["detail"]["class"], "public", "{result}");
     assert_eq!(result["detail"]["untrusted_output"], true, "{result}");
+
+    // What bxctl refuses changes nothing, and says why.
+    let before = fs::read(&config).unwrap();
+    let with = |changes: &[(&str, &str)]| {
+        let mut args: Vec<String> = ADD.iter().map(|a| a.to_string()).collect();
+        for (flag, v) in changes {
+            let at = args.iter().position(|a| a == flag).unwrap();
+            args[at + 1] = v.to_string();
+        }
+        args
+    };
+    for (args, why, anchor) in [
+        (
+            with(&[("--tool", "get_weather")]),
+            "the server time offers no tool \"get_weather\"; it offers ",
+            "tools-edit-refused",
+        ),
+        (
+            with(&[]),
+            "a tool \"now\" is declared already",
+            "tools-edit-refused",
+        ),
+        (
+            with(&[("--name", "later"), ("--effect", "egress")]),
+            "brokerd check refused the change",
+            "broker-config-invalid",
+        ),
+        (
+            vec![
+                "tools".into(),
+                "remove".into(),
+                "--name".into(),
+                "never-declared".into(),
+            ],
+            "no tool \"never-declared\" is declared",
+            "tools-edit-refused",
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = b.bxctl(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", said(&out));
+        assert!(said(&out).contains(why), "{why}: {}", said(&out));
+        let line = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            line.trim_end()
+                .ends_with(&format!("see docs/runbook.md#{anchor}")),
+            "{line}"
+        );
+        assert_eq!(
+            fs::read(&config).unwrap(),
+            before,
+            "{args:?} changed brokerd.toml"
+        );
+    }
+    let leftovers: Vec<_> = fs::read_dir(config.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // Removed, it is offered no more (once brokerd restarts), the owner's lines kept.
+    let out = b.bxctl(&["tools", "remove", "--name", "now"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let written = fs::read_to_string(&config).unwrap();
+    assert!(
+        written.contains(NOTE) && !written.contains("[[declared_tools]]"),
+        "{written}"
+    );
+    let out = b.bxctl(&["tools", "list"]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("now "),
+        "{}",
+        said(&out)
+    );
+}
+
+#[test]
+fn a_brokerd_toml_the_system_writes_is_not_edited_and_the_nixos_entry_is_printed() {
+    let Some(program) = bxtest::mcp_server_time() else {
+        return;
+    };
+    if !bxtest::is_root() {
+        bxtest::skip("a read-only brokerd.toml is made with a mount of its own, as root");
+        return;
+    }
+    let b = DevBox::new();
+    b.up(&[]);
+    let config = b.home().join("etc/brokerd.toml");
+    add_time_server(&config, &program);
+    let before = fs::read(&config).unwrap();
+    // As the device has it: a file this user may not write (a read-only mount of its own).
+    let bxctl = boxmaker_e2e::bin_dir().join("bxctl");
+    let home = b.home().display().to_string();
+    let script = format!(
+        "mount --bind -o ro {c} {c} && mount -o remount,bind,ro {c} && exec {bxctl} \"$@\"",
+        c = config.display(),
+        bxctl = bxctl.display()
+    );
+    let mut args = vec!["-m", "sh", "-c", &script, "sh"];
+    args.extend(ADD);
+    args.extend(["--home", &home]);
+    let out = bxtest::run(
+        std::process::Command::new("unshare").args(&args),
+        "bxctl tools add on a read-only brokerd.toml",
+        DEADLINE,
+    )
+    .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        printed.contains("is written by NixOS, not edited here")
+            && printed.contains("services.boxmaker.settings.brokerd.declared_tools"),
+        "{printed}"
+    );
+    // The entry, in Nix, for the NixOS configuration.
+    for field in [
+        "name = \"now\";",
+        "tool = \"get_current_time\";",
+        "reads = \"public\";",
+        "untrusted = true;",
+        "parameters = {",
+    ] {
+        assert!(printed.contains(field), "{field}: {printed}");
+    }
+    assert_eq!(fs::read(&config).unwrap(), before);
 }

@@ -43,6 +43,26 @@ pub fn temporary(path: &Path) -> PathBuf {
 /// follows no link); a rename then replaces `path` itself, never writing through a link there.
 /// One this call made is removed when a step before the rename fails.
 pub fn replace(path: &Path, body: &[u8]) -> Result<(), WriteError> {
+    replace_as(path, body, None)
+}
+
+/// [`replace`] for a file someone else reads, an owner's configuration: the new file has the
+/// old one's mode, owner and group (set before the rename, so no reader ever finds it
+/// otherwise); `path` must exist.
+pub fn replace_keeping(path: &Path, body: &[u8]) -> Result<(), WriteError> {
+    use std::os::unix::fs::MetadataExt;
+    let old = fs::metadata(path).map_err(|source| WriteError {
+        step: "create",
+        source,
+    })?;
+    replace_as(
+        path,
+        body,
+        Some((old.mode() & 0o7777, old.uid(), old.gid())),
+    )
+}
+
+fn replace_as(path: &Path, body: &[u8], like: Option<(u32, u32, u32)>) -> Result<(), WriteError> {
     let tmp = temporary(path);
     let step = |step: &'static str| move |source: io::Error| WriteError { step, source };
     match fs::remove_file(&tmp) {
@@ -56,9 +76,14 @@ pub fn replace(path: &Path, body: &[u8]) -> Result<(), WriteError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(step("create"))?;
-    let written = f
-        .write_all(body)
-        .map_err(step("write"))
+    let kept = match like {
+        Some((mode, uid, gid)) => std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+            .and_then(|()| f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode)))
+            .map_err(step("create")),
+        None => Ok(()),
+    };
+    let written = kept
+        .and_then(|()| f.write_all(body).map_err(step("write")))
         .and_then(|()| f.sync_all().map_err(step("fsync")))
         .and_then(|()| fs::rename(&tmp, path).map_err(step("rename")));
     drop(f);
@@ -91,6 +116,25 @@ mod tests {
             0o600
         );
         assert!(!temporary(&p).exists());
+    }
+
+    #[test]
+    fn a_file_replaced_keeping_is_written_whole_with_the_old_ones_mode() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("brokerd.toml");
+        fs::write(&p, "old").unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o640)).unwrap();
+        replace_keeping(&p, b"new").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+        assert!(!temporary(&p).exists());
+        // A file that is not there is not made: there is no mode to keep.
+        let e = replace_keeping(&d.path().join("absent.toml"), b"x").unwrap_err();
+        assert_eq!(e.step, "create");
+        assert!(!d.path().join("absent.toml").exists());
     }
 
     #[test]

@@ -306,6 +306,20 @@ pub enum ToolsCommand {
         #[arg(long, value_name = "NAME")]
         server: String,
     },
+    /// Declare the server's tool TOOL in brokerd's configuration with your choices: what the
+    /// model is told, the label its results carry, its effect and approval rule (its digest and
+    /// schema from the server, as `ask` prints them). `brokerd check` must pass the result, or
+    /// nothing changes; restart brokerd for it to be offered. On the device, prints the entry
+    /// for the NixOS configuration instead.
+    Add(tools::Choices),
+    /// Take the declared tool NAME out of brokerd's configuration (`brokerd check` must pass
+    /// the result); restart brokerd for it to be offered no more. On the device, says what to
+    /// change in the NixOS configuration instead.
+    Remove {
+        /// The declared tool's name, as `bxctl tools list` shows it.
+        #[arg(long, value_name = "NAME")]
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -491,6 +505,8 @@ impl Cli {
             Command::Tools { command } => match command {
                 ToolsCommand::List => tools::run(&*self.target(), "list", None),
                 ToolsCommand::Ask { server } => tools::run(&*self.target(), "ask", Some(server)),
+                ToolsCommand::Add(choices) => tools::add(&*self.target(), choices),
+                ToolsCommand::Remove { name } => tools::remove(&*self.target(), name),
             },
             Command::Channel { command } => command.run(self),
             Command::Status { json } => status::run(&*self.target(), json.json, out),

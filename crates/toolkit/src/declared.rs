@@ -479,7 +479,7 @@ impl StatePlace {
                 )));
             }
         }
-        let lock = hold(&place, wait).map_err(|why| setup(why))?;
+        let lock = hold(&place, wait).map_err(setup)?;
         let (bytes, entries) = held(&place);
         if bytes > self.max_bytes || entries > MAX_STATE_ENTRIES {
             return Err(CallError::StateFull {
