@@ -208,12 +208,26 @@ fn a_fuller_devices_configurations_pass_every_daemons_check() {
                 { "path": projects, "class": "private", "writable": true },
                 { "path": mail, "class": "private", "untrusted": true }
             ] },
-            "tool_servers": { "time": { "command": ["/bin/true", "--local-timezone", "Etc/UTC"] } },
+            "tool_servers": {
+                "time": { "command": ["/bin/true", "--local-timezone", "Etc/UTC"] },
+                // A server with a place of its own for each session (under brokerd's state).
+                "memory": {
+                    "command": ["/bin/true"],
+                    "state": "session",
+                    "env": { "MEMORY_FILE_PATH": "{state}/memory.jsonl" },
+                    "memory_mb": 4096
+                }
+            },
             "declared_tools": [{
                 "name": "now", "server": "time", "tool": "get_current_time",
                 "description": "The current time in an IANA timezone.",
                 "parameters": { "type": "object", "properties": { "timezone": { "type": "string" } } },
                 "digest": "0".repeat(64), "reads": "public", "effect": "none"
+            }, {
+                "name": "recall", "server": "memory", "tool": "read_graph",
+                "description": "What this session noted.",
+                "parameters": { "type": "object" },
+                "digest": "1".repeat(64), "reads": "private", "effect": "none"
             }]
         }
     });
