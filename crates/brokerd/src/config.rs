@@ -547,6 +547,17 @@ const SYSTEM: [&str; 12] = [
     "/lib64",
 ];
 
+/// How path `a` stands to path `b` when one holds the other: `"holds"` (or is) or `"lies in"`.
+fn overlap(a: &Path, b: &Path) -> Option<&'static str> {
+    if b.starts_with(a) {
+        Some("holds")
+    } else if a.starts_with(b) {
+        Some("lies in")
+    } else {
+        None
+    }
+}
+
 /// The system trees a tool server's `read_paths` may not hold (a path inside one, such as
 /// `/etc/ssl`, is the owner's choice).
 const SERVER_NEVER: [&str; 9] = [
@@ -677,30 +688,21 @@ impl Config {
                     "[tool_servers.{name}] read_paths: {} {} {}: name the directories its \
                      program needs (a virtualenv, a package's directory)",
                     p.display(),
-                    if d.starts_with(&p) {
-                        "holds"
-                    } else {
-                        "lies in"
-                    },
+                    overlap(&p, &d).unwrap_or("lies in"),
                     d.display()
                 ));
             }
-            if home.starts_with(&p) || p.starts_with(&home) {
+            if let Some(how) = overlap(&p, &home) {
                 return Err(format!(
-                    "[tool_servers.{name}] read_paths: {} {} the box's home {}: its server would \
-                     read the audit chain, the daemons' keys and sockets",
+                    "[tool_servers.{name}] read_paths: {} {how} the box's home {}: its server \
+                     would read the audit chain, the daemons' keys and sockets",
                     p.display(),
-                    if home.starts_with(&p) {
-                        "holds"
-                    } else {
-                        "lies in"
-                    },
                     home.display()
                 ));
             }
             for root in &self.workspace.roots {
                 let r = real(&root.path);
-                if !(r.starts_with(&p) || p.starts_with(&r)) {
+                if overlap(&p, &r).is_none() {
                     continue;
                 }
                 // A writable root may hold files an untrusted session wrote (marked): what the
@@ -739,7 +741,16 @@ impl Config {
     /// The system paths a program of the box may read and run: `[run]`'s, or the defaults
     /// that exist here.
     pub fn system_paths(&self) -> Vec<PathBuf> {
-        self.run.clone().unwrap_or_default().system_paths()
+        self.run_settings().system_paths()
+    }
+
+    /// `[run]`, or its defaults where it is absent: what a declared tool's server is started
+    /// with too (its `PATH`, the system paths).
+    pub fn run_settings(&self) -> std::borrow::Cow<'_, RunConfig> {
+        match &self.run {
+            Some(run) => std::borrow::Cow::Borrowed(run),
+            None => std::borrow::Cow::Owned(RunConfig::default()),
+        }
     }
 
     /// Whether brokerd starts programs at all (the run tool, a declared tool's server): its

@@ -161,7 +161,7 @@ pub fn tool_server(
             base: cfg.tool_state_dir(name),
             max_bytes: sc.state_max_mb << 20,
         }),
-        path: cfg.run.clone().unwrap_or_default().path,
+        path: cfg.run_settings().path.clone(),
         timeout: std::time::Duration::from_millis(sc.timeout_ms),
         limits: toolkit::run::spawn::Limits {
             cpu_seconds: sc.timeout_ms.div_ceil(1000) + 1,
