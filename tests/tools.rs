@@ -22,25 +22,48 @@ text = "That is the time."
 /// A line of the owner's own in brokerd.toml, which bxctl's edits keep.
 const NOTE: &str = "# The owner's note: the time server, for the calendar's sake.";
 
-/// `bxctl tools add`, as the owner chooses for the time server's tool.
-const ADD: [&str; 16] = [
-    "tools",
-    "add",
-    "--server",
-    "time",
-    "--tool",
-    "get_current_time",
-    "--name",
-    "now",
-    "--description",
-    "The current time in an IANA timezone.",
-    "--reads",
-    "public",
-    "--effect",
-    "none",
-    "--approval",
-    "never",
-];
+/// `bxctl tools add`, as the owner chooses for the time server's tool they read, whose digest
+/// `bxctl tools ask` printed as `digest`.
+fn add_args(digest: &str) -> Vec<String> {
+    [
+        "tools",
+        "add",
+        "--server",
+        "time",
+        "--tool",
+        "get_current_time",
+        "--digest",
+        digest,
+        "--name",
+        "now",
+        "--description",
+        "The current time in an IANA timezone.",
+        "--reads",
+        "public",
+        "--effect",
+        "none",
+        "--approval",
+        "never",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The time server's `get_current_time` as `bxctl tools ask` prints it.
+fn asked_time(b: &DevBox) -> toml::Table {
+    let out = b.bxctl(&["tools", "ask", "--server", "time"]);
+    assert!(out.status.success(), "{}", said(&out));
+    let asked: toml::Table = toml::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    asked["declared_tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["tool"].as_str() == Some("get_current_time"))
+        .expect("get_current_time offered")
+        .as_table()
+        .unwrap()
+        .clone()
+}
 
 /// `[tool_servers.time]` at the end of brokerd.toml `config`, under the owner's [`NOTE`]: the
 /// reference server `program`, as an owner configures it.
@@ -70,18 +93,12 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
 
     // What the server offers, as entries that trust nothing (the running brokerd reads its
     // configuration again only when restarted).
-    let out = b.bxctl(&["tools", "ask", "--server", "time"]);
-    assert!(out.status.success(), "{}", said(&out));
-    let asked: toml::Table = toml::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
-    let entry = asked["declared_tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["tool"].as_str() == Some("get_current_time"))
-        .expect("get_current_time offered");
+    let entry = asked_time(&b);
     assert_eq!(entry["untrusted"].as_bool(), Some(true));
+    let digest = entry["digest"].as_str().unwrap().to_string();
     // The owner's choices, declared by bxctl into brokerd.toml, the owner's own lines kept.
-    let out = b.bxctl(&ADD);
+    let add = add_args(&digest);
+    let out = b.bxctl(&add.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(out.status.success(), "{}", said(&out));
     assert!(
         said(&out).contains("now is declared in") && said(&out).contains("restart brokerd"),
@@ -129,7 +146,7 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
     // What bxctl refuses changes nothing, and says why.
     let before = fs::read(&config).unwrap();
     let with = |changes: &[(&str, &str)]| {
-        let mut args: Vec<String> = ADD.iter().map(|a| a.to_string()).collect();
+        let mut args = add_args(&digest);
         for (flag, v) in changes {
             let at = args.iter().position(|a| a == flag).unwrap();
             args[at + 1] = v.to_string();
@@ -145,6 +162,11 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
         (
             with(&[]),
             "a tool \"now\" is declared already",
+            "tools-edit-refused",
+        ),
+        (
+            with(&[("--name", "later"), ("--digest", &"0".repeat(64))]),
+            "describes \"get_current_time\" otherwise than the tool you read",
             "tools-edit-refused",
         ),
         (
@@ -216,6 +238,7 @@ fn a_brokerd_toml_the_system_writes_is_not_edited_and_the_nixos_entry_is_printed
     b.up(&[]);
     let config = b.home().join("etc/brokerd.toml");
     add_time_server(&config, &program);
+    let digest = asked_time(&b)["digest"].as_str().unwrap().to_string();
     let before = fs::read(&config).unwrap();
     // As the device has it: a file this user may not write (a read-only mount of its own).
     let bxctl = boxmaker_e2e::bin_dir().join("bxctl");
@@ -226,7 +249,8 @@ fn a_brokerd_toml_the_system_writes_is_not_edited_and_the_nixos_entry_is_printed
         bxctl = bxctl.display()
     );
     let mut args = vec!["-m", "sh", "-c", &script, "sh"];
-    args.extend(ADD);
+    let add = add_args(&digest);
+    args.extend(add.iter().map(String::as_str));
     args.extend(["--home", &home]);
     let out = bxtest::run(
         std::process::Command::new("unshare").args(&args),

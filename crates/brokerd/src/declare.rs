@@ -124,8 +124,24 @@ fn entry(server: &str, tool: &Value) -> Result<String, String> {
     Ok(format!(
         "# {on_server:?} on {server}: the description is the server's; read it, and write what \
          the model is to be told.\n# Choose reads, untrusted, effect (none | local | egress with \
-         egress_max) and approval; nothing is trusted until you do.\n{text}"
+         egress_max) and approval; nothing is trusted until you do.\n{}",
+        escaped(&text)
     ))
+}
+
+/// `text` with every character a terminal would obey or hide (`bxcore::visible::is_hazard`:
+/// C1 controls, bidi overrides, zero-width characters; TOML escapes only C0 and DEL) written as
+/// TOML's `\uXXXX` escape, which a basic string reads back as that character.
+fn escaped(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            c if bxcore::visible::is_hazard(c) && (c as u32) <= 0xffff => {
+                format!("\\u{:04X}", c as u32)
+            }
+            c if bxcore::visible::is_hazard(c) => format!("\\U{:08X}", c as u32),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 /// TOML has no null: a schema's `null` values (a `default` of none) are left out.

@@ -311,7 +311,7 @@ pub enum ToolsCommand {
     /// schema from the server, as `ask` prints them). `brokerd check` must pass the result, or
     /// nothing changes; restart brokerd for it to be offered. On the device, prints the entry
     /// for the NixOS configuration instead.
-    Add(tools::Choices),
+    Add(Box<tools::Choices>),
     /// Take the declared tool NAME out of brokerd's configuration (`brokerd check` must pass
     /// the result); restart brokerd for it to be offered no more. On the device, says what to
     /// change in the NixOS configuration instead.

@@ -188,9 +188,15 @@ pub struct StatePlace {
     pub max_bytes: u64,
 }
 
-/// The name of the directory `brokerd tools ask` lists a server in: no session can have it
-/// (a session id has no `.`).
-const LISTING_PLACE: &str = ".listing";
+/// The name of the directory `brokerd tools ask` lists a server in, one for each listing
+/// (`.listing-<pid>-<nanos>`): no session can have it (a session id has no `.`), and no
+/// listing finds what another left.
+fn listing_place() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(".listing-{}-{nanos}", std::process::id())
+}
 
 /// One MCP server the box starts for each call of its tools, prepared by brokerd before its own
 /// sandbox.
@@ -301,11 +307,8 @@ pub enum CallError {
     Silent { who: String, how: String },
     #[error("{who}: {error}")]
     Mcp { who: String, error: McpError },
-    #[error(
-        "{who} was not started: this session's place on it holds {held}, more than its \
-         state_max_mb allows"
-    )]
-    StateFull { who: String, held: String },
+    #[error("{who} was not started: {why}")]
+    StateFull { who: String, why: String },
 }
 
 impl bxcore::runbook::Anchored for CallError {
@@ -424,12 +427,21 @@ impl Server {
         let who = format!("the server {name}");
         let mut talk = mcp::Call::listing();
         let place = match &self.state {
-            Some(state) => Some(state.place(&who, LISTING_PLACE, self.timeout)?),
+            Some(state) => Some(state.place(&who, &listing_place(), self.timeout)?),
             None => None,
         };
         let said = self.converse(&who, place.as_ref().map(|p| p.path.as_path()), &mut talk);
         if let Some(p) = &place {
-            let _ = std::fs::remove_dir_all(&p.path);
+            if let Err(e) = std::fs::remove_dir_all(&p.path) {
+                return Err(CallError::Setup {
+                    who,
+                    why: format!(
+                        "what it wrote while listed could not be removed from {} ({e}): remove \
+                         it as root",
+                        p.path.display()
+                    ),
+                });
+            }
         }
         said?;
         Ok(talk.listed().map(<[Value]>::to_vec).unwrap_or_default())
@@ -480,16 +492,37 @@ impl StatePlace {
             }
         }
         let lock = hold(&place, wait).map_err(setup)?;
-        let (bytes, entries) = held(&place);
-        if bytes > self.max_bytes || entries > MAX_STATE_ENTRIES {
-            return Err(CallError::StateFull {
-                who: who.to_string(),
-                held: if entries > MAX_STATE_ENTRIES {
-                    format!("more than {MAX_STATE_ENTRIES} files")
-                } else {
-                    format!("{bytes} bytes")
-                },
-            });
+        let full = |held: String| CallError::StateFull {
+            who: who.to_string(),
+            why: format!(
+                "this session's place on it holds {held}, more than its state_max_mb allows"
+            ),
+        };
+        match held(&place) {
+            Holds::Unmeasured(why) => return Err(full(format!("what cannot be measured: {why}"))),
+            Holds::Measured(_, entries) if entries > MAX_STATE_ENTRIES => {
+                return Err(full(format!("more than {MAX_STATE_ENTRIES} files")));
+            }
+            Holds::Measured(bytes, _) if bytes > self.max_bytes => {
+                return Err(full(format!("{bytes} bytes")));
+            }
+            Holds::Measured(..) => {}
+        }
+        // The bound is measured as a call starts, so one call may write past it: the file
+        // system keeps room for the place's bound and the box's own state besides.
+        let needed = self.max_bytes.saturating_add(STATE_RESERVE);
+        match free_bytes(&lock) {
+            Some(free) if free >= needed => {}
+            free => {
+                return Err(CallError::StateFull {
+                    who: who.to_string(),
+                    why: format!(
+                        "its file system has {} bytes free, and a call needs {needed} (its \
+                         state_max_mb and 256 MiB for the box's own state)",
+                        free.map_or_else(|| "unknown".to_string(), |f| f.to_string())
+                    ),
+                });
+            }
         }
         Ok(Held {
             path: place,
@@ -527,31 +560,70 @@ fn hold(dir: &Path, wait: Duration) -> Result<std::fs::File, String> {
     }
 }
 
-/// The bytes and entries below `dir`, links not followed; the walk stops once past
-/// [`MAX_STATE_ENTRIES`].
-fn held(dir: &Path) -> (u64, usize) {
+/// What a place holds, as brokerd measures it.
+enum Holds {
+    /// Bytes (each file counted by what it takes on disk, allocated blocks included, or its
+    /// size, whichever is more) and entries, at most [`MAX_STATE_ENTRIES`] counted.
+    Measured(u64, usize),
+    /// Something below could not be listed or looked at (a directory the server made
+    /// unlistable, a path past `PATH_MAX`): not measured is not under the bound.
+    Unmeasured(String),
+}
+
+/// What `dir` holds, links not followed; the walk stops once past [`MAX_STATE_ENTRIES`].
+fn held(dir: &Path) -> Holds {
+    use std::os::unix::fs::MetadataExt;
     let (mut bytes, mut entries) = (0u64, 0usize);
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
-        let Ok(list) = std::fs::read_dir(&d) else {
-            continue;
+        let list = match std::fs::read_dir(&d) {
+            Ok(list) => list,
+            Err(e) => {
+                return Holds::Unmeasured(format!("a directory in it cannot be listed ({e})"));
+            }
         };
-        for e in list.flatten() {
+        for e in list {
+            let e = match e {
+                Ok(e) => e,
+                Err(e) => {
+                    return Holds::Unmeasured(format!("a directory in it cannot be read ({e})"));
+                }
+            };
             entries += 1;
             if entries > MAX_STATE_ENTRIES {
-                return (bytes, entries);
+                return Holds::Measured(bytes, entries);
             }
-            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
-                continue;
+            let m = match std::fs::symlink_metadata(e.path()) {
+                Ok(m) => m,
+                Err(e) => {
+                    return Holds::Unmeasured(format!("a file in it cannot be looked at ({e})"));
+                }
             };
-            bytes = bytes.saturating_add(m.len());
+            // A file's blocks may be allocated past its size (fallocate's KEEP_SIZE).
+            bytes = bytes.saturating_add(m.len().max(m.blocks().saturating_mul(512)));
             if m.is_dir() {
                 todo.push(e.path());
             }
         }
     }
-    (bytes, entries)
+    Holds::Measured(bytes, entries)
 }
+
+/// The space left to brokerd on the file system that holds `dir`, in bytes; `None` when it
+/// cannot be asked.
+fn free_bytes(dir: &std::fs::File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fstatvfs writes into the zeroed struct it is given, on a descriptor we own.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatvfs(dir.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// The space a call of a server with a place needs free on its file system besides the place's
+/// bound: what the box's own state (the audit chain, session states) needs to go on.
+pub const STATE_RESERVE: u64 = 256 << 20;
 
 impl CallError {
     /// Whether the server ran: it had the call's arguments and could read its paths, so how
