@@ -170,7 +170,7 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
             "tools-edit-refused",
         ),
         (
-            with(&[("--name", "later"), ("--effect", "egress")]),
+            with(&[("--name", "web_fetch")]),
             "brokerd check refused the change",
             "broker-config-invalid",
         ),
@@ -201,6 +201,16 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
             "{args:?} changed brokerd.toml"
         );
     }
+    // A choice that says two things is refused before anything is asked.
+    let args = with(&[("--name", "later"), ("--effect", "egress")]);
+    let out = b.bxctl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(
+        said(&out).contains("--effect egress needs --egress-max CLASS"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(fs::read(&config).unwrap(), before);
     let leftovers: Vec<_> = fs::read_dir(config.parent().unwrap())
         .unwrap()
         .flatten()
@@ -219,7 +229,9 @@ fn an_owner_adds_a_declared_tool_and_a_turn_calls_it_through_the_broker() {
     );
     let out = b.bxctl(&["tools", "list"]);
     assert!(
-        !String::from_utf8_lossy(&out.stdout).contains("now "),
+        !String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("now ")),
         "{}",
         said(&out)
     );
@@ -276,4 +288,29 @@ fn a_brokerd_toml_the_system_writes_is_not_edited_and_the_nixos_entry_is_printed
         assert!(printed.contains(field), "{field}: {printed}");
     }
     assert_eq!(fs::read(&config).unwrap(), before);
+}
+
+#[test]
+fn a_restart_with_a_brokerd_toml_that_does_not_load_leaves_the_box_running() {
+    let b = DevBox::new();
+    b.up(&[]);
+    let config = b.home().join("etc/brokerd.toml");
+    let mut text = fs::read_to_string(&config).unwrap();
+    text.push_str("\n[tool_servers.memory]\ncommand = [\"/bin/true\"]\nmemroy_mb = 4096\n");
+    fs::write(&config, text).unwrap();
+    let out = b.bxctl(&["dev", "restart"]);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let line = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        line.contains(
+            "brokerd's configuration does not load, so the running dev box was left as it is"
+        ) && line.contains("memroy_mb")
+            && line
+                .trim_end()
+                .ends_with("see docs/runbook.md#broker-config-invalid"),
+        "{line}"
+    );
+    // Still up: every daemon answers.
+    let out = b.bxctl(&["status"]);
+    assert!(out.status.success(), "{}", said(&out));
 }

@@ -48,6 +48,12 @@ pub fn list(cfg: &Config) -> Result<Vec<String>, String> {
             d.approval.as_str()
         ));
     }
+    // What else a turn's model is offered, and when web_fetch is not.
+    out.push(
+        "(loopd offers the model its own time_now and session_info besides; web_fetch is \
+         offered only while gatewayd's allow-list names a host)"
+            .to_string(),
+    );
     Ok(out)
 }
 
@@ -56,12 +62,13 @@ pub fn ask(cfg: &Config, name: &str) -> Result<String, String> {
     let Some(sc) = cfg.tool_servers.get(name) else {
         let known: Vec<&str> = cfg.tool_servers.keys().map(String::as_str).collect();
         return Err(format!(
-            "there is no [tool_servers.{name}] in the configuration (it has: {})",
+            "there is no [tool_servers.{name}] in the configuration (it has: {}); {}",
             if known.is_empty() {
                 "none".to_string()
             } else {
                 known.join(", ")
-            }
+            },
+            bxcore::runbook::pointer(toolkit::declared::FAILED_ANCHOR)
         ));
     };
     // As root, as brokerd's own user (`[sandbox] user`), as a call is: what that user cannot

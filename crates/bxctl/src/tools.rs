@@ -19,11 +19,11 @@ use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
 use crate::done::{Done, Ended, Failure};
 
 /// The runbook entry of a change to the declared tools that bxctl refused, changing nothing.
-const REFUSED: &str = "tools-edit-refused";
+const REFUSED_ANCHOR: &str = "tools-edit-refused";
 
 /// Refused, changing nothing, saying `text`.
 fn refused(text: String) -> Failure {
-    Failure::failed(text).pointing(Some(REFUSED))
+    Failure::failed(text).pointing(Some(REFUSED_ANCHOR))
 }
 use crate::target::{Target, find_daemon};
 
@@ -88,6 +88,29 @@ pub fn add(target: &dyn Target, choices: &Choices) -> Ended {
         return Err(Failure::usage(
             "bxctl: --description is what the model is told the tool does, in your words",
         ));
+    }
+    match (
+        choices.effect.as_str(),
+        &choices.egress_max,
+        &choices.writes_into,
+    ) {
+        ("egress", None, _) => {
+            return Err(Failure::usage(
+                "bxctl: --effect egress needs --egress-max CLASS, the highest class its \
+                 destination may receive",
+            ));
+        }
+        (e, Some(_), _) if e != "egress" => {
+            return Err(Failure::usage(
+                "bxctl: --egress-max goes with --effect egress only",
+            ));
+        }
+        (e, _, Some(_)) if e != "local" => {
+            return Err(Failure::usage(
+                "bxctl: --writes-into goes with --effect local only",
+            ));
+        }
+        _ => {}
     }
     let asked = brokerd(target, "ask", Some(&choices.server))?;
     let asked: DocumentMut = asked.parse().map_err(|e| {
@@ -420,24 +443,28 @@ fn write_checked(config: &Path, body: &str) -> Result<(), Failure> {
         .map_err(|e| {
             Failure::failed(format!("bxctl: cannot write {}: {e}", candidate.display()))
         })?;
-    let checked = check(&candidate);
+    let checked = check(&candidate, config);
     let _ = std::fs::remove_file(&candidate);
     checked?;
     bxcore::durable::replace_keeping(config, body.as_bytes())
         .map_err(|e| Failure::failed(format!("bxctl: {}: {e}", config.display())))
 }
 
-/// `brokerd check --config <file>`; its complaint, when it has one, is the failure.
-fn check(file: &Path) -> Result<(), Failure> {
+/// `brokerd check --config <file>`; its complaint, when it has one, is the failure, naming
+/// `shown` (the file being changed) where it names `file`.
+fn check(file: &Path, shown: &Path) -> Result<(), Failure> {
     let out = brokerd_command(&["check", "--config"], file, None)?;
     if out.status.success() {
         Ok(())
     } else {
         // brokerd's line points at its own entry (what in the configuration is wrong).
-        let said = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+        // It names the file it checked: the one being changed, for the owner.
+        let said = String::from_utf8_lossy(&out.stderr)
+            .trim_end()
+            .replace(&file.display().to_string(), &shown.display().to_string());
         let (said, anchor) = match bxcore::runbook::split_pointer(&said) {
             Some((said, anchor)) => (said.to_string(), anchor.to_string()),
-            None => (said, REFUSED.to_string()),
+            None => (said, REFUSED_ANCHOR.to_string()),
         };
         Err(Failure::failed(format!(
             "bxctl: brokerd.toml was not changed: brokerd check refused the change:\n{said}"

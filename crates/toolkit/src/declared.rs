@@ -144,7 +144,7 @@ impl Declaration {
         }
         match (self.effect, self.egress_max, self.writes_into) {
             (DeclaredEffect::Egress, None, _) => Err(format!(
-                "{at}: effect = \"egress\" names egress_max, the highest class the destination \
+                "{at}: effect = \"egress\" needs egress_max, the highest class the destination \
                  may receive"
             )),
             (DeclaredEffect::Egress, _, Some(_)) | (DeclaredEffect::None, _, Some(_)) => {
@@ -652,7 +652,18 @@ fn said_on_stderr(who: &str, stderr: &[u8]) {
     if stderr.is_empty() {
         return;
     }
-    let tail = String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(STDERR_TAIL)..]);
+    let all = String::from_utf8_lossy(stderr);
+    // Where a runtime says why it stopped before its trace (node's `Fatal ...` line), that
+    // line first; then the end.
+    let fatal = all
+        .lines()
+        .find(|l| l.contains("Fatal") || l.contains("out of memory"))
+        .map(|l| format!("{}... ", &l[..l.len().min(200)]))
+        .unwrap_or_default();
+    let tail = format!(
+        "{fatal}{}",
+        String::from_utf8_lossy(&stderr[stderr.len().saturating_sub(STDERR_TAIL)..])
+    );
     bxharden::log::line(
         FAILED_ANCHOR,
         &format!(
@@ -849,7 +860,7 @@ mod tests {
                 d.parameters = json!({"type": "string"})
             }),
             ("64 lowercase hex", |d| d.digest = "abc".into()),
-            ("names egress_max", |d| d.effect = DeclaredEffect::Egress),
+            ("needs egress_max", |d| d.effect = DeclaredEffect::Egress),
             ("only for effect = \"local\"", |d| {
                 d.writes_into = Some(DataClass::Private)
             }),

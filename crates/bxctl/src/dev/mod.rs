@@ -139,6 +139,18 @@ pub enum DevError {
         START_DEADLINE.as_secs()
     )]
     NotReady { daemon: String, notify: PathBuf },
+    /// A daemon's configuration does not load: a running box is left running.
+    #[error(
+        "{daemon}'s configuration does not load, so the running dev box was left as it is \
+         (fix {}, then restart):\n{said}",
+        config.display()
+    )]
+    Unloadable {
+        daemon: String,
+        config: PathBuf,
+        said: String,
+        anchor: String,
+    },
     /// A daemon's socket did not answer `ping` in time.
     #[error(
         "{daemon} did not answer ping on {} within {} s: {why}",
@@ -162,6 +174,7 @@ impl Anchored for DevError {
             | DevError::NoAnswer { .. } => START_ANCHOR,
             DevError::User(e) => e.anchor(),
             DevError::Honcho(e) => e.anchor(),
+            DevError::Unloadable { anchor, .. } => anchor,
             DevError::NotADevBox(_)
             | DevError::Running { .. }
             | DevError::Mismatch { .. }
@@ -905,6 +918,7 @@ fn wait_for_ping(
 
 /// `dev restart`: stop the dev box in `home`, then bring it up again as it was made (no flags).
 pub fn restart(home: &Path, out: &mut dyn Write) -> Result<Up, DevError> {
+    loadable(home)?;
     down(home, out)?;
     up(
         &UpOptions {
@@ -916,6 +930,40 @@ pub fn restart(home: &Path, out: &mut dyn Write) -> Result<Up, DevError> {
         },
         out,
     )
+}
+
+/// Every running daemon's configuration, as the owner may have changed it, loads (`<daemon>
+/// check`): a restart that could not start the box again does not stop it.
+fn loadable(home: &Path) -> Result<(), DevError> {
+    let home = DevHome::new(home).map_err(io_err("cannot find the current directory"))?;
+    for d in configured(&home) {
+        if crate::target::Target::pids(&home, d).is_empty() {
+            continue;
+        }
+        let exe = procs::find_daemon(d).ok_or_else(|| DevError::NoExecutable(d.to_string()))?;
+        let config = home.config(d);
+        // Bounded by the daemon: `check` reads its files and starts nothing.
+        let out = std::process::Command::new(&exe)
+            .arg("check")
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .map_err(io_err(format!("cannot run {} check", exe.display())))?;
+        if !out.status.success() {
+            let said = String::from_utf8_lossy(&out.stderr).trim_end().to_string();
+            let (said, anchor) = match bxcore::runbook::split_pointer(&said) {
+                Some((said, anchor)) => (said.to_string(), anchor.to_string()),
+                None => (said, REFUSED_ANCHOR.to_string()),
+            };
+            return Err(DevError::Unloadable {
+                daemon: d.to_string(),
+                config,
+                said,
+                anchor,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Stop the dev box in `home`; one line per daemon goes to `out`. As root, the box's users go
