@@ -285,11 +285,12 @@ for line in sys.stdin:
         say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": text}]}})
 "#;
 
-#[test]
-fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_deadline() {
-    let Some(program) = bxtest::mcp_server_time() else {
-        return;
-    };
+/// A confined home whose brokerd runs [`PROBE`] (on the Python of `MCP_SERVER_TIME`'s
+/// virtualenv) as the server `s`, with `extra` in its `[tool_servers.s]`, and its one tool
+/// `probe` declared private and untrusted; and the server's read paths. `None`, said as a skip,
+/// without the virtualenv.
+fn probe_home(extra: &str) -> Option<(Home, Vec<PathBuf>)> {
+    let program = bxtest::mcp_server_time()?;
     let paths = bxtest::venv_read_paths(&program);
     let python = paths[0].join("bin/python").display().to_string();
     let argv = vec![python, "-c".to_string(), PROBE.to_string()];
@@ -298,7 +299,7 @@ fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_de
     let h = home(
         &argv,
         &paths,
-        "timeout_ms = 5000",
+        extra,
         &declaration(
             "probe",
             "probe",
@@ -306,6 +307,14 @@ fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_de
             "parameters = { type = \"object\" }\nreads = \"private\"\neffect = \"none\"\n",
         ),
     );
+    Some((h, paths))
+}
+
+#[test]
+fn a_declared_tools_server_reads_only_its_paths_opens_no_socket_and_meets_its_deadline() {
+    let Some((h, paths)) = probe_home("timeout_ms = 5000") else {
+        return;
+    };
     let b = Brokerd::start(&h);
     let text = |r: ToolResponse| private_and_untrusted(r, &b);
     // Its own paths it reads; brokerd's chain, the box's home and /etc/shadow it does not.
@@ -909,25 +918,9 @@ fn tempfile_root() -> PathBuf {
 
 #[test]
 fn two_calls_of_one_session_on_a_server_with_a_place_take_turns_and_lose_nothing() {
-    let Some(program) = bxtest::mcp_server_time() else {
+    let Some((h, _)) = probe_home("state = \"session\"\nenv = { STATE = \"{state}\" }") else {
         return;
     };
-    let paths = bxtest::venv_read_paths(&program);
-    let python = paths[0].join("bin/python").display().to_string();
-    let argv = vec![python, "-c".to_string(), PROBE.to_string()];
-    let digest = toolkit::mcp::tool_digest(&json!({"name": "probe", "description": "probe",
-        "inputSchema": {"type": "object"}}));
-    let h = home(
-        &argv,
-        &paths,
-        "state = \"session\"\nenv = { STATE = \"{state}\" }",
-        &declaration(
-            "probe",
-            "probe",
-            &digest,
-            "parameters = { type = \"object\" }\nreads = \"private\"\neffect = \"none\"\n",
-        ),
-    );
     let b = Brokerd::start(&h);
     // Each call reads the server's file, waits a second, and writes it back with its line: two
     // at once, unheld, would both read it empty and one line would be lost.
@@ -959,25 +952,11 @@ fn two_calls_of_one_session_on_a_server_with_a_place_take_turns_and_lose_nothing
 
 #[test]
 fn a_place_is_measured_by_what_it_takes_on_disk_and_one_it_cannot_measure_is_full() {
-    let Some(program) = bxtest::mcp_server_time() else {
+    let Some((h, _)) =
+        probe_home("state = \"session\"\nstate_max_mb = 1\nenv = { STATE = \"{state}\" }")
+    else {
         return;
     };
-    let paths = bxtest::venv_read_paths(&program);
-    let python = paths[0].join("bin/python").display().to_string();
-    let argv = vec![python, "-c".to_string(), PROBE.to_string()];
-    let digest = toolkit::mcp::tool_digest(&json!({"name": "probe", "description": "probe",
-        "inputSchema": {"type": "object"}}));
-    let h = home(
-        &argv,
-        &paths,
-        "state = \"session\"\nstate_max_mb = 1\nenv = { STATE = \"{state}\" }",
-        &declaration(
-            "probe",
-            "probe",
-            &digest,
-            "parameters = { type = \"object\" }\nreads = \"private\"\neffect = \"none\"\n",
-        ),
-    );
     let b = Brokerd::start(&h);
     let refused = |r: ToolResponse, why: &str| match r {
         ToolResponse::Failed { message } => assert!(
