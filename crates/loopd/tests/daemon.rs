@@ -376,10 +376,15 @@ fn a_descriptor_inherited_from_its_starter_is_closed_first_and_said() {
         &cfg_path,
         &log,
     );
-    // SAFETY: dup2 only, between fork and exec: async-signal-safe, allocates nothing.
+    // SAFETY: dup2 and fcntl only, between fork and exec: async-signal-safe, allocate nothing.
     unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(raw, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // dup2 onto itself (the file was opened as 7) keeps its close-on-exec flag: clear
+            // it, so loopd is started holding 7 whatever number the file was given.
+            if libc::fcntl(7, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
