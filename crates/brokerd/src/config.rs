@@ -325,12 +325,7 @@ impl ToolServerConfig {
     fn check(&self, name: &str) -> Result<(), String> {
         let at = format!("[tool_servers.{name}]");
         // It names a directory of its state (`<home>/broker/tool-state/<name>`).
-        let name_ok = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if !name_ok {
+        if !toolkit::declared::is_name(name) {
             return Err(format!(
                 "{at}: a server's name is 1 to 64 of a-z, 0-9, '_' and '-'"
             ));

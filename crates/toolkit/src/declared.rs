@@ -49,6 +49,15 @@ pub const MAX_ARGS: usize = 64 * 1024;
 /// frame); past it the answer is cut, saying so.
 pub const MAX_ANSWER: usize = 64 * 1024;
 
+/// Whether `s` names a declared tool or a tool server: 1 to 64 of `a-z 0-9 _ -` (a server's
+/// name is a directory's too, `<home>/broker/tool-state/<server>`).
+pub fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
 /// What a declared tool does to the world, as its declaration says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -107,13 +116,7 @@ impl Declaration {
     /// digest that is one, an effect with the class it needs and no other.
     pub fn check(&self) -> Result<(), String> {
         let at = format!("[[declared_tools]] {:?}", self.name);
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 64
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if !name_ok {
+        if !is_name(&self.name) {
             return Err(format!(
                 "{at}: a tool's name is 1 to 64 of a-z, 0-9, '_' and '-'"
             ));
