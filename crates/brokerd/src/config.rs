@@ -282,7 +282,38 @@ pub struct ToolServerConfig {
     /// Variables its environment holds besides `PATH`, `HOME` and `LANG`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// `"call"`: started for each call and ended when it is answered; `"session"`: started at
+    /// a session's first call and kept for its next (`docs/tools.md`).
+    #[serde(default)]
+    pub process: ServerProcess,
+    /// A kept process is ended after this long without a call, in seconds (`process =
+    /// "session"` only; default 300).
+    pub idle_seconds: Option<u64>,
+    /// A kept process is ended this long after it started, whatever it is doing, in seconds
+    /// (`process = "session"` only; default 3600).
+    pub lifetime_seconds: Option<u64>,
+    /// The most kept processes of this server at once, each a session's (`process =
+    /// "session"` only; default 4).
+    pub max_processes: Option<u64>,
 }
+
+/// How long a tool server's process lives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerProcess {
+    #[default]
+    Call,
+    Session,
+}
+
+/// A kept server's defaults: idle, lifetime (seconds), how many at once.
+const KEPT_IDLE_SECONDS: u64 = 300;
+const KEPT_LIFETIME_SECONDS: u64 = 3600;
+const KEPT_PROCESSES: u64 = 4;
+/// The most a kept process may live: a day.
+pub const MAX_KEPT_SECONDS: u64 = 86_400;
+/// The most kept processes of one server.
+pub const MAX_KEPT_PROCESSES: u64 = 64;
 
 /// Whether a tool server has a place of its own to write.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -363,6 +394,59 @@ impl ToolServerConfig {
         for (key, v, lo, hi) in bounds {
             if !(lo..=hi).contains(&v) {
                 return Err(format!("{at} {key} = {v} is not between {lo} and {hi}"));
+            }
+        }
+        self.keeping_check(&at)
+    }
+
+    /// How its processes are kept, for `process = "session"`.
+    pub fn keeping(&self) -> Option<toolkit::Keeping> {
+        (self.process == ServerProcess::Session).then(|| toolkit::Keeping {
+            idle: std::time::Duration::from_secs(self.idle_seconds.unwrap_or(KEPT_IDLE_SECONDS)),
+            lifetime: std::time::Duration::from_secs(
+                self.lifetime_seconds.unwrap_or(KEPT_LIFETIME_SECONDS),
+            ),
+            most: self.max_processes.unwrap_or(KEPT_PROCESSES) as usize,
+        })
+    }
+
+    /// The keys of a kept process only with `process = "session"`, each in its bounds, and a
+    /// lifetime longer than a call.
+    fn keeping_check(&self, at: &str) -> Result<(), String> {
+        let keys = [
+            ("idle_seconds", self.idle_seconds, 1, MAX_KEPT_SECONDS),
+            (
+                "lifetime_seconds",
+                self.lifetime_seconds,
+                1,
+                MAX_KEPT_SECONDS,
+            ),
+            ("max_processes", self.max_processes, 1, MAX_KEPT_PROCESSES),
+        ];
+        for (key, v, lo, hi) in keys {
+            match v {
+                Some(_) if self.process == ServerProcess::Call => {
+                    return Err(format!(
+                        "{at} {key}: only a server with process = \"session\" keeps processes \
+                         (this one starts one for each call)"
+                    ));
+                }
+                Some(v) if !(lo..=hi).contains(&v) => {
+                    return Err(format!("{at} {key} = {v} is not between {lo} and {hi}"));
+                }
+                _ => {}
+            }
+        }
+        if let Some(k) = self.keeping() {
+            // Each call needs its deadline (and a second's margin) within the lifetime.
+            let call = std::time::Duration::from_millis(self.timeout_ms);
+            if k.lifetime < call * 2 + std::time::Duration::from_secs(1) {
+                return Err(format!(
+                    "{at} lifetime_seconds = {} leaves no room for calls of timeout_ms = {}: \
+                     make it at least twice the timeout and a second",
+                    k.lifetime.as_secs(),
+                    self.timeout_ms
+                ));
             }
         }
         Ok(())

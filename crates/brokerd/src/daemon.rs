@@ -161,10 +161,16 @@ pub fn tool_server(
             base: cfg.tool_state_dir(name),
             max_bytes: sc.state_max_mb << 20,
         }),
+        keeping: sc.keeping(),
+        kept: Default::default(),
         path: cfg.run_settings().path.clone(),
         timeout: std::time::Duration::from_millis(sc.timeout_ms),
         limits: toolkit::run::spawn::Limits {
-            cpu_seconds: sc.timeout_ms.div_ceil(1000) + 1,
+            // A kept process's CPU over its whole life; else one call's.
+            cpu_seconds: match sc.keeping() {
+                Some(k) => k.lifetime.as_secs() + 1,
+                None => sc.timeout_ms.div_ceil(1000) + 1,
+            },
             memory_bytes: sc.memory_mb << 20,
             // A file in its session's place is held to what the place may hold; elsewhere it
             // may write nothing.

@@ -231,7 +231,7 @@ fn a_tool_whose_description_changed_since_it_was_declared_is_never_called() {
 }
 
 /// A test double of an MCP server: one tool, `probe {what}`, that reads a file, opens a network
-/// socket, or never answers.
+/// socket, never answers, exits, counts its calls, says its pid, or changes its own words.
 const PROBE: &str = r#"
 import json, os, socket, sys, time
 def say(m):
@@ -239,6 +239,7 @@ def say(m):
 name = sys.argv[1] if len(sys.argv) > 1 else "probe"
 if name == "whoami": name = "uid-%d" % os.getuid()
 tool = {"name": name, "description": "probe", "inputSchema": {"type": "object"}}
+count = 0
 for line in sys.stdin:
     m = json.loads(line)
     if "id" not in m: continue
@@ -248,7 +249,9 @@ for line in sys.stdin:
         say({"jsonrpc": "2.0", "id": m["id"], "result": {"tools": [tool]}})
     elif m["method"] == "tools/call":
         a = m["params"]["arguments"]
-        if a["what"] == "hang": time.sleep(3600)
+        if a["what"] == "hang":
+            if "STATE" in os.environ: open(os.environ["STATE"] + "/hanging", "w").close()
+            time.sleep(3600)
         if a["what"] == "net": socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if a["what"] == "append":
             log = os.environ["STATE"] + "/log"
@@ -270,6 +273,14 @@ for line in sys.stdin:
             open(os.environ["STATE"] + "/hidden/data", "w").write("x" * 1000)
             say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": "hidden"}]}})
             continue
+        if a["what"] in ("count", "pid", "rename"):
+            # What a kept server holds between calls: a count, its pid, its tool's words.
+            count += 1
+            if a["what"] == "rename": tool["description"] = "probe, and now more"
+            text = {"count": str(count), "pid": str(os.getpid()), "rename": "renamed"}[a["what"]]
+            say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": text}]}})
+            continue
+        if a["what"] == "exit": sys.exit(3)
         if a["what"] == "big":
             say({"jsonrpc": "2.0", "id": m["id"], "result": {"content": [{"type": "text", "text": "a" * 100000}]}})
             continue
@@ -419,7 +430,7 @@ fn a_declaration_that_names_no_server_or_says_two_things_is_refused_by_check() {
 }
 
 #[test]
-fn a_servers_place_or_environment_that_says_two_things_is_refused_by_check() {
+fn a_servers_place_environment_or_process_that_says_two_things_is_refused_by_check() {
     for (server, why) in [
         (
             "[tool_servers.s]\ncommand = [\"/bin/true\", \"{state}/db\"]\n",
@@ -456,6 +467,24 @@ fn a_servers_place_or_environment_that_says_two_things_is_refused_by_check() {
         (
             "[sandbox]\nrequire = false\n\n[tool_servers.s]\ncommand = [\"/bin/true\"]\n",
             "[tool_servers] need [sandbox] require = true",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nidle_seconds = 60\n",
+            "idle_seconds: only a server with process = \"session\" keeps processes",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nprocess = \"session\"\n\
+             max_processes = 0\n",
+            "max_processes = 0 is not between 1 and 64",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nprocess = \"session\"\n\
+             timeout_ms = 60000\nlifetime_seconds = 100\n",
+            "lifetime_seconds = 100 leaves no room for calls of timeout_ms = 60000",
+        ),
+        (
+            "[tool_servers.s]\ncommand = [\"/bin/true\"]\nprocess = \"forever\"\n",
+            "unknown variant `forever`",
         ),
     ] {
         let h = Home::sandboxed(server);
@@ -996,4 +1025,161 @@ fn a_place_is_measured_by_what_it_takes_on_disk_and_one_it_cannot_measure_is_ful
         ),
         "what cannot be measured: a directory in it cannot be listed",
     );
+}
+
+/// The text of a call on the probe that must succeed.
+fn probed(h: &Home, b: &Brokerd, session: &str, n: u64, what: &str) -> String {
+    private_and_untrusted(
+        session_call(h, session, n, "probe", json!({"what": what})),
+        b,
+    )
+}
+
+/// Whether process `pid` is gone (or a zombie nobody will run again), within `deadline`.
+fn gone_within(pid: &str, deadline: std::time::Duration) -> bool {
+    let until = std::time::Instant::now() + deadline;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if state.is_empty() || state.contains(") Z ") {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_kept_server_serves_its_sessions_calls_from_one_process_and_no_other_sessions() {
+    let Some((h, _)) = probe_home("timeout_ms = 5000\nprocess = \"session\"") else {
+        return;
+    };
+    let b = Brokerd::start(&h);
+    // One session's calls reach one process, which keeps what it was told.
+    assert_eq!(probed(&h, &b, "s", 1, "count"), "1");
+    assert_eq!(probed(&h, &b, "s", 2, "count"), "2");
+    let pid = probed(&h, &b, "s", 3, "pid");
+    assert_eq!(probed(&h, &b, "s", 4, "pid"), pid);
+    // Another session's calls reach a process of its own, which heard none of the first's.
+    assert_eq!(probed(&h, &b, "t", 5, "count"), "1");
+    assert_ne!(probed(&h, &b, "t", 6, "pid"), pid);
+    // Each call is still decided and chained as a call on a server started for it.
+    assert_eq!(events(&h, "s", 2), ["requested", "allowed", "result"]);
+}
+
+#[test]
+fn a_kept_server_that_crashes_hangs_or_changes_its_tool_fails_that_call_and_the_next_starts_anew() {
+    let Some((h, _)) = probe_home("timeout_ms = 3000\nprocess = \"session\"") else {
+        return;
+    };
+    let b = Brokerd::start(&h);
+    let failed = |r: ToolResponse| match r {
+        ToolResponse::Failed { message } => message,
+        other => panic!("{other:?} {}", b.stderr()),
+    };
+    assert_eq!(probed(&h, &b, "s", 1, "count"), "1");
+    // It exits in a call: that call fails saying how, and the next starts it again.
+    let m = failed(session_call(&h, "s", 2, "probe", json!({"what": "exit"})));
+    assert!(
+        m.contains("the server of probe ended before it answered (it exited with code 3)")
+            && m.ends_with("see docs/runbook.md#declared-tool-failed"),
+        "{m}"
+    );
+    assert_eq!(probed(&h, &b, "s", 3, "count"), "1");
+    // It hangs: the call fails at its deadline, the process is ended, the next starts anew.
+    let pid = probed(&h, &b, "s", 4, "pid");
+    let m = failed(session_call(&h, "s", 5, "probe", json!({"what": "hang"})));
+    assert!(m.contains("its deadline of 3000 ms came first"), "{m}");
+    assert!(
+        gone_within(&pid, std::time::Duration::from_secs(20)),
+        "{pid} still runs"
+    );
+    assert_eq!(probed(&h, &b, "s", 6, "count"), "1");
+    // It changes its tool's words while it runs: the next call is refused as at a start, and
+    // the process is ended.
+    assert_eq!(probed(&h, &b, "s", 7, "rename"), "renamed");
+    let m = failed(session_call(&h, "s", 8, "probe", json!({"what": "count"})));
+    assert!(
+        m.contains("is not the one the owner declared")
+            && m.ends_with("see docs/runbook.md#declared-tool-changed"),
+        "{m}"
+    );
+    assert_eq!(events(&h, "s", 8), ["requested", "allowed", "failed"]);
+    assert_eq!(probed(&h, &b, "s", 9, "count"), "1");
+}
+
+#[test]
+fn a_kept_server_ends_when_idle_and_the_sessions_next_call_starts_another() {
+    let Some((h, _)) = probe_home("timeout_ms = 3000\nprocess = \"session\"\nidle_seconds = 2")
+    else {
+        return;
+    };
+    let b = Brokerd::start(&h);
+    let pid = probed(&h, &b, "s", 1, "pid");
+    assert!(
+        gone_within(&pid, std::time::Duration::from_secs(30)),
+        "{pid} still runs"
+    );
+    assert_eq!(probed(&h, &b, "s", 2, "count"), "1");
+}
+
+#[test]
+fn a_kept_server_past_its_bound_ends_the_process_idle_longest() {
+    let Some((h, _)) = probe_home("timeout_ms = 3000\nprocess = \"session\"\nmax_processes = 2")
+    else {
+        return;
+    };
+    let b = Brokerd::start(&h);
+    // Two sessions hold the server's two processes; a third session's call ends the one idle
+    // longest, and the other keeps what it holds.
+    let first = probed(&h, &b, "s", 1, "pid");
+    assert_eq!(probed(&h, &b, "t", 2, "count"), "1");
+    assert_eq!(probed(&h, &b, "u", 3, "count"), "1");
+    assert!(
+        gone_within(&first, std::time::Duration::from_secs(20)),
+        "{first} still runs"
+    );
+    assert_eq!(probed(&h, &b, "t", 4, "count"), "2");
+    // The first session's next call starts it a new one (ending the one idle longest now).
+    assert_eq!(probed(&h, &b, "s", 5, "count"), "1");
+}
+
+#[test]
+fn a_kept_server_with_every_process_in_a_call_refuses_another_sessions_call_with_a_pointer() {
+    let Some((h, _)) = probe_home(
+        "timeout_ms = 20000\nprocess = \"session\"\nmax_processes = 1\nstate = \"session\"\n\
+         env = { STATE = \"{state}\" }",
+    ) else {
+        return;
+    };
+    let b = Brokerd::start(&h);
+    // Session s's call holds the server's one process (it says so in its place, then hangs).
+    std::thread::scope(|scope| {
+        let hanging = scope.spawn(|| session_call(&h, "s", 1, "probe", json!({"what": "hang"})));
+        let mark = h.home.join("broker/tool-state/s/s/hanging");
+        wait_until("session s's call to hold the process", || mark.exists());
+        match session_call(&h, "t", 2, "probe", json!({"what": "count"})) {
+            ToolResponse::Failed { message } => assert!(
+                message.contains(
+                    "the server of probe was not called: its 1 processes (its max_processes) \
+                     are all in calls of other sessions"
+                ) && message.ends_with("see docs/runbook.md#declared-tool-busy"),
+                "{message}"
+            ),
+            other => panic!("{other:?} {}", b.stderr()),
+        }
+        // Nothing ran for t, so nothing raised it.
+        if let Ok(state) = std::fs::read_to_string(h.state_file("t")) {
+            let v: Value = serde_json::from_str(&state).unwrap();
+            assert_eq!(v["untrusted"], json!(false), "{v}");
+        }
+        b.wait_log("declared-tool-busy");
+        assert!(matches!(
+            hanging.join().unwrap(),
+            ToolResponse::Failed { .. }
+        ));
+    });
+    // Once s's call is over, t's is served.
+    assert_eq!(probed(&h, &b, "t", 3, "count"), "1");
 }

@@ -374,6 +374,7 @@ const RUN_PARENT: &[&str] = &[
     "landlock_restrict_self", // entered before execve
     "close_range", // the supervisor keeps only the report; the program nothing past 2
     "setrlimit", // the program's limits, set on itself before execve
+    "signalfd4", // the supervisor hears its program's end beside the stop pipe in one wait
 ];
 
 /// An ordinary program under the `run` tool (a shell utility, an interpreter).

@@ -10,9 +10,10 @@
 //! Each call starts its server afresh, confined like a `run` program (`crate::run::spawn`:
 //! Landlock to the system's program directories and the paths its declaration names, read-only;
 //! the run tool's seccomp list, no network; resource limits; a clean environment), and ends it
-//! when the call is answered. So no server holds one session's arguments when another session
-//! calls it, a server that crashed or hung fails only its own call, and the next call starts a
-//! new one.
+//! when the call is answered; or, for a server kept for its session ([`kept`]), talks to the
+//! session's own process, confined the same. So no server holds one session's arguments when
+//! another session calls it, a server that crashed or hung fails only its own call, and the
+//! next call starts a new one.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -26,13 +27,18 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::mcp::{self, McpError};
+
+mod kept;
 use crate::run::spawn::{self, Ended, Input, Job, Limits};
 use crate::{ApprovalRule, Declared, Effect, Env, FromPlace, Output, Plan, Reads, ToolError};
+pub use kept::{Keeping, Kept};
 
 /// The runbook anchor of a declared tool whose server could not answer its call.
 pub const FAILED_ANCHOR: &str = "declared-tool-failed";
 /// The runbook anchor of a declared tool whose server changed it since the owner declared it.
 pub const CHANGED_ANCHOR: &str = "declared-tool-changed";
+/// The runbook anchor of a call refused because its server runs as many processes as it may.
+pub const BUSY_ANCHOR: &str = "declared-tool-busy";
 /// The runbook anchor of a call refused because its session's place on the server is full.
 pub const STATE_FULL_ANCHOR: &str = "declared-tool-state-full";
 
@@ -214,9 +220,15 @@ pub struct Server {
     pub env: Vec<(String, String)>,
     /// Its place of its own, one for each session; `None`: it may write nowhere.
     pub state: Option<StatePlace>,
+    /// Kept for its session between calls (`process = "session"`); `None`: started for each
+    /// call and ended when it is answered.
+    pub keeping: Option<Keeping>,
+    /// Its processes kept for their sessions (none unless `keeping`).
+    pub kept: Arc<Kept>,
     /// The fixed `PATH` it starts with.
     pub path: Vec<PathBuf>,
-    /// How long one call may take, the server's start included.
+    /// How long one call may take, the server's start included (a kept server's start is its
+    /// first call's).
     pub timeout: Duration,
     pub limits: Limits,
     /// The most of its output read; past it the call fails.
@@ -312,6 +324,8 @@ pub enum CallError {
     Mcp { who: String, error: McpError },
     #[error("{who} was not started: {why}")]
     StateFull { who: String, why: String },
+    #[error("{who} was not called: {why}")]
+    Busy { who: String, why: String },
 }
 
 impl bxcore::runbook::Anchored for CallError {
@@ -322,21 +336,20 @@ impl bxcore::runbook::Anchored for CallError {
                 ..
             } => CHANGED_ANCHOR,
             CallError::StateFull { .. } => STATE_FULL_ANCHOR,
+            CallError::Busy { .. } => BUSY_ANCHOR,
             _ => FAILED_ANCHOR,
         }
     }
 }
 
 impl Server {
-    /// Start the server for one conversation, confined, and hold it to its end or deadline;
-    /// `place` is the directory it may write (its session's), if it has one. `Ok` once the
-    /// conversation has what it asked for.
-    pub fn converse(
+    /// Everything a start of the server takes but its input: `place` is the directory it may
+    /// write (its session's), if it has one.
+    fn launch(
         &self,
         who: &str,
         place: Option<&Path>,
-        talk: &mut mcp::Call,
-    ) -> Result<(), CallError> {
+    ) -> Result<(Launch, Option<ChildSandbox>), CallError> {
         let setup = |why: String| CallError::Setup {
             who: who.to_string(),
             why,
@@ -348,16 +361,13 @@ impl Server {
             None => s.to_string(),
         };
         // Its session's place, read-write, beside what every call of it reads.
-        let own;
         let sandbox = match place {
-            Some(p) => {
-                own = self
-                    .sandbox
+            Some(p) => Some(
+                self.sandbox
                     .with_paths(&[p.to_path_buf()], &[])
-                    .map_err(|e| setup(format!("its sandbox: {e}")))?;
-                &own
-            }
-            None => &self.sandbox,
+                    .map_err(|e| setup(format!("its sandbox: {e}")))?,
+            ),
+            None => None,
         };
         let mut env = spawn::environment(&self.path, "/var/empty")
             .map_err(|_| setup("a NUL character in its PATH".into()))?;
@@ -374,7 +384,7 @@ impl Server {
         .map_err(|e| setup(format!("its directory: {}", e.desc())))?;
         // SAFETY: `open` returned a new descriptor that nothing else owns.
         let cwd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(cwd) };
-        let job = Job {
+        let launch = Launch {
             program: cstring(&self.program.display().to_string())?,
             argv: self
                 .argv
@@ -383,13 +393,44 @@ impl Server {
                 .collect::<Result<_, _>>()?,
             env,
             cwd,
-            stdin: Input::Talk(talk),
-            timeout: self.timeout,
+        };
+        Ok((launch, sandbox))
+    }
+
+    /// The job of one start from `launch` (in `own`, its sandbox with its session's place):
+    /// its input, and how long it may live.
+    fn job<'a>(
+        &'a self,
+        launch: Launch,
+        own: Option<&'a ChildSandbox>,
+        stdin: Input<'a>,
+        timeout: Duration,
+    ) -> Job<'a> {
+        Job {
+            program: launch.program,
+            argv: launch.argv,
+            env: launch.env,
+            cwd: launch.cwd,
+            stdin,
+            timeout,
             limits: self.limits,
-            sandbox,
+            sandbox: own.unwrap_or(&self.sandbox),
             own_network: self.own_network,
             max_output: self.max_output,
-        };
+        }
+    }
+
+    /// Start the server for one conversation, confined, and hold it to its end or deadline;
+    /// `place` is the directory it may write (its session's), if it has one. `Ok` once the
+    /// conversation has what it asked for.
+    pub fn converse(
+        &self,
+        who: &str,
+        place: Option<&Path>,
+        talk: &mut mcp::Call,
+    ) -> Result<(), CallError> {
+        let (launch, own) = self.launch(who, place)?;
+        let job = self.job(launch, own.as_ref(), Input::Talk(talk), self.timeout);
         let done = spawn::run(job).map_err(|error| CallError::Spawn {
             who: who.to_string(),
             error,
@@ -403,23 +444,26 @@ impl Server {
                 who: who.to_string(),
                 error: error.clone(),
             }),
-            None => {
-                let how = match done.ended {
-                    Ended::TimedOut => {
-                        format!("its deadline of {} ms came first", self.timeout.as_millis())
-                    }
-                    _ if done.stdout.cut => format!(
-                        "it wrote more than the {} bytes the box reads",
-                        self.max_output
-                    ),
-                    Ended::Exited(code) => format!("it exited with code {code}"),
-                    Ended::Signaled(sig) => format!("signal {sig} ended it"),
-                };
-                Err(CallError::Silent {
-                    who: who.to_string(),
-                    how,
-                })
+            None => Err(CallError::Silent {
+                who: who.to_string(),
+                how: self.how(&done, done.stdout.cut),
+            }),
+        }
+    }
+
+    /// How a server ended before it answered, as the owner's log and the model read it.
+    fn how(&self, done: &spawn::Finished, cut: bool) -> String {
+        match done.ended {
+            Ended::TimedOut => {
+                format!("its deadline of {} ms came first", self.timeout.as_millis())
             }
+            _ if cut => format!(
+                "it wrote more than the {} bytes the box reads",
+                self.max_output
+            ),
+            Ended::Exited(code) => format!("it exited with code {code}"),
+            Ended::Signaled(sig) => format!("signal {sig} ended it"),
+            Ended::Stopped => "the box ended it".to_string(),
         }
     }
 
@@ -460,8 +504,17 @@ impl Server {
     }
 }
 
-/// A session's place, held by one call at a time: two calls of one session at once would each
+/// A start of a server, prepared: everything but its input and its sandbox.
+struct Launch {
+    program: CString,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    cwd: std::os::fd::OwnedFd,
+}
+
+/// A session's place, held by one call (or its kept process) at a time: two calls of one session at once would each
 /// read the server's files and write them back, and one's writes would be lost.
+#[derive(Debug)]
 struct Held {
     path: PathBuf,
     /// The place's directory, `flock`ed; closing it lets the next call in.
@@ -637,6 +690,7 @@ impl CallError {
             self,
             CallError::Setup { .. }
                 | CallError::StateFull { .. }
+                | CallError::Busy { .. }
                 | CallError::Spawn {
                     error: spawn::SpawnError::Setup(..) | spawn::SpawnError::Start(..),
                     ..
@@ -686,29 +740,40 @@ fn call(
     session: &SessionId,
 ) -> Result<Output, ToolError> {
     let who = format!("the server of {}", d.name);
-    let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
-    let said = server.session_place(&who, session).and_then(|place| {
-        server.converse(&who, place.as_ref().map(|p| p.path.as_path()), &mut talk)
-    });
-    if let Err(e) = said {
-        bxharden::log::fail_in(&"a declared tool", &e);
-        let text = format!(
-            "{e}; {}",
-            bxcore::runbook::pointer(bxcore::runbook::Anchored::anchor(&e))
-        );
-        // A failure the server could shape is what it answered: it carries the declared label.
-        return Err(if e.server_ran() {
-            ToolError::Touched(
-                crate::workspace::Reached {
-                    label: carries,
-                    read_only: None,
-                },
-                text,
-            )
-        } else {
-            ToolError::Failed(text)
-        });
-    }
+    let said = match &server.keeping {
+        Some(keeping) => server.call_kept(keeping, &who, session, d.server_tool(), &d.digest, args),
+        None => {
+            let mut talk = mcp::Call::new(d.server_tool(), &d.digest, args.clone());
+            server
+                .session_place(&who, session)
+                .and_then(|place| {
+                    server.converse(&who, place.as_ref().map(|p| p.path.as_path()), &mut talk)
+                })
+                .map(|()| talk)
+        }
+    };
+    let talk = match said {
+        Ok(talk) => talk,
+        Err(e) => {
+            bxharden::log::fail_in(&"a declared tool", &e);
+            let text = format!(
+                "{e}; {}",
+                bxcore::runbook::pointer(bxcore::runbook::Anchored::anchor(&e))
+            );
+            // A failure the server could shape is what it answered: it carries the declared label.
+            return Err(if e.server_ran() {
+                ToolError::Touched(
+                    crate::workspace::Reached {
+                        label: carries,
+                        read_only: None,
+                    },
+                    text,
+                )
+            } else {
+                ToolError::Failed(text)
+            });
+        }
+    };
     let Some(Ok(answer)) = talk.outcome() else {
         return Err(ToolError::Failed(format!(
             "the server of {} gave no answer",

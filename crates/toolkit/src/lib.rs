@@ -17,7 +17,7 @@ pub mod web_fetch;
 pub mod workspace;
 mod workspace_tools;
 
-pub use declared::{Declaration, Server, Servers, StatePlace};
+pub use declared::{Declaration, Keeping, Kept, Server, Servers, StatePlace};
 pub use marks::{MarkError, MarkSet, Marks, NewMark};
 pub use meta::{ApprovalRule, Declared, Effect, Plan, Reads};
 pub use registry::{Entry, Registry, TOOL_NAMES, Tightening, TighteningError};

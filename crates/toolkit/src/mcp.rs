@@ -1,12 +1,14 @@
 //! One call of a declared tool, spoken to its MCP server over the server's standard input and
 //! output (the Model Context Protocol's stdio transport: JSON-RPC 2.0, one message per line).
 //!
-//! The conversation is the same for every call, and a server started for it hears nothing else:
-//! `initialize`, `notifications/initialized`, `tools/list` (every page), and only if the tool is
-//! there exactly as the owner declared it (its digest, [`tool_digest`]), `tools/call`; then its
-//! input ends. A server that offers the tool changed, or not at all, is never called. What the
-//! server says is bounded (each line, the pages, the whole of it) and the call has a deadline
-//! (the program's, `crate::run::spawn`).
+//! The conversation is the same for every call: `initialize` and `notifications/initialized`
+//! when the server starts, then for each call `tools/list` (every page), and only if the tool is
+//! there exactly as the owner declared it (its digest, [`tool_digest`]), `tools/call`. A server
+//! started for one call hears that and nothing else, then its input ends; a server kept for its
+//! session ([`Call::opening`], then [`Call::then`] for each call) hears the calls one after
+//! another, its request ids continuing. A server that offers the tool changed, or not at all, is
+//! never called, on its first call or its hundredth. What the server says is bounded (each line,
+//! the pages, the whole of it) and each call has a deadline (`crate::run::spawn`).
 
 use bxcore::canonical;
 use serde_json::{Value, json};
@@ -68,18 +70,19 @@ pub enum McpError {
 /// Where the conversation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// `initialize` sent (id 1).
+    /// `initialize` sent (id `base`).
     Initializing,
-    /// `tools/list` page `n` sent (id 2 + n).
+    /// `tools/list` page `n` sent (id `base + 1 + n`).
     Listing(usize),
-    /// `tools/call` sent.
+    /// `tools/call` sent (id `base + 1 + MAX_PAGES`).
     Calling,
     /// Over: [`Call::outcome`] says how.
     Over,
 }
 
-/// The id of the `tools/call` request: past every `tools/list` page's.
-const CALL_ID: u64 = 2 + MAX_PAGES as u64;
+/// How many request ids one conversation may use: `initialize`, every `tools/list` page, the
+/// `tools/call`. A kept server's next call starts its ids past them ([`Call::then`]).
+pub const IDS_PER_CALL: u64 = 2 + MAX_PAGES as u64;
 
 /// What a `tools/call` answered: the text of its content, and whether the tool says it failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,12 +95,16 @@ pub struct Answer {
 /// tool, or (for the owner declaring tools) only its `tools/list`.
 #[derive(Debug)]
 pub struct Call {
-    /// The tool called; empty when only listing.
+    /// The tool called; empty when only listing or opening.
     tool: String,
     digest: String,
     arguments: Value,
     /// Listing only: the tools of every page so far.
     listed: Option<Vec<Value>>,
+    /// The id of its first request (`initialize`'s, whether or not it is sent).
+    base: u64,
+    /// Opening only: `initialize`, and nothing after it.
+    only_opens: bool,
     phase: Phase,
     /// How much of the server's output is read.
     read: usize,
@@ -112,9 +119,29 @@ impl Call {
             digest: digest.to_string(),
             arguments,
             listed: None,
+            base: 1,
+            only_opens: false,
             phase: Phase::Initializing,
             read: 0,
             outcome: None,
+        }
+    }
+
+    /// A kept server's start: `initialize` and `notifications/initialized` (id 1), nothing else.
+    pub fn opening() -> Call {
+        Call {
+            only_opens: true,
+            ..Call::new("", "", Value::Null)
+        }
+    }
+
+    /// A call on a kept server that was opened: `tools/list` and `tools/call` as in
+    /// [`Call::new`], its ids from `base` (past every id the server has heard).
+    pub fn then(tool: &str, digest: &str, arguments: Value, base: u64) -> Call {
+        Call {
+            base,
+            phase: Phase::Listing(0),
+            ..Call::new(tool, digest, arguments)
         }
     }
 
@@ -198,9 +225,17 @@ impl Call {
                 if !PROTOCOL_VERSIONS.contains(&version) {
                     return Err(McpError::Version);
                 }
-                self.phase = Phase::Listing(0);
                 let mut out =
                     line(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+                if self.only_opens {
+                    self.phase = Phase::Over;
+                    self.outcome = Some(Ok(Answer {
+                        text: String::new(),
+                        is_error: false,
+                    }));
+                    return Ok(out);
+                }
+                self.phase = Phase::Listing(0);
                 out.extend(self.page(None));
                 Ok(out)
             }
@@ -234,7 +269,7 @@ impl Call {
                     self.phase = Phase::Calling;
                     return Ok(line(&json!({
                         "jsonrpc": "2.0",
-                        "id": CALL_ID,
+                        "id": self.base + 1 + MAX_PAGES as u64,
                         "method": "tools/call",
                         "params": {"name": self.tool, "arguments": self.arguments},
                     })));
@@ -260,9 +295,9 @@ impl Call {
 
     fn expected_id(&self) -> u64 {
         match self.phase {
-            Phase::Initializing => 1,
-            Phase::Listing(n) => 2 + n as u64,
-            Phase::Calling | Phase::Over => CALL_ID,
+            Phase::Initializing => self.base,
+            Phase::Listing(n) => self.base + 1 + n as u64,
+            Phase::Calling | Phase::Over => self.base + 1 + MAX_PAGES as u64,
         }
     }
 
@@ -274,17 +309,23 @@ impl Call {
             Some(c) => json!({"cursor": c}),
             None => json!({}),
         };
-        line(
-            &json!({"jsonrpc": "2.0", "id": 2 + n as u64, "method": "tools/list", "params": params}),
-        )
+        line(&json!({
+            "jsonrpc": "2.0",
+            "id": self.base + 1 + n as u64,
+            "method": "tools/list",
+            "params": params,
+        }))
     }
 }
 
 impl Talk for Call {
     fn start(&mut self) -> Vec<u8> {
+        if self.phase != Phase::Initializing {
+            return self.page(None);
+        }
         line(&json!({
             "jsonrpc": "2.0",
-            "id": 1,
+            "id": self.base,
             "method": "initialize",
             "params": {
                 "protocolVersion": PROTOCOL_VERSION,
@@ -315,6 +356,10 @@ impl Talk for Call {
             }
         }
         (out, self.phase == Phase::Over)
+    }
+
+    fn used(&self) -> usize {
+        self.read
     }
 }
 
@@ -391,7 +436,7 @@ mod tests {
         assert!(!over);
         assert_eq!(sent[0]["method"], "tools/call");
         assert_eq!(sent[0]["params"]["arguments"], json!({"tz": "UTC"}));
-        let done = json!({"jsonrpc": "2.0", "id": CALL_ID, "result": {"content": [
+        let done = json!({"jsonrpc": "2.0", "id": IDS_PER_CALL, "result": {"content": [
             {"type": "text", "text": "12:00"}, {"type": "image", "data": "..."}]}});
         let (_, over) = said(&mut call, &[init(), list, done]);
         assert!(over);
@@ -402,6 +447,38 @@ mod tests {
                 is_error: false
             }))
         );
+    }
+
+    #[test]
+    fn a_kept_server_is_opened_once_and_each_call_lists_then_calls_with_ids_of_its_own() {
+        let mut open = Call::opening();
+        let first: Value = serde_json::from_slice(open.start().trim_ascii_end()).unwrap();
+        assert_eq!(
+            (first["method"].as_str(), first["id"].as_u64()),
+            (Some("initialize"), Some(1))
+        );
+        let (sent, over) = said(&mut open, &[init()]);
+        assert!(over && matches!(open.outcome(), Some(Ok(_))));
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0]["method"], "notifications/initialized");
+        // The next call starts past every id the opening could use, with tools/list.
+        let base = 1 + IDS_PER_CALL;
+        let digest = tool_digest(&tool("the time"));
+        let mut call = Call::then("now", &digest, json!({}), base);
+        let first: Value = serde_json::from_slice(call.start().trim_ascii_end()).unwrap();
+        assert_eq!(
+            (first["method"].as_str(), first["id"].as_u64()),
+            (Some("tools/list"), Some(base + 1))
+        );
+        let list =
+            json!({"jsonrpc": "2.0", "id": base + 1, "result": {"tools": [tool("the time")]}});
+        let (sent, _) = said(&mut call, std::slice::from_ref(&list));
+        assert_eq!(sent[0]["id"].as_u64(), Some(base + IDS_PER_CALL - 1));
+        // An answer to an earlier call's id is not this call's.
+        let stale = json!({"jsonrpc": "2.0", "id": IDS_PER_CALL, "result": {"content": []}});
+        let (_, over) = said(&mut call, &[list, stale]);
+        assert!(over && matches!(call.outcome(), Some(Err(McpError::Protocol(_)))));
+        assert!(call.used() > 0);
     }
 
     #[test]

@@ -394,6 +394,8 @@ pub fn describe(done: &Finished, timeout_ms: u64, max_output: usize) -> String {
             "stopped at its deadline of {timeout_ms} ms: it and every process it started were \
              killed"
         ),
+        // A run program has no stop pipe; its supervisor says so only when its wait failed.
+        Ended::Stopped => "stopped by the box before it ended".to_string(),
     };
     let mut out = status;
     for (name, c) in [("stdout", &done.stdout), ("stderr", &done.stderr)] {

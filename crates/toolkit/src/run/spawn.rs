@@ -1,4 +1,5 @@
-//! One program started for the `run` tool, and everything it started, ended whole.
+//! One program started for the `run` tool or a declared tool's server, and everything it
+//! started, ended whole: once run to its end ([`run`]), or kept to be talked to again ([`Live`]).
 //!
 //! brokerd is threaded, so between `fork` and `execve` only system calls may run: everything is
 //! built before the fork (the pipes, the argument and environment arrays, the sandbox), and the
@@ -6,8 +7,9 @@
 //!
 //! ```text
 //! brokerd (a connection thread)
-//!   └─ supervisor: leads a new process group, waits for the program or the deadline,
-//!      │           then kill(0, SIGKILL): the whole group, itself included
+//!   └─ supervisor: leads a new process group, waits for the program, the deadline or
+//!      │           (a live program's) the stop pipe, then kill(0, SIGKILL): the whole
+//!      │           group, itself included
 //!      └─ program: rlimits, a user and network namespace of its own (where the system lets
 //!                  it), the child sandbox (Landlock, seccomp), then execve
 //! ```
@@ -106,8 +108,11 @@ pub trait Talk {
     /// What the program reads first.
     fn start(&mut self) -> Vec<u8>;
     /// The program wrote more: `stdout` is all it wrote so far (as far as it is kept). What it
-    /// reads next, and whether the conversation is over: its input then ends once that is sent.
+    /// reads next, and whether the conversation is over: its input then ends once that is sent
+    /// (a [`Live`] program's stays open for the next talk).
     fn heard(&mut self, stdout: &[u8]) -> (Vec<u8>, bool);
+    /// How much of `stdout` it has read: a [`Live`] program's next talk starts at the rest.
+    fn used(&self) -> usize;
 }
 
 /// How the program ended.
@@ -120,6 +125,8 @@ pub enum Ended {
     Signaled(i32),
     /// The deadline came first: its whole process group was killed.
     TimedOut,
+    /// brokerd ended it (a [`Live`] program: idle, a failed talk, brokerd's own end).
+    Stopped,
 }
 
 /// One of its output streams, as far as it was kept.
@@ -169,9 +176,10 @@ const NOTE_NO_NAMESPACE: u32 = 1;
 const START_FAILED: u32 = 2;
 const EXITED: u32 = 3;
 const TIMED_OUT: u32 = 4;
+const STOPPED: u32 = 5;
 
 // The steps of the child, as a start failure names them.
-const STEPS: [&str; 10] = [
+const STEPS: [&str; 11] = [
     "",
     "the signal mask",
     "its standard input and output",
@@ -182,6 +190,7 @@ const STEPS: [&str; 10] = [
     "execve",
     "fork",
     "its supervisor, gone before it started",
+    "its supervisor's wait",
 ];
 const STEP_MASK: u32 = 1;
 const STEP_STDIO: u32 = 2;
@@ -192,6 +201,7 @@ const STEP_FDS: u32 = 6;
 const STEP_EXEC: u32 = 7;
 const STEP_FORK: u32 = 8;
 const STEP_SUPERVISOR: u32 = 9;
+const STEP_WAIT: u32 = 10;
 
 /// Everything the two forked processes use, built before the fork.
 struct Prepared<'a> {
@@ -203,6 +213,9 @@ struct Prepared<'a> {
     stdout: RawFd,
     stderr: RawFd,
     report: RawFd,
+    /// The read end of the stop pipe of a [`Live`] program (-1 for one run): when brokerd
+    /// closes its end, the supervisor ends the group.
+    stop: RawFd,
     limits: [(libc::__rlimit_resource_t, u64); 6],
     timeout: libc::timespec,
     own_network: bool,
@@ -256,8 +269,17 @@ fn raw_fork() -> libc::pid_t {
     }
 }
 
-/// Start `job` and wait for it to end (or its deadline), keeping its output.
-pub fn run(job: Job<'_>) -> Result<Finished, SpawnError> {
+/// A started program as brokerd holds it: the supervisor's pid and brokerd's ends of the pipes.
+struct Started {
+    supervisor: libc::pid_t,
+    streams: Streams,
+    /// brokerd's end of the stop pipe (a [`Live`] program's only).
+    stop: Option<OwnedFd>,
+}
+
+/// Fork the supervisor for `job` (which forks the program); `live`: with a stop pipe, its
+/// standard error drained past the bound, its input kept open between talks.
+fn start(job: &Job<'_>, live: bool) -> Result<Started, SpawnError> {
     let mut argv: Vec<*const libc::c_char> = job.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut env: Vec<*const libc::c_char> = job.env.iter().map(|a| a.as_ptr()).collect();
@@ -266,6 +288,7 @@ pub fn run(job: Job<'_>) -> Result<Finished, SpawnError> {
     let (out_r, out_w) = pipe()?;
     let (err_r, err_w) = pipe()?;
     let (rep_r, rep_w) = pipe()?;
+    let stop = if live { Some(pipe()?) } else { None };
     let l = job.limits;
     let prepared = Prepared {
         program: job.program.as_ptr(),
@@ -276,6 +299,7 @@ pub fn run(job: Job<'_>) -> Result<Finished, SpawnError> {
         stdout: out_w.as_raw_fd(),
         stderr: err_w.as_raw_fd(),
         report: rep_w.as_raw_fd(),
+        stop: stop.as_ref().map_or(-1, |(r, _)| r.as_raw_fd()),
         limits: [
             (libc::RLIMIT_CPU, l.cpu_seconds),
             (libc::RLIMIT_AS, l.memory_bytes),
@@ -291,7 +315,6 @@ pub fn run(job: Job<'_>) -> Result<Finished, SpawnError> {
         own_network: job.own_network,
         sandbox: job.sandbox,
     };
-    let started = Instant::now();
     let supervisor = raw_fork();
     if supervisor == 0 {
         // SAFETY: the forked child runs only system calls on what `prepared` holds.
@@ -302,157 +325,420 @@ pub fn run(job: Job<'_>) -> Result<Finished, SpawnError> {
     }
     // Only the children keep their ends.
     drop((in_r, out_w, err_w, rep_w));
-    let outcome = collect(
-        in_w,
-        out_r,
-        err_r,
-        rep_r,
-        job.stdin,
-        job.max_output,
-        started + job.timeout + GRACE,
-    );
-    // The supervisor has killed its group (itself included) when its report pipe closed; a
-    // supervisor still there after the grace is reaped later by nobody, so ask once more
-    // without waiting.
+    let stop = stop.map(|(_, w)| w);
+    Ok(Started {
+        supervisor,
+        streams: Streams::new(in_w, out_r, err_r, rep_r, job.max_output, live),
+        stop,
+    })
+}
+
+/// Reap the supervisor, which has ended its group (itself included) once its report closed;
+/// one still there after the grace is reaped later by nobody, so ask once without waiting.
+fn reap(supervisor: libc::pid_t, ended: bool) {
     let mut status = 0;
-    let flags = if outcome.is_ok() { 0 } else { libc::WNOHANG };
+    let flags = if ended { 0 } else { libc::WNOHANG };
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(supervisor, &mut status, flags) };
+}
+
+/// Start `job` and wait for it to end (or its deadline), keeping its output.
+pub fn run(job: Job<'_>) -> Result<Finished, SpawnError> {
+    let started = Instant::now();
+    let Started {
+        supervisor,
+        mut streams,
+        ..
+    } = start(&job, false)?;
+    let until = started + job.timeout + GRACE;
+    let outcome = match job.stdin {
+        Input::Bytes(b) => streams.pump(None, b.to_vec(), until),
+        Input::Talk(t) => {
+            let first = t.start();
+            streams.pump(Some(t), first, until)
+        }
+    }
+    .and_then(|pumped| match pumped {
+        Pumped::Closed => streams.finish(),
+        _ => Err(lost()),
+    });
+    reap(supervisor, outcome.is_ok());
     outcome
 }
 
-/// Read stdout, stderr and the report, write stdin, until all three are closed or `until`.
-fn collect(
-    stdin: OwnedFd,
-    stdout: OwnedFd,
-    stderr: OwnedFd,
-    report: OwnedFd,
-    mut input: Input<'_>,
-    max_output: usize,
-    until: Instant,
-) -> Result<Finished, SpawnError> {
-    for fd in [&stdin, &stdout, &stderr, &report] {
-        // SAFETY: fcntl on descriptors we own.
-        unsafe {
-            let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+fn lost() -> SpawnError {
+    SpawnError::Lost("the program's end was not reported by its deadline and grace".to_string())
+}
+
+/// A program kept past one conversation (a tool server kept for its session): talked to again
+/// and again over its standard input and output, until it exits, its deadline ([`Job::timeout`],
+/// its whole life) comes, or brokerd ends it (closing the stop pipe, which its supervisor
+/// watches: brokerd signals nothing but itself).
+pub struct Live {
+    started: Option<Started>,
+    /// What the last talk left unread of the program's output (the start of its next message).
+    unread: Vec<u8>,
+}
+
+impl std::fmt::Debug for Live {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.started {
+            Some(s) => write!(f, "Live(supervisor {})", s.supervisor),
+            None => f.write_str("Live(ended)"),
         }
     }
-    // What is still to be written, and whether the input ends once it is.
-    let (mut pending, mut last) = match &mut input {
-        Input::Bytes(b) => (b.to_vec(), true),
-        Input::Talk(t) => (t.start(), false),
-    };
-    let mut stdin = (!(pending.is_empty() && last)).then_some(stdin);
-    let mut written = 0usize;
-    let mut streams: [(Option<OwnedFd>, Captured); 2] = [
-        (Some(stdout), Captured::default()),
-        (Some(stderr), Captured::default()),
-    ];
-    let mut report = Some(report);
-    let mut records: Vec<u8> = Vec::new();
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        if streams.iter().all(|s| s.0.is_none()) && report.is_none() {
-            break;
+}
+
+/// Why a talk with a [`Live`] program ended short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Short {
+    /// The program ended (or could not start) before the talk was over.
+    Ended,
+    /// The talk's deadline came first; brokerd ended the program.
+    Late,
+    /// It wrote more than the bound in one talk; brokerd ended the program.
+    Cut,
+}
+
+/// A talk with a [`Live`] program that ended short: why, and how the program ended (it has).
+#[derive(Debug)]
+pub struct Stopped {
+    pub why: Short,
+    pub finished: Result<Finished, SpawnError>,
+}
+
+impl Live {
+    /// Start `job` (its `stdin` the first talk, its `timeout` the program's whole life) and
+    /// hold the first talk until it is over or `until`.
+    pub fn start(job: Job<'_>, until: Instant) -> Result<Live, Stopped> {
+        let started = start(&job, true).map_err(|e| Stopped {
+            why: Short::Ended,
+            finished: Err(e),
+        })?;
+        let mut live = Live {
+            started: Some(started),
+            unread: Vec::new(),
+        };
+        match job.stdin {
+            Input::Talk(t) => live.talk(t, until)?,
+            Input::Bytes(_) => {
+                return Err(Stopped {
+                    why: Short::Ended,
+                    finished: Err(SpawnError::Setup(
+                        "a live program's input is a talk",
+                        libc::EINVAL,
+                    )),
+                });
+            }
         }
-        let now = Instant::now();
-        if now >= until {
-            return Err(SpawnError::Lost(
-                "the program's end was not reported by its deadline and grace".to_string(),
-            ));
+        Ok(live)
+    }
+
+    fn streams(&mut self) -> &mut Streams {
+        // `started` is `None` only once `end` has taken it, and `end` takes `self`.
+        &mut self
+            .started
+            .as_mut()
+            .expect("a live program is held until it is ended")
+            .streams
+    }
+
+    /// One more talk: what `talk` starts with, then what it hears, until it is over (`Ok`, the
+    /// program still running) or it ends short (the program has ended, or is ended).
+    pub fn talk(&mut self, talk: &mut dyn Talk, until: Instant) -> Result<(), Stopped> {
+        let unread = std::mem::take(&mut self.unread);
+        let first = talk.start();
+        let streams = self.streams();
+        streams.out[0].1 = Captured {
+            bytes: unread,
+            cut: false,
+        };
+        let pumped = streams.pump(Some(&mut *talk), first, until);
+        let why = match pumped {
+            Ok(Pumped::Said) => {
+                let out = &mut self.streams().out[0].1.bytes;
+                let used = talk.used().min(out.len());
+                self.unread = out.split_off(used);
+                return Ok(());
+            }
+            Ok(Pumped::Closed) => Short::Ended,
+            Ok(Pumped::Late) | Err(_) => Short::Late,
+            Ok(Pumped::Cut) => Short::Cut,
+        };
+        Err(Stopped {
+            why,
+            finished: self.end_now(),
+        })
+    }
+
+    /// Whether the program is still running (it may have exited, or met its deadline, since
+    /// its last talk).
+    pub fn running(&mut self) -> bool {
+        let streams = self.streams();
+        streams.read_report();
+        streams.report.is_some() && !streams.ended()
+    }
+
+    /// What it wrote on its standard error so far (its last bytes, as far as they are kept).
+    pub fn stderr(&mut self) -> &[u8] {
+        &self.streams().out[1].1.bytes
+    }
+
+    /// End it: its supervisor ends the group, and how it ended is read (within the grace).
+    pub fn end(mut self) -> Result<Finished, SpawnError> {
+        self.end_now()
+    }
+
+    fn end_now(&mut self) -> Result<Finished, SpawnError> {
+        let Some(mut s) = self.started.take() else {
+            return Err(SpawnError::Lost("it was ended already".to_string()));
+        };
+        // The supervisor sees the stop pipe close and ends the group, itself included; the
+        // program's input closes too.
+        drop(s.stop.take());
+        s.streams.stdin = None;
+        let outcome = match s.streams.pump(None, Vec::new(), Instant::now() + GRACE) {
+            Ok(Pumped::Closed) => s.streams.finish(),
+            _ => Err(lost()),
+        };
+        reap(s.supervisor, outcome.is_ok());
+        outcome
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if self.started.is_some() {
+            let _ = self.end_now();
         }
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
-        let mut which: Vec<usize> = Vec::with_capacity(4);
-        for (i, s) in streams.iter().enumerate() {
-            if let Some(fd) = &s.0 {
+    }
+}
+
+/// Why [`Streams::pump`] returned.
+enum Pumped {
+    /// Every stream and the report closed: the program and its supervisor have ended.
+    Closed,
+    /// A live program's talk is over (it is still running).
+    Said,
+    /// The deadline came first.
+    Late,
+    /// A live program wrote more than the bound in one talk.
+    Cut,
+}
+
+/// brokerd's ends of a program's pipes, and what came through them.
+struct Streams {
+    stdin: Option<OwnedFd>,
+    /// What is still to be written to its input.
+    pending: Vec<u8>,
+    written: usize,
+    /// Its standard output and error while open, and what was kept of each.
+    out: [(Option<OwnedFd>, Captured); 2],
+    report: Option<OwnedFd>,
+    records: Vec<u8>,
+    max_output: usize,
+    /// A live program: its input stays open between talks, and past the bound its standard
+    /// error is still read, its oldest bytes dropped (closing it would end a server that logs).
+    live: bool,
+}
+
+impl Streams {
+    fn new(
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        report: OwnedFd,
+        max_output: usize,
+        live: bool,
+    ) -> Streams {
+        for fd in [&stdin, &stdout, &stderr, &report] {
+            // SAFETY: fcntl on descriptors we own.
+            unsafe {
+                let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+        }
+        Streams {
+            stdin: Some(stdin),
+            pending: Vec::new(),
+            written: 0,
+            out: [
+                (Some(stdout), Captured::default()),
+                (Some(stderr), Captured::default()),
+            ],
+            report: Some(report),
+            records: Vec::new(),
+            max_output,
+            live,
+        }
+    }
+
+    /// Write `first` (then what `talk` answers) to the program's input, and read its output
+    /// and the report, until `talk` is over (a live program: [`Pumped::Said`]), everything is
+    /// closed, or `until`. Without a talk, or once a one-run program's talk is over, its input
+    /// ends when all is written.
+    fn pump(
+        &mut self,
+        mut talk: Option<&mut dyn Talk>,
+        first: Vec<u8>,
+        until: Instant,
+    ) -> Result<Pumped, SpawnError> {
+        self.pending = first;
+        self.written = 0;
+        let mut over = talk.is_none();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let all_sent = self.written >= self.pending.len();
+            if over && all_sent {
+                if self.live && talk.is_some() {
+                    return Ok(Pumped::Said);
+                }
+                // Nothing more to come: its end of input.
+                if !self.live {
+                    self.stdin = None;
+                }
+            }
+            if self.out.iter().all(|s| s.0.is_none()) && self.report.is_none() {
+                return Ok(Pumped::Closed);
+            }
+            if self.live && self.out[0].1.cut {
+                return Ok(Pumped::Cut);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Ok(Pumped::Late);
+            }
+            let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
+            let mut which: Vec<usize> = Vec::with_capacity(4);
+            for (i, s) in self.out.iter().enumerate() {
+                if let Some(fd) = &s.0 {
+                    fds.push(pollfd(fd, libc::POLLIN));
+                    which.push(i);
+                }
+            }
+            if let Some(fd) = &self.report {
                 fds.push(pollfd(fd, libc::POLLIN));
-                which.push(i);
+                which.push(2);
             }
-        }
-        if let Some(fd) = &report {
-            fds.push(pollfd(fd, libc::POLLIN));
-            which.push(2);
-        }
-        if let Some(fd) = stdin.as_ref().filter(|_| written < pending.len()) {
-            fds.push(pollfd(fd, libc::POLLOUT));
-            which.push(3);
-        }
-        let wait = (until - now).as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a valid array of `fds.len()` entries.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
-        if n < 0 {
-            if errno() == libc::EINTR {
-                continue;
+            if let Some(fd) = self.stdin.as_ref().filter(|_| !all_sent) {
+                fds.push(pollfd(fd, libc::POLLOUT));
+                which.push(3);
             }
-            return Err(SpawnError::Lost(format!(
-                "waiting for the program's output: {}",
-                errno_text(errno())
-            )));
-        }
-        for (p, w) in fds.iter().zip(which) {
-            if p.revents == 0 {
-                continue;
+            let wait = (until - now).as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: `fds` is a valid array of `fds.len()` entries.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
+            if n < 0 {
+                if errno() == libc::EINTR {
+                    continue;
+                }
+                return Err(SpawnError::Lost(format!(
+                    "waiting for the program's output: {}",
+                    errno_text(errno())
+                )));
             }
-            match w {
-                0 | 1 => {
-                    let (slot, cap) = &mut streams[w];
-                    let Some(fd) = slot else { continue };
-                    match read_some(fd, &mut buf) {
-                        Read::Again => {}
-                        Read::End => *slot = None,
-                        Read::Data(k) => {
-                            let room = max_output - cap.bytes.len();
-                            cap.bytes.extend_from_slice(&buf[..k.min(room)]);
-                            if k > room {
-                                // Past the limit: the pipe closes, and a program still
-                                // writing gets SIGPIPE.
-                                cap.cut = true;
-                                *slot = None;
-                            }
-                            if let (0, Input::Talk(t), false) = (w, &mut input, last) {
-                                let (more, over) = t.heard(&cap.bytes);
-                                pending.extend_from_slice(&more);
-                                last = over;
-                            }
+            for (p, w) in fds.iter().zip(which) {
+                if p.revents == 0 {
+                    continue;
+                }
+                match w {
+                    0 | 1 => {
+                        let got = self.read_stream(w, &mut buf);
+                        if let (true, Some(t), false) = (got && w == 0, talk.as_mut(), over) {
+                            let (more, done) = t.heard(&self.out[0].1.bytes);
+                            self.pending.extend_from_slice(&more);
+                            over = done;
                         }
                     }
-                }
-                2 => {
-                    let Some(fd) = &report else { continue };
-                    match read_some(fd, &mut buf) {
-                        Read::Again => {}
-                        Read::End => report = None,
-                        Read::Data(k) => records.extend_from_slice(&buf[..k]),
-                    }
-                }
-                _ => {
-                    let Some(fd) = &stdin else { continue };
-                    // SAFETY: writing from a live slice to a descriptor we own.
-                    let k = unsafe {
-                        libc::write(
-                            fd.as_raw_fd(),
-                            pending[written..].as_ptr().cast(),
-                            pending.len() - written,
-                        )
-                    };
-                    if k > 0 {
-                        written += k as usize;
-                    }
-                    // The program closed its input: its end of input.
-                    if k < 0 && errno() != libc::EAGAIN {
-                        stdin = None;
-                    }
+                    2 => self.read_report(),
+                    _ => self.write_some(),
                 }
             }
         }
-        // All of it written, and nothing more to come: its end of input.
-        if last && written >= pending.len() {
-            stdin = None;
+    }
+
+    /// Read what stream `w` (0 stdout, 1 stderr) has; whether anything came.
+    fn read_stream(&mut self, w: usize, buf: &mut [u8]) -> bool {
+        let live = self.live;
+        let max = self.max_output;
+        let (slot, cap) = &mut self.out[w];
+        let Some(fd) = slot else { return false };
+        match read_some(fd, buf) {
+            Read::Again => false,
+            Read::End => {
+                *slot = None;
+                false
+            }
+            Read::Data(k) => {
+                if live && w == 1 {
+                    // A live program's standard error: its last bytes kept.
+                    cap.bytes.extend_from_slice(&buf[..k]);
+                    if cap.bytes.len() > max {
+                        let extra = cap.bytes.len() - max;
+                        cap.bytes.drain(..extra);
+                        cap.cut = true;
+                    }
+                    return true;
+                }
+                let room = max - cap.bytes.len().min(max);
+                cap.bytes.extend_from_slice(&buf[..k.min(room)]);
+                if k > room {
+                    // Past the limit: the pipe closes, and a program still writing gets
+                    // SIGPIPE.
+                    cap.cut = true;
+                    *slot = None;
+                }
+                true
+            }
         }
     }
-    let [(_, stdout), (_, stderr)] = streams;
-    finish(&records, stdout, stderr)
+
+    /// Read what the report has (the supervisor's records, or its end).
+    fn read_report(&mut self) {
+        let mut buf = [0u8; 256];
+        while let Some(fd) = &self.report {
+            match read_some(fd, &mut buf) {
+                Read::Again => return,
+                Read::End => self.report = None,
+                Read::Data(k) => self.records.extend_from_slice(&buf[..k]),
+            }
+        }
+    }
+
+    /// Whether the report says the program has ended (or was ended).
+    fn ended(&self) -> bool {
+        self.records
+            .chunks_exact(12)
+            .any(|r| [EXITED, TIMED_OUT, STOPPED, START_FAILED].contains(&word(r, 0)))
+    }
+
+    /// Write what is pending to the program's input, as far as it takes it.
+    fn write_some(&mut self) {
+        let Some(fd) = &self.stdin else { return };
+        // SAFETY: writing from a live slice to a descriptor we own.
+        let k = unsafe {
+            libc::write(
+                fd.as_raw_fd(),
+                self.pending[self.written..].as_ptr().cast(),
+                self.pending.len() - self.written,
+            )
+        };
+        if k > 0 {
+            self.written += k as usize;
+        }
+        // The program closed its input: its end of input.
+        if k < 0 && errno() != libc::EAGAIN {
+            self.stdin = None;
+        }
+    }
+
+    /// How the program ended, once everything is closed.
+    fn finish(&mut self) -> Result<Finished, SpawnError> {
+        finish(
+            &self.records,
+            std::mem::take(&mut self.out[0].1),
+            std::mem::take(&mut self.out[1].1),
+        )
+    }
 }
 
 fn pollfd(fd: &OwnedFd, events: libc::c_short) -> libc::pollfd {
@@ -495,8 +781,7 @@ fn finish(records: &[u8], stdout: Captured, stderr: Captured) -> Result<Finished
     let mut no_namespace = None;
     let mut ended = None;
     for rec in records.chunks_exact(12) {
-        let word = |i: usize| u32::from_ne_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]]);
-        let (tag, a, b) = (word(0), word(4), word(8));
+        let (tag, a, b) = (word(rec, 0), word(rec, 4), word(rec, 8));
         match tag {
             NOTE_NO_NAMESPACE => no_namespace = Some(a as i32),
             START_FAILED => {
@@ -512,6 +797,7 @@ fn finish(records: &[u8], stdout: Captured, stderr: Captured) -> Result<Finished
                 });
             }
             TIMED_OUT => ended = Some(Ended::TimedOut),
+            STOPPED => ended = Some(Ended::Stopped),
             _ => {}
         }
     }
@@ -526,6 +812,11 @@ fn finish(records: &[u8], stdout: Captured, stderr: Captured) -> Result<Finished
         stderr,
         no_namespace,
     })
+}
+
+/// The `u32` at `i` of a report record.
+fn word(rec: &[u8], i: usize) -> u32 {
+    u32::from_ne_bytes([rec[i], rec[i + 1], rec[i + 2], rec[i + 3]])
 }
 
 // What follows runs in the forked children: system calls only, no allocation, no lock.
@@ -566,8 +857,8 @@ fn nanos(ts: &libc::timespec) -> i128 {
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
-/// The supervisor: leads the group, starts the program, waits for it or the deadline, reports,
-/// then ends the whole group, itself included.
+/// The supervisor: leads the group, starts the program, waits for it, the deadline or the stop
+/// pipe, reports, then ends the whole group, itself included.
 unsafe fn supervise(p: &Prepared<'_>) -> ! {
     // SAFETY (the whole function): system calls on values built before the fork.
     unsafe {
@@ -600,12 +891,28 @@ unsafe fn supervise(p: &Prepared<'_>) -> ! {
             libc::kill(0, libc::SIGKILL);
             libc::_exit(127);
         }
-        // Hold nothing of brokerd's but the report.
-        let rep = p.report as u32;
-        if rep > 0 {
-            close_range(0, rep - 1, 0);
+        // Hold nothing of brokerd's but the report and the stop pipe.
+        let (low, high) = if p.stop < 0 {
+            (p.report, p.report)
+        } else {
+            (p.report.min(p.stop), p.report.max(p.stop))
+        };
+        let (low, high) = (low as u32, high as u32);
+        if low > 0 {
+            close_range(0, low - 1, 0);
         }
-        close_range(rep + 1, u32::MAX, 0);
+        if high > low + 1 {
+            close_range(low + 1, high - 1, 0);
+        }
+        close_range(high + 1, u32::MAX, 0);
+        // SIGCHLD stays blocked and is read from a descriptor, so one wait hears the program's
+        // end, the stop pipe and the deadline.
+        let chld_fd = libc::signalfd(-1, &chld, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        if chld_fd < 0 {
+            record(p.report, START_FAILED, STEP_WAIT, raw_errno() as u32);
+            libc::kill(0, libc::SIGKILL);
+            libc::_exit(127);
+        }
         loop {
             let left = deadline - nanos(&monotonic());
             if left <= 0 {
@@ -616,15 +923,37 @@ unsafe fn supervise(p: &Prepared<'_>) -> ! {
                 tv_sec: (left / 1_000_000_000) as libc::time_t,
                 tv_nsec: (left % 1_000_000_000) as libc::c_long,
             };
-            let r = libc::sigtimedwait(&chld, std::ptr::null_mut(), &wait);
-            if r < 0 && raw_errno() == libc::EAGAIN {
-                record(p.report, TIMED_OUT, 0, 0);
+            // A negative descriptor (no stop pipe) is skipped by ppoll.
+            let mut fds = [
+                libc::pollfd {
+                    fd: chld_fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: p.stop,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let r = libc::ppoll(fds.as_mut_ptr(), 2, &wait, std::ptr::null());
+            if r < 0 && raw_errno() != libc::EINTR {
+                record(p.report, STOPPED, 0, 0);
                 break;
             }
             let mut status = 0;
             if libc::waitpid(program, &mut status, libc::WNOHANG) == program {
                 record(p.report, EXITED, status as u32, 0);
                 break;
+            }
+            // brokerd closed its end (or wrote to it): end the group.
+            if fds[1].revents != 0 {
+                record(p.report, STOPPED, 0, 0);
+                break;
+            }
+            if fds[0].revents != 0 {
+                let mut info = [0u8; 128];
+                libc::read(chld_fd, info.as_mut_ptr().cast(), info.len());
             }
         }
         // The program and everything it started: it cannot leave the group, nor signal us.
