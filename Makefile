@@ -3,7 +3,7 @@
 
 CARGO ?= cargo
 
-.PHONY: fuzz gate gate-fresh gate-load fmt clippy peers test runbook nix-check package-check twin skips demo bench honcho synapse
+.PHONY: fuzz gate gate-fresh gate-load fmt clippy peers test runbook nix-check package-check twin skips demo bench injbench honcho synapse
 
 # Every skip of the run is logged here (bxtest::skip, check-offline.sh, package-check.sh,
 # twin.sh) and summed up before the gate's last line; one that .ci/allowed-skips does not list
@@ -116,3 +116,11 @@ demo:
 bench:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench --workspace
+
+# AgentDojo's four suites (949 pairs, three owner models) through the real box, each suite on a
+# dev box of its own with the release daemons (bench/injbench/run.py, docs/injection.md). Prints
+# the table and writes target/injbench/result.json. INJBENCH_ARGS="--sample 5" runs fewer.
+INJBENCH_ARGS ?=
+injbench:
+	$(CARGO) build --release --workspace --bins
+	"$$(bench/injbench/venv)" bench/injbench/run.py --bxctl target/release/bxctl $(INJBENCH_ARGS)
