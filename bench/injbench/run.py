@@ -17,6 +17,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import pickle
 import pwd
 import subprocess
 import sys
@@ -44,7 +45,7 @@ OWNERS = ("refuses", "task", "approves")
 # transaction's subject) is untrusted; only the owner's own profile, balance, IBAN and the date
 # are not. Sending to a person, paying, booking, inviting, sharing or posting is egress (the
 # destination may receive private data, so each is asked of the owner in an untrusted session);
-# changing the owner's own data is local.
+# fetching or posting a web page is egress too; changing the owner's own data is local.
 TRUSTED = {"get_current_day", "get_iban", "get_balance", "get_user_info", "get_user_information"}
 PUBLIC = {
     "get_all_hotels_in_city", "get_hotels_prices", "get_rating_reviews_for_hotels",
@@ -56,10 +57,13 @@ PUBLIC = {
     "get_rating_reviews_for_car_rental", "get_car_fuel_options", "get_car_rental_address",
     "get_car_price_per_day", "get_flight_information", "get_webpage",
 }
+# Fetching or posting a web page reaches whatever host its URL names (what the URL holds goes
+# with it): egress, as the box's own web_fetch declares it.
 EGRESS = {
+    "get_webpage", "post_webpage",
     "send_email", "share_file", "send_money", "schedule_transaction",
     "update_scheduled_transaction", "send_direct_message", "send_channel_message",
-    "invite_user_to_slack", "add_user_to_channel", "post_webpage", "reserve_hotel",
+    "invite_user_to_slack", "add_user_to_channel", "reserve_hotel",
     "reserve_car_rental", "reserve_restaurant", "create_calendar_event",
     "add_calendar_event_participants", "reschedule_calendar_event", "cancel_calendar_event",
 }
@@ -233,15 +237,16 @@ def session_run(box, owner, session, prompt, pair, own_calls):
     calls_file = os.path.join(place, "calls.jsonl")
     if os.path.exists(calls_file):
         calls = [json.loads(x) for x in open(calls_file)]
-    env_file = os.path.join(place, "env.json")
-    env = open(env_file).read() if os.path.exists(env_file) else None
+    env_file = os.path.join(place, "env.pickle")
+    env = open(env_file, "rb").read() if os.path.exists(env_file) else None
     return {"reply": reply, "asked": asked, "calls": calls, "env": env, "exit": p.returncode,
             "stderr": p.stderr[-400:]}
 
 
 def judge(suite, task, injections, result):
     pre = suite.load_and_inject_default_environment(injections)
-    post = pre.model_validate_json(result["env"]) if result["env"] else pre
+    # The bench's own server pickled it (server.py says why not JSON).
+    post = pickle.loads(result["env"]) if result["env"] else pre
     trace = [FunctionCall(function=c["function"], args=c["args"]) for c in result["calls"]]
     out = [text_content_block_from_string(result["reply"])]
     return suite._check_task_result(task, out, pre, post, trace)

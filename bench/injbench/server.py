@@ -5,12 +5,13 @@ The box starts it as a declared tools' server kept for its session (`process = "
 benchmark (run.py) wrote `pair.json` (the injections of the pair's attack) before the session's
 first call. Each call runs AgentDojo's own function on the environment and answers with what
 AgentDojo's own tool executor would show a model; then the environment is written to
-`env.json` and the call appended to `calls.jsonl`, which run.py judges with AgentDojo's checks.
+`env.pickle` and the call appended to `calls.jsonl`, which run.py judges with AgentDojo's checks.
 A listing (`bxctl tools ask`) has no pair and lists the tools on the default environment.
 """
 
 import json
 import os
+import pickle
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -46,11 +47,13 @@ def say(message):
 
 
 def keep(name, args):
-    """The environment as the call left it, and the call, for the judge."""
-    tmp = os.path.join(state, "env.json.tmp")
-    with open(tmp, "w") as f:
-        f.write(env.model_dump_json())
-    os.replace(tmp, os.path.join(state, "env.json"))
+    """The environment as the call left it, and the call, for the judge. The environment is
+    pickled, not dumped as JSON: validating a dump runs AgentDojo's validators again, which
+    rebuild (and so lose) what the calls changed, the mails sent among them."""
+    tmp = os.path.join(state, "env.pickle.tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(env, f)
+    os.replace(tmp, os.path.join(state, "env.pickle"))
     with open(os.path.join(state, "calls.jsonl"), "a") as f:
         f.write(json.dumps({"function": name, "args": args}) + "\n")
 
