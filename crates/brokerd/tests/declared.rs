@@ -1175,11 +1175,34 @@ fn a_kept_server_with_every_process_in_a_call_refuses_another_sessions_call_with
             assert_eq!(v["untrusted"], json!(false), "{v}");
         }
         b.wait_log("declared-tool-busy");
-        assert!(matches!(
-            hanging.join().unwrap(),
-            ToolResponse::Failed { .. }
-        ));
+        // bounded: the hanging call ends at the server's timeout_ms (20 s)
+        let hung = hanging.join().unwrap();
+        assert!(matches!(hung, ToolResponse::Failed { .. }), "{hung:?}");
     });
     // Once s's call is over, t's is served.
+    assert_eq!(probed(&h, &b, "t", 3, "count"), "1");
+}
+
+#[test]
+fn a_kept_servers_place_is_measured_again_before_each_call_and_past_its_bound_refuses_it() {
+    let Some((h, _)) = probe_home(
+        "timeout_ms = 3000\nprocess = \"session\"\nstate = \"session\"\nstate_max_mb = 1\n\
+         env = { STATE = \"{state}\" }",
+    ) else {
+        return;
+    };
+    let b = Brokerd::start(&h);
+    // The running process takes more than its place's bound: its session's next call is
+    // refused before it reaches the process, which is ended.
+    assert_eq!(probed(&h, &b, "s", 1, "allocate"), "allocated");
+    match session_call(&h, "s", 2, "probe", json!({"what": "count"})) {
+        ToolResponse::Failed { message } => assert!(
+            message.contains("this session's place on it holds")
+                && message.ends_with("see docs/runbook.md#declared-tool-state-full"),
+            "{message}"
+        ),
+        other => panic!("{other:?} {}", b.stderr()),
+    }
+    // Another session's process and place are its own.
     assert_eq!(probed(&h, &b, "t", 3, "count"), "1");
 }

@@ -173,6 +173,22 @@ pub fn mcp_server_time() -> Option<PathBuf> {
     }
 }
 
+/// The Python of the benchmark's virtualenv with AgentDojo in it (`bench/injbench/venv`, which
+/// `.ci/peers` runs and names in `INJBENCH_PYTHON`), or `None` after a skip saying why.
+#[track_caller]
+pub fn injbench_python() -> Option<PathBuf> {
+    match std::env::var("INJBENCH_PYTHON") {
+        Ok(p) if !p.trim().is_empty() => Some(PathBuf::from(p.trim())),
+        _ => {
+            skip(
+                "INJBENCH_PYTHON is not set: no AgentDojo to run the benchmark's sample on \
+                 (.ci/peers installs it with bench/injbench/venv; see docs/testing.md)",
+            );
+            None
+        }
+    }
+}
+
 /// The directory of the MCP reference servers on npm (`server-everything`, `-filesystem`,
 /// `-memory`), which `.ci/peers` installs and names in `MCP_NODE_SERVERS`, and the system's
 /// node that runs them; `None`, said as a skip, without either.

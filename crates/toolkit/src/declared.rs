@@ -548,13 +548,23 @@ impl StatePlace {
             }
         }
         let lock = hold(&place, wait).map_err(setup)?;
+        self.room(who, &place, &lock)?;
+        Ok(Held {
+            path: place,
+            _lock: lock,
+        })
+    }
+
+    /// Whether the place (`lock` its open directory) is within its bounds and its file system
+    /// has room for a call: measured as each call starts, a kept server's too.
+    fn room(&self, who: &str, place: &Path, lock: &std::fs::File) -> Result<(), CallError> {
         let full = |held: String| CallError::StateFull {
             who: who.to_string(),
             why: format!(
                 "this session's place on it holds {held}, more than its state_max_mb allows"
             ),
         };
-        match held(&place) {
+        match held(place) {
             Holds::Unmeasured(why) => return Err(full(format!("what cannot be measured: {why}"))),
             Holds::Measured(_, entries) if entries > MAX_STATE_ENTRIES => {
                 return Err(full(format!("more than {MAX_STATE_ENTRIES} files")));
@@ -567,7 +577,7 @@ impl StatePlace {
         // The bound is measured as a call starts, so one call may write past it: the file
         // system keeps room for the place's bound and the box's own state besides.
         let needed = self.max_bytes.saturating_add(STATE_RESERVE);
-        match free_bytes(&lock) {
+        match free_bytes(lock) {
             Some(free) if free >= needed => {}
             free => {
                 return Err(CallError::StateFull {
@@ -580,10 +590,18 @@ impl StatePlace {
                 });
             }
         }
-        Ok(Held {
-            path: place,
-            _lock: lock,
-        })
+        Ok(())
+    }
+}
+
+impl Server {
+    /// The bounds of a kept process's place, measured again as one of its calls starts (it may
+    /// have written since the last).
+    fn room_of(&self, who: &str, held: &Held) -> Result<(), CallError> {
+        match &self.state {
+            Some(state) => state.room(who, &held.path, &held._lock),
+            None => Ok(()),
+        }
     }
 }
 
@@ -715,7 +733,7 @@ fn said_on_stderr(who: &str, stderr: &[u8]) {
     let fatal = all
         .lines()
         .find(|l| l.contains("Fatal") || l.contains("out of memory"))
-        .map(|l| format!("{}... ", &l[..l.len().min(200)]))
+        .map(|l| format!("{}... ", l.chars().take(200).collect::<String>()))
         .unwrap_or_default();
     let tail = format!(
         "{fatal}{}",

@@ -63,12 +63,29 @@ enum Slot {
 struct Running {
     live: Live,
     /// Its session's place, held for its life (it may write there at any time).
-    _place: Option<Held>,
+    place: Option<Held>,
     /// The id its next call starts from.
     next_id: u64,
     started: Instant,
     /// When its last call ended.
     last: Instant,
+}
+
+/// A session's slot while one call holds it: let go when the call is over, however it ends (a
+/// panic included), with its process put back for the next call or (`back` empty) none.
+struct Busy<'a> {
+    kept: &'a Kept,
+    session: &'a SessionId,
+    back: Option<Box<Running>>,
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        match self.back.take() {
+            Some(running) => self.kept.put_back(self.session, running),
+            None => self.kept.release(self.session),
+        }
+    }
 }
 
 /// How a call found its session's slot.
@@ -271,7 +288,14 @@ impl Server {
         for r in ended {
             end(r);
         }
-        let running = match taken? {
+        let taken = taken?;
+        // From here the slot is this call's, and is let go however the call ends.
+        let mut busy = Busy {
+            kept: &self.kept,
+            session,
+            back: None,
+        };
+        let running = match taken {
             Taken::Running(mut r) => {
                 // Alive, with room in its lifetime for this call's deadline.
                 if r.live.running() && r.started + keeping.lifetime > until + MARGIN {
@@ -284,14 +308,14 @@ impl Server {
             Taken::Free => None,
         };
         let mut running = match running {
-            Some(r) => r,
-            None => match self.start_kept(keeping, who, session, until) {
-                Ok(r) => r,
-                Err(e) => {
-                    self.kept.release(session);
-                    return Err(e);
+            Some(r) => {
+                // It may have written to its place since its last call: measured again.
+                if let Some(place) = &r.place {
+                    self.room_of(who, place)?;
                 }
-            },
+                r
+            }
+            None => self.start_kept(keeping, who, session, until)?,
         };
         let mut talk = mcp::Call::then(tool, digest, args.clone(), running.next_id);
         running.next_id += mcp::IDS_PER_CALL;
@@ -305,12 +329,12 @@ impl Server {
                 );
                 if sound {
                     running.last = Instant::now();
-                    self.kept.put_back(session, running);
+                    busy.back = Some(running);
+                    drop(busy);
                     self.kept.reap(*keeping);
                 } else {
                     said_on_stderr(who, running.live.stderr());
                     end(*running);
-                    self.kept.release(session);
                 }
                 match talk.outcome() {
                     Some(Err(error)) => Err(CallError::Mcp {
@@ -320,10 +344,7 @@ impl Server {
                     _ => Ok(talk),
                 }
             }
-            Err(stopped) => {
-                self.kept.release(session);
-                Err(self.short(keeping, who, stopped))
-            }
+            Err(stopped) => Err(self.short(keeping, who, stopped)),
         }
     }
 
@@ -355,7 +376,7 @@ impl Server {
         }
         Ok(Box::new(Running {
             live,
-            _place: place,
+            place,
             next_id: 1 + mcp::IDS_PER_CALL,
             started,
             last: started,
