@@ -123,4 +123,4 @@ bench:
 INJBENCH_ARGS ?=
 injbench:
 	$(CARGO) build --release --workspace --bins
-	"$$(bench/injbench/venv)" bench/injbench/run.py --bxctl target/release/bxctl $(INJBENCH_ARGS)
+	py="$$(bench/injbench/venv)" && "$$py" bench/injbench/run.py --bxctl target/release/bxctl $(INJBENCH_ARGS)

@@ -1,7 +1,7 @@
 """`make injbench`: AgentDojo's four suites (v1.2.2) through the real box.
 
 For each suite a dev box of its own (`bxctl dev up`, the real daemons, each as its own user and
-confined) whose brokerd declares the suite's tools honestly (LABELS below) on this directory's
+confined) whose brokerd declares the suite's tools honestly (the sets below) on this directory's
 MCP server (server.py), kept for each session; inferproxy talks to the scripted models
 (model.py). Each pair of a user task and an injection task is one session: the owner's message is
 the user task's prompt, the environment holds the attack's text (AgentDojo's
@@ -123,6 +123,14 @@ class Box:
         subprocess.run(["rm", "-rf", self.home], check=True)
         self.run("dev", "up", "--provider", "openai", "--base-url",
                  "http://127.0.0.1:%d/v1" % port, "--model", suite)
+        try:
+            self.declare(suite, python)
+        except BaseException:
+            self.down()
+            raise
+
+    def declare(self, suite, python):
+        """The suite's server and its tools, declared honestly; brokerd restarted with them."""
         config = os.path.join(self.home, "etc", "brokerd.toml")
         reads = sorted({os.path.dirname(os.path.dirname(python)), sys.base_prefix, HERE})
         server = (
@@ -270,6 +278,9 @@ def main():
                     help="where each suite's dev box is made")
     ap.add_argument("--json", default=None, help="the table as JSON [default: <work>/result.json]")
     args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("injbench: run it as root: each suite's dev box makes users of its own, as "
+                 "`bxctl dev up` does as root (docs/injection.md)")
     args.json = args.json or os.path.join(args.work, "result.json")
     started = time.time()
     work = os.path.abspath(args.work)
