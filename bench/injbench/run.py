@@ -317,8 +317,7 @@ def suite_rows(name, port, args, work):
     unscripted = {i for i, t in suite.injection_tasks.items() if not t.ground_truth(default)}
     box = Box(name, port, args.bxctl, sys.executable, work)
     owner = Owner(box)
-    env = suite.load_and_inject_default_environment({})
-    own = {u: {(c.function, canonical(dict(c.args))) for c in suite.user_tasks[u].ground_truth(env)}
+    own = {u: {(c.function, canonical(dict(c.args))) for c in suite.user_tasks[u].ground_truth(default)}
            for u in users}
     jobs = []
     for u in users:

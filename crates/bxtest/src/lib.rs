@@ -161,29 +161,32 @@ pub fn honcho_auth() -> Option<(String, PathBuf)> {
 /// saying why (a failure under `CI=true`).
 #[track_caller]
 pub fn mcp_server_time() -> Option<PathBuf> {
-    match std::env::var("MCP_SERVER_TIME") {
-        Ok(p) if !p.trim().is_empty() => Some(PathBuf::from(p.trim())),
-        _ => {
-            skip(
-                "MCP_SERVER_TIME is not set: no MCP reference server to test declared tools \
-                 against (.ci/peers installs mcp-server-time; see docs/testing.md)",
-            );
-            None
-        }
-    }
+    peer_path(
+        "MCP_SERVER_TIME",
+        "MCP_SERVER_TIME is not set: no MCP reference server to test declared tools against \
+         (.ci/peers installs mcp-server-time; see docs/testing.md)",
+    )
 }
 
 /// The Python of the benchmark's virtualenv with AgentDojo in it (`bench/injbench/venv`, which
 /// `.ci/peers` runs and names in `INJBENCH_PYTHON`), or `None` after a skip saying why.
 #[track_caller]
 pub fn injbench_python() -> Option<PathBuf> {
-    match std::env::var("INJBENCH_PYTHON") {
+    peer_path(
+        "INJBENCH_PYTHON",
+        "INJBENCH_PYTHON is not set: no AgentDojo to run the benchmark's sample on (.ci/peers \
+         installs it with bench/injbench/venv; see docs/testing.md)",
+    )
+}
+
+/// The path `.ci/peers` named in `$var`, or `None` after skipping with `missing` (a failure
+/// under `CI=true`).
+#[track_caller]
+fn peer_path(var: &str, missing: &str) -> Option<PathBuf> {
+    match std::env::var(var) {
         Ok(p) if !p.trim().is_empty() => Some(PathBuf::from(p.trim())),
         _ => {
-            skip(
-                "INJBENCH_PYTHON is not set: no AgentDojo to run the benchmark's sample on \
-                 (.ci/peers installs it with bench/injbench/venv; see docs/testing.md)",
-            );
+            skip(missing);
             None
         }
     }

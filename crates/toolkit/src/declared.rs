@@ -27,10 +27,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::mcp::{self, McpError};
-
-mod kept;
 use crate::run::spawn::{self, Ended, Input, Job, Limits};
 use crate::{ApprovalRule, Declared, Effect, Env, FromPlace, Output, Plan, Reads, ToolError};
+
+mod kept;
 pub use kept::{Keeping, Kept};
 
 /// The runbook anchor of a declared tool whose server could not answer its call.
@@ -446,14 +446,14 @@ impl Server {
             }),
             None => Err(CallError::Silent {
                 who: who.to_string(),
-                how: self.how(&done, done.stdout.cut),
+                how: self.how(done.ended, done.stdout.cut),
             }),
         }
     }
 
     /// How a server ended before it answered, as the owner's log and the model read it.
-    fn how(&self, done: &spawn::Finished, cut: bool) -> String {
-        match done.ended {
+    fn how(&self, ended: Ended, cut: bool) -> String {
+        match ended {
             Ended::TimedOut => {
                 format!("its deadline of {} ms came first", self.timeout.as_millis())
             }

@@ -395,18 +395,15 @@ impl Server {
                 CallError::Silent {
                     who: who.to_string(),
                     how: match stopped.why {
-                        Short::Late => {
-                            format!("its deadline of {} ms came first", self.timeout.as_millis())
-                        }
-                        Short::Cut => format!(
-                            "it wrote more than the {} bytes the box reads in one call",
-                            self.max_output
-                        ),
+                        // The call's deadline, which brokerd met by ending it.
+                        Short::Late => self.how(Ended::TimedOut, false),
+                        Short::Cut => self.how(done.ended, true),
+                        // The supervisor's deadline: the process's whole life.
                         Short::Ended if done.ended == Ended::TimedOut => format!(
                             "its lifetime of {} s came first",
                             keeping.lifetime.as_secs()
                         ),
-                        Short::Ended => self.how(&done, false),
+                        Short::Ended => self.how(done.ended, false),
                     },
                 }
             }
