@@ -537,9 +537,12 @@ let
             # The kernel's line behind the daemon's own bounds (docs/architecture.md): each
             # socket's connection cap (at most 56 connections over brokerd's three sockets,
             # each a thread) plus the accept threads, and the frame budget (4 MiB of frames
-            # being read) with room for the heap at rest.
-            TasksMax = 96;
-            MemoryMax = "128M";
+            # being read) with room for the heap at rest. loopd runs a worker process per live
+            # session besides (`[workers] max`, 16): each is a few tasks (its main thread, a
+            # turn, its cancel watch, its outbox sender) and a listener in the monitor, and
+            # a few MB.
+            TasksMax = if daemon == "loopd" then 256 else 96;
+            MemoryMax = if daemon == "loopd" then "256M" else "128M";
           };
           Install = {
             WantedBy = [ "multi-user.target" ];

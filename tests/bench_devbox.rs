@@ -10,6 +10,12 @@
 //!   broker.sock (default 100 000, from 8 callers) and `BENCH_TURNS` turns on loop.sock (default
 //!   2 000, each with one tool call), and again after as many more (growth between the rounds).
 //!
+//! - workers: what one process per session costs: a new session's first turn (which starts
+//!   its worker) against a second turn in the same session (its worker running), medians over
+//!   `BENCH_SESSIONS` sessions (default 20); then, with two sessions live and idle, each
+//!   worker's resident memory (and the part of it that is its own: `RssAnon`; its code pages
+//!   are the monitor's too), and the whole box's.
+//!
 //! Run `make bench`, or: `cargo build --release --workspace --bins && cargo bench -p
 //! boxmaker-e2e --bench devbox`.
 
@@ -38,6 +44,92 @@ fn env_count(name: &str, default: u64) -> u64 {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+fn status_kb(pid: u32, field: &str) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap_or(0)
+}
+
+/// loopd's session workers: the children of `monitor` that run `loopd worker`.
+fn workers_of(monitor: u32) -> Vec<u32> {
+    bxctl::procfs::workers_of(monitor)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+fn one_turn(home: &Path, session: &str, resume: bool) -> Duration {
+    let msg = Message::Turn(Turn {
+        session: SessionId::new(session).unwrap(),
+        resume,
+        text: "hello".into(),
+    });
+    let t = Instant::now();
+    match client::call(
+        &layout::LOOP.path(home),
+        Duration::from_secs(60),
+        1,
+        msg,
+        |_| {},
+    ) {
+        Ok(Message::TurnDone(_)) => {}
+        other => panic!("{session}: {other:?}"),
+    }
+    t.elapsed()
+}
+
+fn workers() {
+    let n = env_count("BENCH_SESSIONS", 20);
+    let b = DevBox::new();
+    b.up(&[]);
+    let (mut first, mut second) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let s = format!("bench-w{i}");
+        first.push(one_turn(b.home(), &s, false));
+        second.push(one_turn(b.home(), &s, true));
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let (f, s) = (median(first), median(second));
+    println!(
+        "workers: a new session's first turn {:.1} ms, its second {:.1} ms (medians of {n}): the worker's start adds {:.1} ms   target: <= 5 ms",
+        ms(f),
+        ms(s),
+        ms(f.saturating_sub(s))
+    );
+    b.down();
+    let b = DevBox::new();
+    b.up(&[]);
+    for s in ["bench-live-a", "bench-live-b"] {
+        one_turn(b.home(), s, false);
+    }
+    thread::sleep(Duration::from_secs(2));
+    let monitor = b.pid("loopd").unwrap();
+    let ws = workers_of(monitor);
+    assert_eq!(ws.len(), 2, "two sessions, two workers");
+    for w in &ws {
+        println!(
+            "  worker pid {w}: VmRSS {} kB, of it its own (RssAnon) {} kB, the binary's pages it shares with the monitor (RssFile) {} kB   target: <= 2048 kB",
+            status_kb(*w, "VmRSS:"),
+            status_kb(*w, "RssAnon:"),
+            status_kb(*w, "RssFile:")
+        );
+    }
+    let daemons: u64 = DAEMONS.iter().map(|d| rss_kb(b.pid(d).unwrap())).sum();
+    let own: u64 = ws.iter().map(|w| status_kb(*w, "RssAnon:")).sum();
+    let all: u64 = ws.iter().map(|w| status_kb(*w, "VmRSS:")).sum();
+    println!(
+        "  the box with two sessions live: its daemons {daemons} kB, with the workers' own {} kB, with their whole VmRSS {} kB   target: <= 20480 kB",
+        daemons + own,
+        daemons + all
+    );
 }
 
 fn rss_kb(pid: u32) -> u64 {
@@ -258,4 +350,5 @@ fn main() {
     startup();
     owner_under_flood();
     footprint();
+    workers();
 }

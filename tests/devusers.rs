@@ -352,3 +352,45 @@ fn as_a_normal_user_every_daemon_keeps_that_uid_and_every_socket_is_that_users()
         said(&again)
     );
 }
+
+#[test]
+fn status_and_its_confined_check_show_each_session_s_worker_as_loopd_s_user() {
+    if skip_unless_root() {
+        return;
+    }
+    let b = DevBox::new();
+    b.up(&[]);
+    for s in ["w1", "w2"] {
+        let chat = b.bxctl(&["chat", "--new", "--session", s, "hello"]);
+        assert!(chat.status.success(), "{}", said(&chat));
+    }
+    let status = b.bxctl(&["status", "--json"]);
+    assert!(status.status.success(), "{}", said(&status));
+    let s: Value = serde_json::from_slice(&status.stdout).unwrap();
+    let loopd = s["daemons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "loopd")
+        .unwrap();
+    let (name, uid, _) = b.user("loopd").unwrap();
+    let workers = loopd["workers"].as_array().expect("loopd's workers are listed");
+    let sessions: Vec<&str> = workers.iter().map(|w| w[0].as_str().unwrap()).collect();
+    assert_eq!(sessions.len(), 2, "{loopd}");
+    assert!(sessions.contains(&"w1") && sessions.contains(&"w2"), "{loopd}");
+    for w in workers {
+        assert_eq!(w[1]["uid"], uid, "a worker runs as {name}: {w}");
+        assert_eq!(w[1]["seccomp"], 2, "{w}");
+        assert_eq!(w[1]["no_new_privs"], true, "{w}");
+        assert_eq!(w[1]["no_capabilities"], true, "{w}");
+    }
+    let text = b.bxctl(&["status"]);
+    let out = String::from_utf8_lossy(&text.stdout);
+    for s in ["w1", "w2"] {
+        assert!(
+            out.lines()
+                .any(|l| l.contains(&format!("worker {s}")) && l.ends_with(": confined")),
+            "{out}"
+        );
+    }
+}

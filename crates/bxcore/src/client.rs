@@ -4,6 +4,7 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::deadline::Deadline;
@@ -51,6 +52,28 @@ fn receive_text(e: &FrameError) -> String {
     }
 }
 
+/// How a process that may make no socket of its own reaches a peer's: loopd's session worker,
+/// whose seccomp list has no `socket` or `connect`, asks its monitor to connect for it and hand
+/// the connection over (`loopd::control`). Set once, at the process's start, before any client
+/// runs; every client below dials through it.
+pub type Dialer = Box<dyn Fn(&Path) -> std::io::Result<UnixStream> + Send + Sync>;
+
+static DIALER: OnceLock<Dialer> = OnceLock::new();
+
+/// Make `dialer` the way every client of this process reaches a socket. `Err` gives it back
+/// when one was set already: a process has one way to dial, for its whole life.
+pub fn dial_through(dialer: Dialer) -> Result<(), Dialer> {
+    DIALER.set(dialer)
+}
+
+/// A connection to `socket`: through the process's dialer when it has one, else `connect`.
+pub fn dial(socket: &Path) -> std::io::Result<UnixStream> {
+    match DIALER.get() {
+        Some(d) => d(socket),
+        None => UnixStream::connect(socket),
+    }
+}
+
 /// One request on its own connection, and the frames of its answer.
 #[derive(Debug)]
 pub struct Exchange {
@@ -71,7 +94,7 @@ impl Exchange {
         let until = Instant::now()
             .checked_add(timeout)
             .ok_or(ClientError::TimeoutTooLarge)?;
-        let mut stream = UnixStream::connect(socket).map_err(|error| ClientError::Connect {
+        let mut stream = dial(socket).map_err(|error| ClientError::Connect {
             socket: socket.to_path_buf(),
             error,
         })?;

@@ -295,6 +295,9 @@ pub struct DaemonLine {
     pub configured: bool,
     /// One entry per running process of it (one, normally).
     pub processes: Vec<Sandbox>,
+    /// loopd's session workers, each with the session it serves (none for the others).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<(String, Sandbox)>,
 }
 
 /// Every daemon of the layout, found by what started it ([`Target::pids`]). In a home that does
@@ -303,14 +306,22 @@ pub fn daemons(target: &dyn Target) -> Vec<DaemonLine> {
     let exists = std::fs::symlink_metadata(target.home()).is_ok();
     DAEMONS
         .iter()
-        .map(|d| DaemonLine {
-            name: d.name.to_string(),
-            configured: exists && target.has(d.name),
-            processes: target
-                .pids(d.name)
-                .into_iter()
-                .filter_map(procfs::sandbox)
-                .collect(),
+        .map(|d| {
+            let pids = target.pids(d.name);
+            let workers = if d.name == "loopd" {
+                pids.iter()
+                    .flat_map(|p| procfs::workers_of(*p))
+                    .filter_map(|(pid, session)| Some((session, procfs::sandbox(pid)?)))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            DaemonLine {
+                name: d.name.to_string(),
+                configured: exists && target.has(d.name),
+                processes: pids.into_iter().filter_map(procfs::sandbox).collect(),
+                workers,
+            }
         })
         .collect()
 }
@@ -345,17 +356,34 @@ pub fn confined_check(d: &DaemonLine) -> Option<Check> {
             )
         });
     }
+    let worker = |session: &str| format!("{}'s worker of session {session}", d.name);
     let bad: Vec<String> = d
         .processes
         .iter()
         .filter_map(|p| confinement_problem(&d.name, p))
+        .chain(
+            d.workers
+                .iter()
+                .filter_map(|(s, p)| confinement_problem(&worker(s), p)),
+        )
         .collect();
     let pids: Vec<String> = d.processes.iter().map(|p| p.pid.to_string()).collect();
+    let workers = match d.workers.len() {
+        0 => String::new(),
+        n => format!(
+            " and its {n} session worker(s), pid {}",
+            d.workers
+                .iter()
+                .map(|(_, p)| p.pid.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     Some(if bad.is_empty() {
         Check::ok(
             name,
             format!(
-                "pid {}: Seccomp 2, NoNewPrivs 1, no capabilities",
+                "pid {}{workers}: Seccomp 2, NoNewPrivs 1, no capabilities",
                 pids.join(", ")
             ),
         )
@@ -541,6 +569,7 @@ mod tests {
             name: "loopd".into(),
             configured: true,
             processes: Vec::new(),
+            workers: Vec::new(),
         };
         assert_eq!(
             confined_check(&d),

@@ -52,6 +52,11 @@ pub fn sandbox(pid: u32) -> Option<Sandbox> {
     })
 }
 
+/// loopd's session workers, each with the session it serves, by pid.
+pub fn workers_of(monitor: u32) -> Vec<(u32, String)> {
+    proc_status::children_running(monitor, "worker")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -291,7 +291,12 @@ pub fn render(s: &Status) -> String {
                 d.name
             ));
         }
-        for p in &d.processes {
+        let rows = d
+            .processes
+            .iter()
+            .map(|p| (d.name.clone(), p))
+            .chain(d.workers.iter().map(|(s, p)| (format!("  worker {s}"), p)));
+        for (name, p) in rows {
             let verdict = if health::confinement_problem(&d.name, p).is_none() {
                 "confined"
             } else {
@@ -299,7 +304,7 @@ pub fn render(s: &Status) -> String {
             };
             out.push_str(&format!(
                 "  {:<11} pid {}, uid {}, gid {}, {} threads: Seccomp {}, NoNewPrivs {}, capabilities {}: {verdict}\n",
-                d.name,
+                name,
                 p.pid,
                 p.uid,
                 p.gid,

@@ -389,6 +389,22 @@ impl<C: DaemonConfig> Start<C> {
         })
     }
 
+    /// Step 1 for a process its daemon started inside its own sandbox (loopd's session worker):
+    /// the configuration at `path`, and the identity it runs as, with nothing to look up.
+    pub fn load_within(spec: Spec, path: &Path) -> Result<Start<C>, StartError> {
+        let cfg: C = load(path).map_err(|error| StartError::Config {
+            anchor: spec.config_anchor,
+            error,
+        })?;
+        Ok(Start {
+            spec,
+            path: path.to_path_buf(),
+            cfg,
+            id: Identity::current(),
+            activated: None,
+        })
+    }
+
     /// The configuration.
     pub fn cfg(&self) -> &C {
         &self.cfg

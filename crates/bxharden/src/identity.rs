@@ -100,6 +100,16 @@ impl Identity {
 
     /// The owner to give sockets and their directories to: `Some` only when running as root
     /// with a drop due, since only then do they need a new owner before the drop.
+    /// The identity this process runs as, with no drop due: a process a daemon started inside
+    /// its own sandbox (loopd's session worker), which can look no user up and need not.
+    pub fn current() -> Identity {
+        Identity {
+            uid: Uid::effective().as_raw(),
+            gid: Gid::effective().as_raw(),
+            drops: false,
+        }
+    }
+
     pub fn owner(&self) -> Option<Owner> {
         self.drops.then_some(Owner {
             uid: self.uid,

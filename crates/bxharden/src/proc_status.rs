@@ -133,6 +133,48 @@ pub fn threads(pid: u32) -> io::Result<Vec<ThreadStatus>> {
     Ok(out)
 }
 
+/// The processes whose parent is `parent` and whose first argument is `command`, each with
+/// the value of its `--session` option: loopd's session workers (`loopd worker --session ID`),
+/// for `bxctl status`, the tests and the benchmarks alike. Sorted by pid.
+pub fn children_running(parent: u32, command: &str) -> Vec<(u32, String)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+            continue;
+        };
+        let ppid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        if ppid != Some(parent) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.get(1).map(String::as_str) != Some(command) {
+            continue;
+        }
+        let session = args
+            .iter()
+            .position(|a| a == "--session")
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_default();
+        out.push((pid, session));
+    }
+    out.sort_unstable();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

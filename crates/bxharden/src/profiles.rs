@@ -49,8 +49,13 @@ impl Arch {
 /// Which seccomp profile: one per daemon, with the variants its configuration selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SeccompProfile {
-    /// The agent loop: Unix sockets and its own files.
+    /// The agent loop's monitor: Unix sockets, its own files, and its session workers, each
+    /// started from its own binary ([`WORKER_PARENT`]), whose own sandbox it lets them enter.
     Loopd,
+    /// One session's worker, started by loopd's monitor: the server skeleton without `socket`,
+    /// `socketpair`, `connect` or `accept` ([`NO_SOCKETS`]); it reaches its peers only through
+    /// connections the monitor makes and hands it.
+    LoopWorker,
     /// The broker; with `run_tool`, it may also start the `run` tool's child (fork, `execve`,
     /// and the child's own `seccomp` and `landlock_*` before its `execve`).
     Brokerd {
@@ -78,8 +83,9 @@ pub enum SeccompProfile {
 
 impl SeccompProfile {
     /// Every profile, for the pin test and the proof matrix.
-    pub const ALL: [SeccompProfile; 9] = [
+    pub const ALL: [SeccompProfile; 10] = [
         SeccompProfile::Loopd,
+        SeccompProfile::LoopWorker,
         SeccompProfile::Brokerd { run_tool: false },
         SeccompProfile::Brokerd { run_tool: true },
         SeccompProfile::Gatewayd,
@@ -94,6 +100,7 @@ impl SeccompProfile {
     pub fn name(self) -> &'static str {
         match self {
             SeccompProfile::Loopd => "loopd",
+            SeccompProfile::LoopWorker => "loopd-worker",
             SeccompProfile::Brokerd { run_tool: false } => "brokerd",
             SeccompProfile::Brokerd { run_tool: true } => "brokerd+run",
             SeccompProfile::Gatewayd => "gatewayd",
@@ -136,8 +143,24 @@ impl SeccompProfile {
         )
     }
 
-    /// The socket families `socket` and `socketpair` accept.
+    /// Whether a daemon starts processes under it inside its own sandbox (loopd's session
+    /// worker): they drop nothing and look nothing up, holding what their daemon holds.
+    pub fn nested(self) -> bool {
+        self == SeccompProfile::LoopWorker
+    }
+
+    /// Whether it starts a program (`execve`), so what it starts maps code after its start:
+    /// brokerd with the `run` tool and the tool's child ([`Self::starts_programs`]), and loopd's
+    /// monitor, which starts its own binary as each session's worker.
+    pub fn execs(self) -> bool {
+        self.starts_programs() || self == SeccompProfile::Loopd
+    }
+
+    /// The socket families `socket` and `socketpair` accept: none for a session's worker.
     pub fn socket_families(self) -> Vec<(i32, &'static str)> {
+        if self == SeccompProfile::LoopWorker {
+            return Vec::new();
+        }
         let mut f = vec![(libc::AF_UNIX, "AF_UNIX")];
         if self.inet() {
             f.push((libc::AF_INET, "AF_INET"));
@@ -180,6 +203,18 @@ impl SeccompProfile {
         }
         if self == (SeccompProfile::Brokerd { run_tool: true }) {
             s.extend(RUN_PARENT);
+        }
+        if self == SeccompProfile::Loopd {
+            s.extend(WORKER_PARENT);
+            s.extend(match arch {
+                Arch::X86_64 => &["arch_prctl"][..],
+                Arch::Aarch64 => &[][..],
+            });
+        }
+        if self == SeccompProfile::LoopWorker {
+            for call in NO_SOCKETS {
+                s.remove(call);
+            }
         }
         s
     }
@@ -376,6 +411,27 @@ const RUN_PARENT: &[&str] = &[
     "setrlimit", // the program's limits, set on itself before execve
     "signalfd4", // the supervisor hears its program's end beside the stop pipe in one wait
 ];
+
+/// loopd's monitor, beyond the skeleton: start each session's worker from its own binary and
+/// end it. A worker passes this list as well as its own until its own sandbox closes, so it
+/// holds what the worker calls from `execve` to there: the loader (`arch_prctl` on x86_64, and
+/// `mmap(PROT_EXEC)`, which the monitor is not refused, [`SeccompProfile::execs`]), and the
+/// worker's own Landlock and seccomp. `prctl` only for `PR_SET_NO_NEW_PRIVS` and
+/// `PR_SET_DUMPABLE` besides a thread's name ([`crate::seccomp::conditional`]).
+const WORKER_PARENT: &[&str] = &[
+    "execve",                  // std's Command: the worker becomes loopd's own binary
+    "wait4",                   // the monitor reaps a worker that ended
+    "kill",                    // a worker ended (SIGKILL); Landlock scopes signals to its domain
+    "seccomp",                 // the worker's own filter, installed at its start
+    "landlock_create_ruleset", // the worker's own Landlock domain: its ruleset,
+    "landlock_add_rule",       // its own directory and its configuration,
+    "landlock_restrict_self",  // entered at its start
+];
+
+/// What a session's worker may not call of the skeleton: it makes no socket and connects to
+/// none (its peers' connections come from the monitor, `SCM_RIGHTS` on its channel), and
+/// serves no listening socket.
+const NO_SOCKETS: &[&str] = &["accept", "accept4", "connect"];
 
 /// An ordinary program under the `run` tool (a shell utility, an interpreter).
 ///

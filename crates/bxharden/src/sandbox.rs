@@ -98,6 +98,30 @@ impl Profile {
         }
     }
 
+    /// Allow reading (and executing) this process's own code again: every file it has mapped
+    /// executable now (its binary, its loader, its libraries, from `/proc/self/maps`) and the
+    /// loader's cache. For a daemon that starts its own binary (loopd's monitor, each session's
+    /// worker): the loader of the new image opens them again under the daemon's domain. Off
+    /// NixOS they are outside `/nix/store`, in the system's library directories, which no
+    /// profile holds otherwise.
+    pub fn own_code(mut self) -> Profile {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+        for line in maps.lines() {
+            let mut fields = line.split_whitespace();
+            let perms = fields.nth(1).unwrap_or("");
+            let Some(path) = fields.nth(3) else { continue };
+            let path = PathBuf::from(path);
+            if perms.contains('x') && path.is_absolute() && !self.read_only.contains(&path) {
+                self.read_only.push(path);
+            }
+        }
+        let cache = PathBuf::from("/etc/ld.so.cache");
+        if cache.exists() {
+            self.read_only.push(cache);
+        }
+        self
+    }
+
     /// Allow reading, writing, creating and removing beneath `path` (it must exist).
     pub fn read_write(mut self, path: impl Into<PathBuf>) -> Profile {
         self.read_write.push(path.into());
@@ -264,7 +288,11 @@ fn skipped(what: &str) {
 /// privilege drop is an error either way.
 pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxError> {
     threads::alone().map_err(|why| SandboxError::Threads(format!("apply: {why}")))?;
-    let id = Identity::resolve(cfg).map_err(SandboxError::Lookup)?;
+    let id = if profile.seccomp.nested() {
+        Identity::current()
+    } else {
+        Identity::resolve(cfg).map_err(SandboxError::Lookup)?
+    };
     if let Err(e) = crate::notify::prepare() {
         tracing::warn!(
             "{}: NOTIFY_SOCKET cannot be reached: {e}",
@@ -273,8 +301,10 @@ pub fn apply(cfg: &SandboxConfig, profile: &Profile) -> Result<Report, SandboxEr
     }
     let euid = Uid::effective().as_raw();
 
-    // 1. Privileges.
-    if id.drops {
+    // 1. Privileges: none to drop in a session's worker, which its monitor started after its
+    // own drop, holding what the monitor holds and no more (no new privileges).
+    if profile.seccomp.nested() {
+    } else if id.drops {
         privdrop::drop_to(&id).map_err(SandboxError::Drop)?;
     } else {
         if euid == 0 {

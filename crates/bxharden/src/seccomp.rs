@@ -110,7 +110,7 @@ fn refused_rules(profile: SeccompProfile) -> Vec<String> {
         return vec!["{\"syscall\":\"socket\"}".to_owned()];
     }
     let mut rules = Vec::new();
-    if !profile.starts_programs() {
+    if !profile.execs() {
         let exec = libc::PROT_EXEC as u32;
         for call in ["mmap", "mprotect"] {
             rules.push(format!(
@@ -220,6 +220,22 @@ pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
         out.push(cond("socketpair", 0, family as u64, name));
     }
     out.push(cond("prctl", 0, libc::PR_SET_NAME as u64, "PR_SET_NAME"));
+    if profile == SeccompProfile::Loopd {
+        // A worker at its start, under the monitor's list: no new privileges before its
+        // Landlock, and not dumpable.
+        out.push(cond(
+            "prctl",
+            0,
+            libc::PR_SET_NO_NEW_PRIVS as u64,
+            "PR_SET_NO_NEW_PRIVS",
+        ));
+        out.push(cond(
+            "prctl",
+            0,
+            libc::PR_SET_DUMPABLE as u64,
+            "PR_SET_DUMPABLE",
+        ));
+    }
     out.push(cond("prctl", 0, libc::PR_GET_NAME as u64, "PR_GET_NAME"));
     for (request, name) in IOCTLS {
         out.push(cond("ioctl", 1, request, name));
@@ -247,7 +263,7 @@ pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
     if profile == SeccompProfile::RunChild {
         out.push("socket(any family) -> EACCES".to_owned());
     }
-    if !profile.starts_programs() {
+    if !profile.execs() {
         out.push("mmap/mprotect(PROT_EXEC) -> EACCES".to_owned());
     }
     if profile.inet_stream_only() {

@@ -69,20 +69,28 @@ fn no_list_has_a_forbidden_call() {
             for name in NEVER {
                 assert!(!list.contains(name), "{profile} on {}: {name}", arch.name());
             }
-            let starts_programs = matches!(
+            // loopd's monitor starts its own binary as each session's worker.
+            let execs = matches!(
                 profile,
-                SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::RunChild
+                SeccompProfile::Brokerd { run_tool: true }
+                    | SeccompProfile::RunChild
+                    | SeccompProfile::Loopd
             );
+            assert_eq!(profile.execs(), execs, "{profile}");
             for name in ["execve", "execveat"] {
                 assert_eq!(
                     list.contains(name),
-                    starts_programs && name == "execve",
+                    execs && name == "execve",
                     "{profile} on {}: {name}",
                     arch.name()
                 );
             }
-            // Only brokerd with the run tool installs a sandbox after its own (its child's).
-            let installs = profile == SeccompProfile::Brokerd { run_tool: true };
+            // Only brokerd with the run tool and loopd's monitor install a sandbox after their
+            // own: the run tool's child's, and each worker's, which passes the monitor's list.
+            let installs = matches!(
+                profile,
+                SeccompProfile::Brokerd { run_tool: true } | SeccompProfile::Loopd
+            );
             for name in [
                 "seccomp",
                 "landlock_create_ruleset",
@@ -101,6 +109,38 @@ fn no_list_has_a_forbidden_call() {
             );
             assert!(!list.contains("socket"), "{profile}: socket only by family");
         }
+    }
+}
+
+#[test]
+fn a_session_worker_makes_no_socket_and_connects_to_none() {
+    for arch in Arch::ALL {
+        let list = SeccompProfile::LoopWorker.syscalls(arch);
+        for name in [
+            "socket",
+            "socketpair",
+            "connect",
+            "accept",
+            "accept4",
+            "bind",
+            "listen",
+        ] {
+            assert!(!list.contains(name), "{}: {name}", arch.name());
+        }
+        let d = describe(SeccompProfile::LoopWorker, arch);
+        assert!(
+            !d.iter().any(|l| l.starts_with("socket")),
+            "{}: {d:?}",
+            arch.name()
+        );
+        assert!(d.contains(&"mmap/mprotect(PROT_EXEC) -> EACCES".to_owned()));
+        for name in ["recvmsg", "sendmsg"] {
+            assert!(list.contains(name), "its channel, with SCM_RIGHTS: {name}");
+        }
+        // Filters stack: what a worker calls passes the monitor's list too.
+        let monitor = SeccompProfile::Loopd.syscalls(arch);
+        let missing: Vec<_> = list.difference(&monitor).collect();
+        assert!(missing.is_empty(), "{}: {missing:?}", arch.name());
     }
 }
 
@@ -136,6 +176,11 @@ fn a_call_that_takes_a_pid_is_allowed_on_the_caller_only() {
             let plain = profile.syscalls(arch);
             let pid_calls = profile.pid_calls();
             for name in TAKES_A_PID.iter().chain(pid_calls.iter()) {
+                // loopd's monitor ends its workers with SIGKILL: Landlock scopes its signals to
+                // its own domain, which holds its workers and nothing else of loopd's user.
+                if profile == SeccompProfile::Loopd && *name == "kill" {
+                    continue;
+                }
                 assert!(
                     !plain.contains(name),
                     "{profile} on {}: {name} with any pid",
@@ -162,7 +207,12 @@ fn a_call_that_takes_a_pid_is_allowed_on_the_caller_only() {
             }
             for name in TAKES_A_PID {
                 let on = d.iter().any(|l| l.split('(').next() == Some(name));
-                assert_eq!(on, pid_calls.contains(name), "{profile}: {name}");
+                let monitor_kill = profile == SeccompProfile::Loopd && name == "kill";
+                assert_eq!(
+                    on,
+                    pid_calls.contains(name) || monitor_kill,
+                    "{profile}: {name}"
+                );
             }
         }
         for name in ["tgkill", "prlimit64"] {
@@ -214,7 +264,11 @@ fn only_network_profiles_open_inet_sockets() {
             profile.inet(),
             "{profile}"
         );
-        assert!(d.contains(&"socket(AF_UNIX)".to_owned()), "{profile}");
+        assert_eq!(
+            d.contains(&"socket(AF_UNIX)".to_owned()),
+            profile != SeccompProfile::LoopWorker,
+            "{profile}"
+        );
     }
     assert!(SeccompProfile::Gatewayd.inet());
     assert!(SeccompProfile::Inferproxy.inet());

@@ -147,8 +147,13 @@ fn turn_overhead(place: &str, home: tempfile::TempDir) {
         bxharden::serve::Limits::of(&bxcore::layout::LOOP),
     );
     std::thread::spawn(move || {
-        bxharden::serve::accept_here(served, move |s, id, r| {
-            loopd::channel::handle(s, id, r, &ctx)
+        // The turn as a worker serves it, in this process (the worker's start is `make
+        // bench`'s devbox `workers` row).
+        bxharden::serve::accept_here(served, move |s, id, r| match r {
+            bxcore::layout::LoopRequest::Turn(turn) => {
+                loopd::channel::serve_turn(s, id, turn, None, &ctx, None)
+            }
+            bxcore::layout::LoopRequest::Health => {}
         })
     });
     // Each turn starts its own session, so every turn does the same work (a resumed session

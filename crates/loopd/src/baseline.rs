@@ -55,14 +55,37 @@ impl Anchored for BaselineError {
     }
 }
 
-impl Baseline {
-    /// The box's part `about`, then `<loop_dir>/system.md` and `<loop_dir>/memory/core.md`.
-    pub fn assemble(loop_dir: &Path, about: &str) -> Result<Baseline, BaselineError> {
+/// The owner's part of a new session's baseline: `system.md` and `memory/core.md` as they are
+/// when the session's worker starts. loopd's monitor reads them, so a worker reaches no file of
+/// loopd's directory but its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    pub system: String,
+    pub core: String,
+}
+
+impl Owner {
+    /// `<loop_dir>/system.md` and `<loop_dir>/memory/core.md`; an absent file is empty.
+    pub fn read(loop_dir: &Path) -> Result<Owner, BaselineError> {
         let system_path = loop_dir.join("system.md");
         let core_path = loop_dir.join("memory").join("core.md");
         let system =
             read_optional(&system_path).map_err(|e| BaselineError::Read(system_path, e))?;
         let core = read_optional(&core_path).map_err(|e| BaselineError::Core(core_path, e))?;
+        Ok(Owner { system, core })
+    }
+}
+
+impl Baseline {
+    /// The box's part `about`, then `<loop_dir>/system.md` and `<loop_dir>/memory/core.md`.
+    pub fn assemble(loop_dir: &Path, about: &str) -> Result<Baseline, BaselineError> {
+        Ok(Baseline::compose(&Owner::read(loop_dir)?, about))
+    }
+
+    /// The box's part `about`, then the owner's.
+    pub fn compose(owner: &Owner, about: &str) -> Baseline {
+        let (system, core) = (&owner.system, &owner.core);
         let mut text = about.trim_end().to_string();
         if !system.trim().is_empty() {
             if !text.is_empty() {
@@ -80,7 +103,7 @@ impl Baseline {
             text.push_str("\n\n");
             text.push_str(core.trim_end());
         }
-        Ok(Baseline { system: text })
+        Baseline { system: text }
     }
 }
 

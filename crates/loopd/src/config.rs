@@ -37,6 +37,9 @@ pub struct Config {
     /// The channel daemon's turns on bridge.sock (`docs/channels.md`).
     #[serde(default)]
     pub bridge: Bridge,
+    /// The session workers: how many may run, and how long one idles before it ends.
+    #[serde(default)]
+    pub workers: Workers,
     /// Who may connect to loop.sock (`"loop.sock" = [...]`); default: loopd's own uid.
     #[serde(default)]
     pub peers: Peers,
@@ -180,6 +183,31 @@ impl Default for Bridge {
     }
 }
 
+/// `[workers]`: one process per live session (`crate::monitor`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Workers {
+    /// The most session workers running at once. A new session's turn past it ends the worker
+    /// idle longest; with none idle, the turn is refused (`loopd-workers-full`).
+    pub max: usize,
+    /// How long a worker with no turn to serve and nothing in its outbox runs before it ends.
+    pub idle_seconds: u64,
+}
+
+/// The largest `[workers] max`.
+pub const MAX_WORKERS: usize = 256;
+/// The longest `[workers] idle_seconds`: a day.
+pub const MAX_IDLE_SECONDS: u64 = 24 * 60 * 60;
+
+impl Default for Workers {
+    fn default() -> Workers {
+        Workers {
+            max: 16,
+            idle_seconds: 300,
+        }
+    }
+}
+
 pub use bxharden::daemon::ConfigError;
 
 impl bxharden::daemon::DaemonConfig for Config {
@@ -236,6 +264,18 @@ impl Config {
                 ));
             }
         }
+        if self.workers.max == 0 || self.workers.max > MAX_WORKERS {
+            return Err(format!(
+                "[workers] max = {} is not between 1 and {MAX_WORKERS}",
+                self.workers.max
+            ));
+        }
+        if self.workers.idle_seconds == 0 || self.workers.idle_seconds > MAX_IDLE_SECONDS {
+            return Err(format!(
+                "[workers] idle_seconds = {} is not between 1 and {MAX_IDLE_SECONDS}",
+                self.workers.idle_seconds
+            ));
+        }
         let max = self.memory.max_outbox;
         if max == 0 || max > MAX_OUTBOX {
             return Err(format!(
@@ -265,7 +305,19 @@ impl Config {
         self.loop_dir().join("sessions")
     }
 
-    /// `<home>/loop/outbox`.
+    /// `<home>/loop/workers`.
+    pub fn workers_dir(&self) -> PathBuf {
+        self.loop_dir().join("workers")
+    }
+
+    /// `<home>/loop/workers/<session>`: the one directory a session's worker may write, holding
+    /// its memory outbox.
+    pub fn worker_dir(&self, session: &bxcore::SessionId) -> PathBuf {
+        self.workers_dir().join(session.as_str())
+    }
+
+    /// `<home>/loop/outbox`: the turns finished before loopd ran a worker per session, sent by
+    /// the monitor until it is empty.
     pub fn outbox_dir(&self) -> PathBuf {
         self.loop_dir().join("outbox")
     }

@@ -25,13 +25,24 @@ use crate::tools::{Registry, ToolPort};
 pub use crate::broker_port::BROKER_ANCHOR;
 /// The runbook entry of a configuration loopd refuses.
 pub const CONFIG_ANCHOR: &str = "loopd-config-refused";
+
+/// loopd's name, version and configuration anchor, for its monitor and its workers alike.
+pub const SPEC: bxharden::daemon::Spec = bxharden::daemon::Spec {
+    daemon: bxharden::Daemon {
+        name: "loopd",
+        version: env!("CARGO_PKG_VERSION"),
+    },
+    config_anchor: CONFIG_ANCHOR,
+};
 /// The runbook entry of a failed `check` or `selftest`.
 pub const SELFTEST_ANCHOR: &str = "loopd-selftest-failed";
 
 /// How long `selftest` waits for each socket.
 pub const SELFTEST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The memory outbox, opened (made) when `[memory] socket` is set.
+/// The outbox of turns finished before loopd ran a worker per session, opened (made) when
+/// `[memory] socket` is set: the monitor sends what it holds ([`send_left`]). Each worker has
+/// its own outbox now (`crate::worker`).
 pub fn open_outbox(cfg: &Config) -> Result<Option<Arc<Outbox>>, StartError> {
     if cfg.memory.socket.is_none() {
         return Ok(None);
@@ -48,9 +59,10 @@ pub fn open_outbox(cfg: &Config) -> Result<Option<Arc<Outbox>>, StartError> {
     Ok(Some(Arc::new(outbox)))
 }
 
-/// The directories loopd owns: its own, the sessions', and the outbox's when memory is on.
+/// The directories loopd owns: its own, the sessions', the workers', and the outbox's when
+/// memory is on.
 pub fn own_dirs(cfg: &Config) -> Vec<PathBuf> {
-    let mut dirs = vec![cfg.loop_dir(), cfg.sessions_dir()];
+    let mut dirs = vec![cfg.loop_dir(), cfg.sessions_dir(), cfg.workers_dir()];
     if cfg.memory.socket.is_some() {
         dirs.push(cfg.outbox_dir());
     }
@@ -72,8 +84,21 @@ pub fn describe(cfg: &Config) -> String {
     )
 }
 
-/// Everything a turn needs, inside the sandbox: the broker port (or none, said once), the
-/// inference client, the outbox and its sender thread, recall.
+/// The monitor's sender of the turns left in the outbox from before a worker per session.
+pub fn send_left(
+    cfg: &Config,
+    outbox: Option<Arc<Outbox>>,
+    running: &Running,
+) -> Result<(), StartError> {
+    if let (Some(outbox), Some(socket)) = (outbox, cfg.memory.socket.clone()) {
+        let timeout = cfg.memory_timeout();
+        running.thread("memory-outbox", move || outbox.run_sender(&socket, timeout))?;
+    }
+    Ok(())
+}
+
+/// Everything a worker's turns need, inside its sandbox: the broker port (or none, said once),
+/// the inference client, the outbox and its sender thread, recall.
 pub fn context(
     cfg: Config,
     outbox: Option<Arc<Outbox>>,
@@ -117,7 +142,14 @@ pub fn context(
 /// What loopd may touch: its own directory read-write, the client socket directories that exist,
 /// its configuration read-only.
 pub fn profile(cfg: &Config, config: &Path) -> Profile {
-    let mut p = Profile::new(SeccompProfile::Loopd).read_write(cfg.loop_dir());
+    // The monitor's own list holds what each worker it starts calls before its own sandbox.
+    // `/proc` read-only: a worker checks its own threads and descriptors there before its own
+    // sandbox closes, under this domain, and no rule can name a process's own entry before the
+    // process exists.
+    let mut p = Profile::new(SeccompProfile::Loopd)
+        .own_code()
+        .read_only("/proc")
+        .read_write(cfg.loop_dir());
     let mut dirs: Vec<PathBuf> = Vec::new();
     for socket in [
         Some(&cfg.inference.socket),

@@ -145,34 +145,72 @@ pub fn log_path(dir: &Path, id: &SessionId) -> PathBuf {
     dir.join(format!("{id}.jsonl"))
 }
 
-/// Whether the session's log certainly does not exist. Any other error than "not found" says
-/// no: `Session::open` reports it.
-pub fn absent(dir: &Path, id: &SessionId) -> bool {
-    matches!(std::fs::symlink_metadata(log_path(dir, id)), Err(e) if e.kind() == io::ErrorKind::NotFound)
+/// The session's log as loopd's monitor opens it for the session's worker, which can open no
+/// file in the sessions' directory itself. With `create` it is made (0600, its directory
+/// fsync'd) when absent; without, it must exist. An empty log is a session not begun: its
+/// start record was never written, or was taken back.
+pub fn open_log(dir: &Path, id: &SessionId, create: bool) -> Result<File, SessionError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = log_path(dir, id);
+    let io = |e| SessionError::Io(path.clone(), e);
+    let mut how = OpenOptions::new();
+    how.read(true).append(true).mode(0o600);
+    if create {
+        match how.clone().create_new(true).open(&path) {
+            Ok(f) => {
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| SessionError::Io(dir.to_path_buf(), e))?;
+                return Ok(f);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
+        }
+    }
+    match how.open(&path) {
+        Ok(f) => Ok(f),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(SessionError::NotFound(id.clone())),
+        Err(e) => Err(io(e)),
+    }
+}
+
+/// Whether the log holds the session's start: a log that does not is no session yet.
+pub fn begun(file: &File, path: &Path) -> Result<bool, SessionError> {
+    file.metadata()
+        .map(|m| m.len() > 0)
+        .map_err(|e| SessionError::Io(path.to_path_buf(), e))
 }
 
 impl Session {
-    /// Create the session's log with `O_EXCL` and write its first record, fsync'd with its
-    /// directory.
+    /// Create the session in `dir`: [`open_log`], then [`Session::begin`].
     pub fn create(
         dir: &Path,
         id: &SessionId,
         slot: &str,
         system: &str,
     ) -> Result<Session, SessionError> {
-        let path = log_path(dir, id);
-        let file = match OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(SessionError::Exists(id.clone()));
-            }
-            Err(e) => return Err(SessionError::Io(path, e)),
-        };
+        let file = open_log(dir, id, true)?;
+        Session::begin(file, log_path(dir, id), id, slot, system)
+    }
+
+    /// Open the session in `dir`: [`open_log`], then [`Session::resume`].
+    pub fn open(dir: &Path, id: &SessionId, log: &dyn Fn(&str)) -> Result<Session, SessionError> {
+        let file = open_log(dir, id, false)?;
+        Session::resume(file, log_path(dir, id), id, log)
+    }
+
+    /// Begin the session in its empty log `file` (at `path`): its first record, fsync'd. A log
+    /// that holds a session already is `Exists`.
+    pub fn begin(
+        file: File,
+        path: PathBuf,
+        id: &SessionId,
+        slot: &str,
+        system: &str,
+    ) -> Result<Session, SessionError> {
+        if begun(&file, &path)? {
+            return Err(SessionError::Exists(id.clone()));
+        }
         let mut s = Session {
             id: id.clone(),
             path,
@@ -196,30 +234,30 @@ impl Session {
             })
             .and_then(|()| s.sync());
         if let Err(e) = started {
-            // A log without its start record could never be opened: take it back, so the
-            // session can be created again once the fault is fixed.
-            let _ = std::fs::remove_file(&s.path);
+            // A log without its whole start record could never be opened: take it back to
+            // empty, so the session can be begun again once the fault is fixed.
+            let _ = s.file.set_len(0);
             return Err(e);
         }
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| SessionError::Io(dir.to_path_buf(), e))?;
         Ok(s)
     }
 
-    /// Open an existing session's log and read it whole. A torn last line is cut off and `log`
-    /// is told once; any other damage is `SessionError::Torn`.
-    pub fn open(dir: &Path, id: &SessionId, log: &dyn Fn(&str)) -> Result<Session, SessionError> {
-        let path = log_path(dir, id);
-        let mut file = match OpenOptions::new().read(true).append(true).open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(SessionError::NotFound(id.clone()));
-            }
-            Err(e) => return Err(SessionError::Io(path, e)),
-        };
+    /// Read the session's log `file` (at `path`) whole, from its start. A torn last line is cut
+    /// off and `log` is told once; any other damage is `SessionError::Torn`; an empty log is
+    /// `NotFound`.
+    pub fn resume(
+        mut file: File,
+        path: PathBuf,
+        id: &SessionId,
+        log: &dyn Fn(&str),
+    ) -> Result<Session, SessionError> {
+        use std::io::Seek;
+        if !begun(&file, &path)? {
+            return Err(SessionError::NotFound(id.clone()));
+        }
         let mut data = Vec::new();
-        file.read_to_end(&mut data)
+        file.seek(io::SeekFrom::Start(0))
+            .and_then(|_| file.read_to_end(&mut data))
             .map_err(|e| SessionError::Io(path.clone(), e))?;
         let whole = match data.iter().rposition(|&b| b == b'\n') {
             Some(i) => i + 1,

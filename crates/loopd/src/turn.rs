@@ -77,6 +77,15 @@ pub enum TurnError {
     /// call), since the model would be offered none of the owner's tools.
     #[error("the tool broker is unavailable ({0}); the turn did not start")]
     Broker(String),
+    /// Every worker loopd may run is serving a turn: the turn did not start.
+    #[error(
+        "loopd is running a turn in each of the {0} sessions it may run at once ([workers] max); \
+         this turn did not start: send it again when one of them ends"
+    )]
+    WorkersFull(usize),
+    /// The session's worker could not be started or reached: the turn did not start.
+    #[error("the session's worker could not be started or reached ({0}); the turn did not start")]
+    Worker(String),
     /// The channel's message was a turn of this session already: it is not run again.
     #[error(
         "the channel's message {0} was a turn of this session already (the channel handed it off \
@@ -110,6 +119,8 @@ impl TurnError {
             TurnError::Cancelled => ErrorCode::Cancelled,
             TurnError::Broker(_) => ErrorCode::Unavailable,
             TurnError::Repeated(_) => ErrorCode::TurnRepeated,
+            TurnError::WorkersFull(_) => ErrorCode::Unavailable,
+            TurnError::Worker(_) => ErrorCode::Internal,
         }
     }
 
@@ -126,6 +137,8 @@ impl TurnError {
             TurnError::Cancelled => None,
             TurnError::Broker(_) => Some(crate::broker_port::BROKER_ANCHOR),
             TurnError::Repeated(_) => Some(REPEATED_ANCHOR),
+            TurnError::WorkersFull(_) => Some(crate::monitor::WORKERS_FULL_ANCHOR),
+            TurnError::Worker(_) => Some(crate::monitor::WORKER_ANCHOR),
         }
     }
 
@@ -139,6 +152,8 @@ impl TurnError {
                 | TurnError::Broker(_)
                 | TurnError::Session(SessionError::Torn { .. } | SessionError::Io(..))
                 | TurnError::Repeated(_)
+                | TurnError::WorkersFull(_)
+                | TurnError::Worker(_)
         )
     }
 

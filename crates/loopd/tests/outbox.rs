@@ -134,18 +134,24 @@ fn memoryd_absent_then_present_gets_every_turn_once_in_order() {
             last_msg(&frames)
         );
     }
-    let outbox = home.path().join("loop/outbox");
+    // Each session's worker keeps its own outbox, in its own directory.
     let waiting = || {
-        std::fs::read_dir(&outbox)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
+        ["m1", "m2"]
+            .iter()
+            .map(|s| {
+                let outbox = home.path().join(format!("loop/workers/{s}/outbox"));
+                std::fs::read_dir(&outbox)
                     .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".json")
+                    .filter(|e| {
+                        e.as_ref()
+                            .unwrap()
+                            .file_name()
+                            .to_string_lossy()
+                            .ends_with(".json")
+                    })
+                    .count()
             })
-            .count()
+            .sum::<usize>()
     };
     assert_eq!(waiting(), 4);
     wait_until("the outage line", || {
@@ -166,15 +172,20 @@ fn memoryd_absent_then_present_gets_every_turn_once_in_order() {
             (r.session.to_string(), r.turn, first)
         })
         .collect();
+    // In order within each session; the two sessions' workers send side by side.
+    let of = |s: &str| -> Vec<(String, u64, String)> {
+        filed.iter().filter(|f| f.0 == s).cloned().collect()
+    };
+    assert_eq!(filed.len(), 4, "{filed:?}");
     assert_eq!(
-        filed,
+        of("m1"),
         vec![
             ("m1".to_string(), 1, "text 0".to_string()),
-            ("m2".to_string(), 1, "text 1".to_string()),
             ("m1".to_string(), 2, "text 2".to_string()),
             ("m1".to_string(), 3, "text 3".to_string()),
         ]
     );
+    assert_eq!(of("m2"), vec![("m2".to_string(), 1, "text 1".to_string())]);
     // The next turn goes straight through.
     let frames = turn(&d.socket, 9, "m2", true, "later");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
@@ -184,8 +195,8 @@ fn memoryd_absent_then_present_gets_every_turn_once_in_order() {
         d.log_text()
             .matches("see docs/runbook.md#memory-unavailable")
             .count(),
-        1,
-        "one line per outage"
+        2,
+        "one line per outage in each session's worker that had a turn to send"
     );
 }
 

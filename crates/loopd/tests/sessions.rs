@@ -187,8 +187,13 @@ fn damage_in_the_middle_is_refused_with_its_path_and_line() {
 #[test]
 fn a_log_that_does_not_start_with_its_start_record_is_refused() {
     let dir = tempfile::tempdir().unwrap();
+    // An empty log is a session never begun (loopd's monitor makes a new session's log before
+    // its worker writes the start record): there is no such session, and it can be begun.
+    std::fs::write(dir.path().join("empty.jsonl"), "").unwrap();
+    let e = Session::open(dir.path(), &sid("empty"), &quiet).unwrap_err();
+    assert!(matches!(e, SessionError::NotFound(_)), "{e}");
+    new_session(dir.path(), "empty");
     for (name, text) in [
-        ("empty", String::new()),
         (
             "nostart",
             "{\"type\":\"user\",\"turn\":1,\"text\":\"x\"}\n".to_string(),

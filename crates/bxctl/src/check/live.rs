@@ -39,33 +39,44 @@ pub fn active(unit: &str) -> Result<String, String> {
     }
 }
 
-/// Every thread of the daemon's main process: `Seccomp: 2`, `NoNewPrivs: 1`, every capability
-/// set empty, and the daemon's own uid and gid, never root.
+/// Every thread of the daemon's main process, and of each of loopd's session workers:
+/// `Seccomp: 2`, `NoNewPrivs: 1`, every capability set empty, and the daemon's own uid and gid,
+/// never root.
 pub fn sandbox(s: &Service) -> Result<String, String> {
     let ids = resolve(&s.user, &s.group)?;
     if ids.uid == 0 {
         return Err(format!("its user {} is root", s.user));
     }
     let pid = main_pid(&s.unit)?;
-    let threads = match proc_status::threads(pid) {
-        Ok(t) if !t.is_empty() => t,
-        Ok(_) => return Err(format!("pid {pid} has no threads")),
-        Err(e) => return Err(format!("cannot read /proc/{pid}/task: {e}")),
-    };
-    let problems: Vec<String> = threads
-        .iter()
-        .flat_map(|t| {
+    let workers = crate::procfs::workers_of(pid);
+    let mut problems = Vec::new();
+    let mut threads = 0;
+    for (p, what) in std::iter::once((pid, String::new())).chain(
+        workers
+            .iter()
+            .map(|(w, session)| (*w, format!("worker of session {session}, "))),
+    ) {
+        let ts = match proc_status::threads(p) {
+            Ok(t) if !t.is_empty() => t,
+            Ok(_) => return Err(format!("{what}pid {p} has no threads")),
+            Err(e) => return Err(format!("{what}cannot read /proc/{p}/task: {e}")),
+        };
+        threads += ts.len();
+        problems.extend(ts.iter().flat_map(|t| {
+            let what = what.clone();
             t.problems(ids.uid, ids.gid)
                 .into_iter()
-                .map(move |p| format!("thread {}: {p}", t.tid))
-        })
-        .collect();
+                .map(move |why| format!("{what}thread {}: {why}", t.tid))
+        }));
+    }
+    let workers = match workers.len() {
+        0 => String::new(),
+        n => format!(" and its {n} session worker(s)"),
+    };
     if problems.is_empty() {
         Ok(format!(
-            "pid {pid}, {} threads, each uid {} ({}): Seccomp 2, NoNewPrivs 1, no capabilities",
-            threads.len(),
-            ids.uid,
-            s.user
+            "pid {pid}{workers}, {threads} threads, each uid {} ({}): Seccomp 2, NoNewPrivs 1, no capabilities",
+            ids.uid, s.user
         ))
     } else {
         Err(problems.join("; "))

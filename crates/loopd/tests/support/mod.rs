@@ -116,7 +116,8 @@ pub fn sock(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// Serve loop.sock on `listener` in this process, through the one accept path every daemon uses
-/// (`bxharden::serve`), with `limits`, for this user only.
+/// (`bxharden::serve`), with `limits`, for this user only: every session's turns served here,
+/// as one worker serves its one session's.
 pub fn serve_turns(
     listener: std::os::unix::net::UnixListener,
     ctx: std::sync::Arc<loopd::channel::Context>,
@@ -126,8 +127,14 @@ pub fn serve_turns(
     let policy = bxharden::PeerPolicy::own(&LOOP.file());
     let socket = bxharden::serve::Socket::<LoopRequest>::new(listener, policy, limits);
     std::thread::spawn(move || {
-        bxharden::serve::accept_here(socket, move |stream, id, request| {
-            loopd::channel::handle(stream, id, request, &ctx)
+        bxharden::serve::accept_here(socket, move |mut stream, id, request| match request {
+            LoopRequest::Turn(turn) => {
+                loopd::channel::serve_turn(stream, id, turn, None, &ctx, None)
+            }
+            LoopRequest::Health => {
+                let report = Message::HealthReport(loopd::health::report(&ctx.cfg));
+                let _ = bxharden::serve::send(&mut stream, id, true, report);
+            }
         })
     });
 }
