@@ -374,10 +374,15 @@ fn status_and_its_confined_check_show_each_session_s_worker_as_loopd_s_user() {
         .find(|x| x["name"] == "loopd")
         .unwrap();
     let (name, uid, _) = b.user("loopd").unwrap();
-    let workers = loopd["workers"].as_array().expect("loopd's workers are listed");
+    let workers = loopd["workers"]
+        .as_array()
+        .expect("loopd's workers are listed");
     let sessions: Vec<&str> = workers.iter().map(|w| w[0].as_str().unwrap()).collect();
     assert_eq!(sessions.len(), 2, "{loopd}");
-    assert!(sessions.contains(&"w1") && sessions.contains(&"w2"), "{loopd}");
+    assert!(
+        sessions.contains(&"w1") && sessions.contains(&"w2"),
+        "{loopd}"
+    );
     for w in workers {
         assert_eq!(w[1]["uid"], uid, "a worker runs as {name}: {w}");
         assert_eq!(w[1]["seccomp"], 2, "{w}");
