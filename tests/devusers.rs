@@ -377,17 +377,20 @@ fn status_and_its_confined_check_show_each_session_s_worker_as_loopd_s_user() {
     let workers = loopd["workers"]
         .as_array()
         .expect("loopd's workers are listed");
-    let sessions: Vec<&str> = workers.iter().map(|w| w[0].as_str().unwrap()).collect();
+    let sessions: Vec<&str> = workers
+        .iter()
+        .map(|w| w["session"].as_str().unwrap())
+        .collect();
     assert_eq!(sessions.len(), 2, "{loopd}");
     assert!(
         sessions.contains(&"w1") && sessions.contains(&"w2"),
         "{loopd}"
     );
     for w in workers {
-        assert_eq!(w[1]["uid"], uid, "a worker runs as {name}: {w}");
-        assert_eq!(w[1]["seccomp"], 2, "{w}");
-        assert_eq!(w[1]["no_new_privs"], true, "{w}");
-        assert_eq!(w[1]["no_capabilities"], true, "{w}");
+        assert_eq!(w["uid"], uid, "a worker runs as {name}: {w}");
+        assert_eq!(w["seccomp"], 2, "{w}");
+        assert_eq!(w["no_new_privs"], true, "{w}");
+        assert_eq!(w["no_capabilities"], true, "{w}");
     }
     let text = b.bxctl(&["status"]);
     let out = String::from_utf8_lossy(&text.stdout);

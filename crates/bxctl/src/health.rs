@@ -297,7 +297,15 @@ pub struct DaemonLine {
     pub processes: Vec<Sandbox>,
     /// loopd's session workers, each with the session it serves (none for the others).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub workers: Vec<(String, Sandbox)>,
+    pub workers: Vec<WorkerLine>,
+}
+
+/// One of loopd's session workers: the session it serves, and its sandbox.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerLine {
+    pub session: String,
+    #[serde(flatten)]
+    pub process: Sandbox,
 }
 
 /// Every daemon of the layout, found by what started it ([`Target::pids`]). In a home that does
@@ -311,7 +319,12 @@ pub fn daemons(target: &dyn Target) -> Vec<DaemonLine> {
             let workers = if d.name == "loopd" {
                 pids.iter()
                     .flat_map(|p| procfs::workers_of(*p))
-                    .filter_map(|(pid, session)| Some((session, procfs::sandbox(pid)?)))
+                    .filter_map(|(pid, session)| {
+                        Some(WorkerLine {
+                            session,
+                            process: procfs::sandbox(pid)?,
+                        })
+                    })
                     .collect()
             } else {
                 Vec::new()
@@ -364,7 +377,7 @@ pub fn confined_check(d: &DaemonLine) -> Option<Check> {
         .chain(
             d.workers
                 .iter()
-                .filter_map(|(s, p)| confinement_problem(&worker(s), p)),
+                .filter_map(|w| confinement_problem(&worker(&w.session), &w.process)),
         )
         .collect();
     let pids: Vec<String> = d.processes.iter().map(|p| p.pid.to_string()).collect();
@@ -374,7 +387,7 @@ pub fn confined_check(d: &DaemonLine) -> Option<Check> {
             " and its {n} session worker(s), pid {}",
             d.workers
                 .iter()
-                .map(|(_, p)| p.pid.to_string())
+                .map(|w| w.process.pid.to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
         ),

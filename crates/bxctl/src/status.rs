@@ -291,11 +291,11 @@ pub fn render(s: &Status) -> String {
                 d.name
             ));
         }
-        let rows = d
-            .processes
-            .iter()
-            .map(|p| (d.name.clone(), p))
-            .chain(d.workers.iter().map(|(s, p)| (format!("  worker {s}"), p)));
+        let rows = d.processes.iter().map(|p| (d.name.clone(), p)).chain(
+            d.workers
+                .iter()
+                .map(|w| (format!("  worker {}", w.session), &w.process)),
+        );
         for (name, p) in rows {
             let verdict = if health::confinement_problem(&d.name, p).is_none() {
                 "confined"

@@ -279,7 +279,8 @@ pub fn handle(mut stream: UnixStream, id: u64, request: LoopRequest, monitor: &A
 
 /// The final `error` frame for a turn the monitor could not hand to a worker, sent on the
 /// connection; a failed write is ignored, as the channel is gone.
-pub fn refuse(stream: UnixStream, id: u64, e: &TurnError) {
+pub fn refuse(stream: UnixStream, id: u64, session: &SessionId, e: &TurnError) {
+    log_failed(session, e);
     Reply {
         stream,
         id,
@@ -344,11 +345,7 @@ pub fn serve_turn(
     let last = match result {
         Ok(done) => Message::TurnDone(done),
         Err(e) => {
-            // An outage or a damaged file is logged too, so the journal finds it by its anchor.
-            if let (true, Some(anchor)) = (e.logged(), e.anchor()) {
-                let line = format!("loopd: session {}: {}", turn.session, e.line());
-                bxharden::log::line(anchor, &line);
-            }
+            log_failed(&turn.session, &e);
             error_message(&e)
         }
     };
@@ -384,6 +381,15 @@ pub fn handle_bridge(stream: UnixStream, id: u64, request: BridgeRequest, monito
         return;
     }
     monitor.hand(stream, id, turn, Some(key));
+}
+
+/// An outage, a damaged file or a bound of the box's own is logged too, so the journal finds
+/// it by its anchor.
+fn log_failed(session: &SessionId, e: &TurnError) {
+    if let (true, Some(anchor)) = (e.logged(), e.anchor()) {
+        let line = format!("loopd: session {session}: {}", e.line());
+        bxharden::log::line(anchor, &line);
+    }
 }
 
 /// The final `error` frame's message for a turn that failed.

@@ -55,6 +55,8 @@ pub enum ToWorker {
     Created,
     /// The session's log could not be made: why, in words.
     NotCreated { why: String },
+    /// A `done` noted: the worker's final frame may go.
+    Noted,
 }
 
 impl ToWorker {
@@ -63,7 +65,7 @@ impl ToWorker {
         match self {
             ToWorker::Start { log, .. } => *log,
             ToWorker::Hand { .. } | ToWorker::Dialed | ToWorker::Created => true,
-            ToWorker::NotDialed { .. } | ToWorker::NotCreated { .. } => false,
+            ToWorker::NotDialed { .. } | ToWorker::NotCreated { .. } | ToWorker::Noted => false,
         }
     }
 }
@@ -79,6 +81,7 @@ pub enum ToMonitor {
     /// earlier (a broker outage) leaves no log behind.
     Create,
     /// A connection handed over was served to its end: the worker is idle when none is left.
+    /// Answered `noted`, before the connection's final frame goes.
     Done,
 }
 

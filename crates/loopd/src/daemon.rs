@@ -224,12 +224,17 @@ fn try_selftest(cfg: &Config, live: bool) -> Result<Vec<String>, (Vec<String>, S
         },
         match &cfg.memory.socket {
             Some(p) => format!(
-                "loopd: memory on {}, outbox {}",
+                "loopd: memory on {}, each session's outbox in {}/<session>/outbox (at most {} turns each)",
                 p.display(),
-                cfg.outbox_dir().display()
+                cfg.workers_dir().display(),
+                cfg.memory.max_outbox
             ),
             None => "loopd: no memory hand-off is configured".to_string(),
         },
+        format!(
+            "loopd: one worker process per live session, at most {} at once, each ending after {} s idle",
+            cfg.workers.max, cfg.workers.idle_seconds
+        ),
     ];
     if !live {
         out.push("check: ok".to_string());

@@ -109,7 +109,7 @@ impl Monitor {
         for _ in 0..2 {
             let worker = match self.worker_for(&session, create) {
                 Ok(w) => w,
-                Err(e) => return refuse(stream, id, &e),
+                Err(e) => return refuse(stream, id, &session, &e),
             };
             let sent = control::send(&mut lock(&worker.writer), &msg, Some(stream.as_fd()));
             match sent {
@@ -120,7 +120,7 @@ impl Monitor {
                 }
             }
         }
-        refuse(stream, id, &TurnError::Worker(why));
+        refuse(stream, id, &session, &TurnError::Worker(why));
     }
 
     /// The session's worker, with one more connection counted on it: the one running, else one
@@ -171,6 +171,10 @@ impl Monitor {
                 return Err(TurnError::WorkersFull(self.cfg.workers.max));
             };
             workers.remove(&idle.session);
+            bxharden::log::notice(&format!(
+                "the worker of session {} (pid {}) ended, idle longest, to make room for session {session} ([workers] max = {})",
+                idle.session, idle.pid, self.cfg.workers.max
+            ));
             idle.end();
         }
         let w = self.start(session, log, owner)?;
@@ -276,9 +280,14 @@ impl Monitor {
                     }
                 }
                 Ok(ToMonitor::Done) => {
-                    let mut load = lock(&w.load);
-                    load.0 = load.0.saturating_sub(1);
-                    load.1 = Instant::now();
+                    {
+                        let mut load = lock(&w.load);
+                        load.0 = load.0.saturating_sub(1);
+                        load.1 = Instant::now();
+                    }
+                    if let Err(e) = control::send(&mut lock(&w.writer), &ToWorker::Noted, None) {
+                        break Err(e);
+                    }
                 }
                 Err(ControlError::Closed) => break Ok(()),
                 Err(e) => break Err(e),
@@ -352,6 +361,10 @@ impl Monitor {
                 .collect();
             for s in done {
                 if let Some(w) = workers.remove(&s) {
+                    bxharden::log::notice(&format!(
+                        "the worker of session {s} (pid {}) ended, idle for {} s ([workers] idle_seconds)",
+                        w.pid, self.cfg.workers.idle_seconds
+                    ));
                     w.end();
                 }
             }

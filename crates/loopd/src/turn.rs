@@ -79,8 +79,8 @@ pub enum TurnError {
     Broker(String),
     /// Every worker loopd may run is serving a turn: the turn did not start.
     #[error(
-        "loopd is running a turn in each of the {0} sessions it may run at once ([workers] max); \
-         this turn did not start: send it again when one of them ends"
+        "loopd runs at most {0} session(s) at once ([workers] max) and every one is running a \
+         turn; this turn did not start: send it again when one of them ends"
     )]
     WorkersFull(usize),
     /// The session's worker could not be started or reached: the turn did not start.
@@ -193,12 +193,15 @@ pub fn run_turn(
             memories,
         })?;
     }
-    let start = session.messages().len();
     session.append(&Record::User {
         turn,
         text: text.to_string(),
         key: key.cloned(),
     })?;
+    // The turn starts at the user's text: a call an earlier turn left unanswered (its worker
+    // or loopd ended mid-call) is answered "interrupted" just before it, and belongs to that
+    // turn, not to this one's record for memory.
+    let start = session.messages().len() - 1;
     let mut usage = Usage::default();
     let result = rounds(rt, session, turn, &offer.tools, &mut usage);
     let end = Record::TurnEnd {

@@ -61,13 +61,14 @@ struct Channel {
 }
 
 /// A question waiting: the answer it wants, and where to give it.
-type Waiting = (Answer, SyncSender<Result<OwnedFd, String>>);
+type Waiting = (Answer, SyncSender<Result<Option<OwnedFd>, String>>);
 
 /// Which answer a question waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answer {
     Dialed,
     Created,
+    Noted,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,8 +76,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Channel {
-    /// Ask the monitor `question`, and wait for its descriptor.
-    fn ask(&self, question: ToMonitor, wants: Answer) -> std::io::Result<OwnedFd> {
+    /// Ask the monitor `question`, and wait for its answer (and descriptor).
+    fn ask(&self, question: ToMonitor, wants: Answer) -> std::io::Result<Option<OwnedFd>> {
         let _one = lock(&self.asking);
         let (tx, rx): (_, Receiver<_>) = mpsc::sync_channel(1);
         *lock(&self.answer) = Some((wants, tx));
@@ -92,17 +93,23 @@ impl Channel {
 
     /// A connection to `peer`, made by the monitor.
     fn dial(&self, peer: Peer) -> std::io::Result<UnixStream> {
-        self.ask(ToMonitor::Dial { peer }, Answer::Dialed)
+        self.ask(ToMonitor::Dial { peer }, Answer::Dialed)?
             .map(UnixStream::from)
+            .ok_or_else(|| std::io::Error::other("a dial answered without its connection"))
     }
 
     /// The session's log, made by the monitor.
     fn create(&self) -> std::io::Result<File> {
-        self.ask(ToMonitor::Create, Answer::Created).map(File::from)
+        self.ask(ToMonitor::Create, Answer::Created)?
+            .map(File::from)
+            .ok_or_else(|| std::io::Error::other("the log answered without its descriptor"))
     }
 
+    /// Tell the monitor a connection is served, and wait until it has noted it: the channel's
+    /// final frame comes after, so a channel that sends its next turn at once (to another
+    /// session, at the bound) finds this worker idle.
     fn done(&self) {
-        let _ = control::send(&mut lock(&self.writer), &ToMonitor::Done, None);
+        let _ = self.ask(ToMonitor::Done, Answer::Noted);
     }
 }
 
@@ -175,6 +182,10 @@ fn serve(
         ));
     }
     let (cfg, running) = start.sandbox(&profile)?;
+    bxharden::log::notice(&format!(
+        "the worker of session {session} (pid {}) is in its sandbox, serving that session only",
+        std::process::id()
+    ));
     let channel = Arc::new(Channel {
         writer: Mutex::new(reader.try_clone().map_err(|e| broken(&e))?),
         asking: Mutex::new(()),
@@ -229,9 +240,10 @@ fn serve(
                     channel.done();
                 }
             }
-            Ok((ToWorker::Dialed, Some(fd))) => answer(&channel, Answer::Dialed, Ok(fd))?,
+            Ok((ToWorker::Dialed, Some(fd))) => answer(&channel, Answer::Dialed, Ok(Some(fd)))?,
             Ok((ToWorker::NotDialed { why }, _)) => answer(&channel, Answer::Dialed, Err(why))?,
-            Ok((ToWorker::Created, Some(fd))) => answer(&channel, Answer::Created, Ok(fd))?,
+            Ok((ToWorker::Created, Some(fd))) => answer(&channel, Answer::Created, Ok(Some(fd)))?,
+            Ok((ToWorker::Noted, _)) => answer(&channel, Answer::Noted, Ok(None))?,
             Ok((ToWorker::NotCreated { why }, _)) => answer(&channel, Answer::Created, Err(why))?,
             // The monitor closed the channel: it asked the worker to end (idle, and so only
             // finishing the final frame of a turn it said it was done with), or it ended itself.
@@ -252,7 +264,11 @@ fn serve(
 
 /// Give the waiting question its answer; an answer nobody asked for, or of another kind,
 /// breaks the channel.
-fn answer(channel: &Channel, kind: Answer, a: Result<OwnedFd, String>) -> Result<(), StartError> {
+fn answer(
+    channel: &Channel,
+    kind: Answer,
+    a: Result<Option<OwnedFd>, String>,
+) -> Result<(), StartError> {
     match lock(&channel.answer).take() {
         Some((wants, tx)) if wants == kind => {
             let _ = tx.send(a);

@@ -239,3 +239,53 @@ fn a_damaged_record_in_the_outbox_is_set_aside_with_its_pointer_and_the_next_one
             .exists()
     );
 }
+
+#[test]
+fn a_turn_after_a_call_left_unanswered_reaches_memory_from_the_owners_text() {
+    use loopd::session::{Record, Session};
+    let home = support::home();
+    let layout = Layout::new(home.path());
+    let _infer = ScriptedInfer::start(&layout.infer, vec![]);
+    // What a worker ended mid-call leaves: a call asked for, and no result.
+    let dir = home.path().join("loop/sessions");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut s = Session::create(&dir, &sid("cut"), "main", "you are the box").unwrap();
+    s.append(&Record::User {
+        turn: 1,
+        text: "note the meeting".into(),
+        key: None,
+    })
+    .unwrap();
+    s.append(&Record::Assistant {
+        text: String::new(),
+        tool_calls: vec![bxcore::ToolCall {
+            call: bxcore::CallId(1),
+            tool: "workspace_write".into(),
+            args: serde_json::json!({"path": "/notes.txt", "content": "x"}),
+        }],
+    })
+    .unwrap();
+    s.sync().unwrap();
+    drop(s);
+    let memory = FakeMemory::start(&layout.memory);
+    let extra = format!(
+        "[memory]\nsocket = {:?}\nrecall_tokens = 0\n",
+        layout.memory.display().to_string()
+    );
+    let d = Loopd::start(home.path(), &config(home.path(), &extra));
+    let frames = turn(&d.socket, 1, "cut", true, "what time is it?");
+    assert!(
+        matches!(last_msg(&frames), Message::TurnDone(_)),
+        "{frames:?}"
+    );
+    wait_until("the turn in memory", || !memory.filed().is_empty());
+    let filed = memory.filed();
+    assert_eq!(filed[0].turn, 2);
+    assert_eq!(
+        filed[0].messages[0],
+        ChatMessage::User {
+            text: "what time is it?".into()
+        },
+        "the interrupted call's answer belongs to the turn before: {filed:?}"
+    );
+}

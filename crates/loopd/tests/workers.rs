@@ -103,6 +103,10 @@ fn past_its_bound_the_idle_worker_longest_ends_and_with_none_idle_the_turn_is_re
         "{}",
         e.detail
     );
+    wait_until("the refusal in loopd's log", || {
+        d.log_text()
+            .contains("loopd: session a: loopd runs at most 1 session(s) at once")
+    });
     go.send(()).unwrap();
     let frames = bxtest::join(b, "b's turn");
     assert!(matches!(last_msg(&frames), Message::TurnDone(_)));
