@@ -141,6 +141,15 @@ impl Exchange {
     }
 }
 
+/// The request is over: its connection is shut down both ways, so the server sees its end
+/// whoever else holds a descriptor of it (loopd's monitor keeps one of each connection it makes
+/// for a session's worker, to count them, `loopd::monitor`).
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 /// Send one request and return its final message; each interim frame's message is handed to
 /// `on_interim` as it arrives.
 pub fn call(

@@ -149,6 +149,12 @@ impl SeccompProfile {
         self == SeccompProfile::LoopWorker
     }
 
+    /// Whether `clone` may make threads only (`CLONE_THREAD`), no process: loopd's session
+    /// worker, so nothing it forks outlives the worker's end or holds its session past it.
+    pub fn threads_only(self) -> bool {
+        self == SeccompProfile::LoopWorker
+    }
+
     /// Whether it starts a program (`execve`), so what it starts maps code after its start:
     /// brokerd with the `run` tool and the tool's child ([`Self::starts_programs`]), and loopd's
     /// monitor, which starts its own binary as each session's worker.

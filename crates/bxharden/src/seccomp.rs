@@ -8,7 +8,8 @@
 //!    `seccomp_log`). It still *allows* `clone3`: when filters stack the most restrictive answer
 //!    wins, so a kill there would beat the first filter's `ENOSYS` and kill the first thread spawn.
 //!
-//! `clone` is allowed without any `CLONE_NEW*` flag; `socket` and `socketpair` only for the
+//! `clone` is allowed without any `CLONE_NEW*` flag (and in a session's worker only with
+//! `CLONE_THREAD`: a thread, never a process, [`SeccompProfile::threads_only`]); `socket` and `socketpair` only for the
 //! profile's families; the calls that take a pid ([`SeccompProfile::pid_calls`]) only with pid 0
 //! or the caller's own. The caller's pid is known only in the process the filter confines, so
 //! the compiled list holds [`SELF_PID`] there and [`bind_self`] puts the real pid in just before
@@ -254,7 +255,11 @@ pub fn conditional(profile: SeccompProfile) -> Vec<Conditional> {
 pub fn describe(profile: SeccompProfile, arch: Arch) -> Vec<String> {
     let plain = profile.syscalls(arch);
     let mut out: Vec<String> = plain.iter().map(|n| (*n).to_owned()).collect();
-    out.push("clone(no CLONE_NEW*)".to_owned());
+    out.push(if profile.threads_only() {
+        "clone(CLONE_THREAD, no CLONE_NEW*)".to_owned()
+    } else {
+        "clone(no CLONE_NEW*)".to_owned()
+    });
     for c in conditional(profile) {
         if !plain.contains(c.call) {
             out.push(format!("{}({})", c.call, c.label));
@@ -282,9 +287,18 @@ pub fn rules_json(profile: SeccompProfile, arch: Arch, mismatch: Mismatch) -> St
         .into_iter()
         .map(|name| format!("{{\"syscall\":\"{name}\"}}"))
         .collect();
-    rules.push(format!(
-        "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}}]}}"
-    ));
+    if profile.threads_only() {
+        // A thread, never a process: CLONE_THREAD set (with no CLONE_NEW* flag), so nothing it
+        // starts outlives its end or holds its descriptors past it.
+        let thread = libc::CLONE_THREAD as u64;
+        rules.push(format!(
+            "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}},{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{thread}}},\"val\":{thread}}}]}}"
+        ));
+    } else {
+        rules.push(format!(
+            "{{\"syscall\":\"clone\",\"args\":[{{\"index\":0,\"type\":\"qword\",\"op\":{{\"masked_eq\":{CLONE_NEW_MASK}}},\"val\":0}}]}}"
+        ));
+    }
     let plain = profile.syscalls(arch);
     for c in conditional(profile) {
         if plain.contains(c.call) {

@@ -124,9 +124,14 @@ impl Table for Loopd {
     fn serve(cfg: Config, p: Prepared, running: &Running) -> Result<(), StartError> {
         daemon::send_left(&cfg, p.outbox, running)?;
         let monitor = Arc::new(Monitor::new(cfg, p.config, p.exe));
-        let (for_turns, for_bridge, for_idle) =
-            (Arc::clone(&monitor), Arc::clone(&monitor), monitor);
+        let (for_turns, for_bridge, for_idle, for_stop) = (
+            Arc::clone(&monitor),
+            Arc::clone(&monitor),
+            Arc::clone(&monitor),
+            monitor,
+        );
         running.thread("idle-workers", move || for_idle.reap_idle())?;
+        running.on_stop(move || for_stop.end_all())?;
         running.serve(p.turns, move |stream, id, req| {
             handle(stream, id, req, &for_turns)
         })?;

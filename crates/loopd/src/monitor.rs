@@ -39,6 +39,15 @@ pub const WORKER_ANCHOR: &str = "loopd-worker-failed";
 /// How often idle workers are looked for.
 const IDLE_TICK: Duration = Duration::from_secs(1);
 
+/// How long a worker has to take each message the monitor sends it: one that does not read its
+/// channel is ended, and never holds the monitor.
+const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most connections to one peer a worker may hold open at once: a turn makes one at a time
+/// to each (inference, a tool call, recall and the outbox's hand-off). A connection counts until
+/// its daemon has answered and closed it, so a worker cannot hold a shared socket's places.
+pub const MAX_OPEN_PER_PEER: usize = 4;
+
 /// The workers, by session.
 pub struct Monitor {
     cfg: Config,
@@ -53,8 +62,13 @@ pub struct Monitor {
 struct Worker {
     session: SessionId,
     pid: u32,
-    /// The monitor's end of the channel: hands and dial answers, one message at a time.
+    /// The monitor's end of the channel: hands and dial answers, one message at a time, each
+    /// taken within `SEND_TIMEOUT`.
     writer: Mutex<UnixStream>,
+    /// The same channel, to shut it down without waiting for the writer.
+    closer: UnixStream,
+    /// The connections made for it, until their daemon closes them, by peer.
+    dialed: Mutex<Vec<(Peer, UnixStream)>>,
     /// The connections handed over and not yet served, and since when it has had none.
     load: Mutex<(usize, Instant)>,
     child: Mutex<Option<Child>>,
@@ -117,6 +131,7 @@ impl Monitor {
                 Err(e) => {
                     why = e.to_string();
                     self.forget(&worker);
+                    worker.end();
                 }
             }
         }
@@ -225,11 +240,22 @@ impl Monitor {
             },
             log.as_ref().map(|l| l.as_fd()),
         );
-        let reader = ours.try_clone();
+        let timed = ours.set_write_timeout(Some(SEND_TIMEOUT));
+        let (reader, closer) = match (timed, ours.try_clone(), ours.try_clone()) {
+            (Ok(()), Ok(r), Ok(c)) => (Ok::<_, std::io::Error>(r), c),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed("its channel", &e));
+            }
+        };
         let w = Arc::new(Worker {
             session: session.clone(),
             pid,
             writer: Mutex::new(ours),
+            closer,
+            dialed: Mutex::new(Vec::new()),
             load: Mutex::new((0, Instant::now())),
             child: Mutex::new(Some(child)),
             ending: false.into(),
@@ -262,7 +288,7 @@ impl Monitor {
         let end = loop {
             match control::recv_to_monitor(&mut reader) {
                 Ok(ToMonitor::Dial { peer }) => {
-                    let answer = self.dial(peer).map(OwnedFd::from);
+                    let answer = self.dial(&w, peer).map(OwnedFd::from);
                     let sent =
                         w.answer(answer, ToWorker::Dialed, |why| ToWorker::NotDialed { why });
                     if let Err(e) = sent {
@@ -325,15 +351,28 @@ impl Monitor {
         }
     }
 
-    /// A connection to one of the peers a worker may ask for.
-    fn dial(&self, peer: Peer) -> Result<UnixStream, String> {
+    /// A connection to one of the peers a worker may ask for, within its bound of open ones.
+    fn dial(&self, w: &Worker, peer: Peer) -> Result<UnixStream, String> {
         let path: Option<&Path> = match peer {
             Peer::Inference => Some(&self.cfg.inference.socket),
             Peer::Broker => self.cfg.broker.socket.as_deref(),
             Peer::Memory => self.cfg.memory.socket.as_deref(),
         };
         let path = path.ok_or_else(|| format!("loopd has no {peer:?} socket configured"))?;
-        UnixStream::connect(path).map_err(|e| e.to_string())
+        let mut dialed = lock(&w.dialed);
+        dialed.retain(|(_, s)| open(s));
+        let n = dialed.iter().filter(|(p, _)| *p == peer).count();
+        if n >= MAX_OPEN_PER_PEER {
+            return Err(format!(
+                "this session's worker holds {n} open connections to {}, its bound; one is \
+                 free again when its daemon has answered",
+                path.display()
+            ));
+        }
+        let s = UnixStream::connect(path).map_err(|e| e.to_string())?;
+        let kept = s.try_clone().map_err(|e| e.to_string())?;
+        dialed.push((peer, kept));
+        Ok(s)
     }
 
     /// Drop `w` from the table, if it is still the session's worker there.
@@ -371,11 +410,41 @@ impl Monitor {
         }
     }
 
+    /// End every worker, at once (loopd is stopping): each session's log keeps what its turn
+    /// wrote, and a turn cut here is one a channel sees end without its final frame.
+    pub fn end_all(&self) {
+        let workers: Vec<Arc<Worker>> = lock(&self.workers).drain().map(|(_, w)| w).collect();
+        for w in workers {
+            w.end();
+            if let Some(c) = lock(&w.child).as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
     /// Whether the session's outbox holds a turn not yet taken by memoryd (its names only are
     /// read, never its content).
     fn outbox_holds(&self, session: &SessionId) -> bool {
         let dir = self.cfg.worker_dir(session).join("outbox");
         std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some())
+    }
+}
+
+/// Whether a connection made for a worker is still open: its daemon has not closed it, nor the
+/// worker shut it down.
+fn open(s: &UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack for a descriptor this function borrows; no wait.
+    match unsafe { libc::poll(&mut p, 1, 0) } {
+        0 => true,
+        n if n > 0 => p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) == 0,
+        _ => false,
     }
 }
 
@@ -411,8 +480,12 @@ impl Worker {
 
     /// Ask the worker to end: its channel closed both ways, so it reads its end, lets a final
     /// frame go, and exits. Its listener reaps it, with a signal if it does not.
+    /// Never waits: neither for the writer nor for the worker.
     fn end(&self) {
         self.ending.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = lock(&self.writer).shutdown(std::net::Shutdown::Both);
+        let _ = self.closer.shutdown(std::net::Shutdown::Both);
+        for (_, s) in lock(&self.dialed).drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 }

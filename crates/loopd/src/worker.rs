@@ -85,9 +85,14 @@ impl Channel {
         match rx.recv_timeout(ASK_TIMEOUT) {
             Ok(Ok(fd)) => Ok(fd),
             Ok(Err(why)) => Err(std::io::Error::other(why)),
-            Err(_) => Err(std::io::Error::other(
-                "loopd's monitor did not answer in time",
-            )),
+            Err(_) => {
+                // An answer that comes later is one nobody asked for: it ends the worker, and
+                // never answers the next question.
+                *lock(&self.answer) = None;
+                Err(std::io::Error::other(
+                    "loopd's monitor did not answer in time",
+                ))
+            }
         }
     }
 

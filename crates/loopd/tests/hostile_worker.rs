@@ -32,10 +32,103 @@ const WAIT: Duration = Duration::from_secs(60);
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("worker") {
-        hostile(&PathBuf::from(&args[3]), &args[5]);
+        match args[5].as_str() {
+            "flood" => flood(&PathBuf::from(&args[3]), &args[5]),
+            s => hostile(&PathBuf::from(&args[3]), s),
+        }
         return;
     }
     runner();
+    flood_runner();
+}
+
+/// The worker's start as the real one makes it, for a session whose log does not exist:
+/// its configuration and its sandbox. The channel, and the configuration.
+fn enter(config: &Path, session: &str) -> (UnixStream, Config) {
+    use std::os::fd::AsFd;
+    let session = SessionId::new(session).unwrap();
+    let fd = std::io::stdin().as_fd().try_clone_to_owned().unwrap();
+    let mut channel = UnixStream::from(fd);
+    let (msg, _) = control::recv_to_worker(&mut channel).unwrap();
+    assert!(matches!(msg, ToWorker::Start { log: false, .. }), "{msg:?}");
+    let start = Start::<Config>::load_within(loopd::daemon::SPEC, config).unwrap();
+    let cfg = start.cfg().clone();
+    let profile = loopd::worker::profile(&cfg, &session, config);
+    let (_cfg, _running) = start.sandbox(&profile).unwrap();
+    (channel, cfg)
+}
+
+/// A worker that asks for more connections than a turn needs, then floods its monitor with
+/// dials and never reads an answer.
+fn flood(config: &Path, session: &str) {
+    let (mut channel, cfg) = enter(config, session);
+    let (hand, conn) = control::recv_to_worker(&mut channel).unwrap();
+    assert!(matches!(hand, ToWorker::Hand { .. }), "{hand:?}");
+    drop(conn);
+    let dial = loopd::control::ToMonitor::Dial {
+        peer: loopd::control::Peer::Inference,
+    };
+    let (mut dialed, mut bound) = (Vec::new(), 0);
+    for _ in 0..loopd::monitor::MAX_OPEN_PER_PEER + 2 {
+        control::send(&mut channel, &dial, None).unwrap();
+        match control::recv_to_worker(&mut channel).unwrap() {
+            (ToWorker::Dialed, Some(fd)) => dialed.push(fd),
+            (ToWorker::NotDialed { why }, _) if why.contains("its bound") => bound += 1,
+            (other, _) => panic!("{other:?}"),
+        }
+    }
+    let report = format!("dialed: {}\nrefused at the bound: {bound}\n", dialed.len());
+    let dir = cfg.worker_dir(&SessionId::new(session).unwrap());
+    std::fs::write(dir.join("report.tmp"), report).unwrap();
+    std::fs::rename(dir.join("report.tmp"), dir.join("report")).unwrap();
+    // Now ask without end and read nothing: the monitor's answers fill the channel.
+    loop {
+        if control::send(&mut channel, &dial, None).is_err() {
+            return;
+        }
+    }
+}
+
+fn flood_runner() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    for d in ["loop/sessions", "loop/workers", "run/loop-infer"] {
+        std::fs::create_dir_all(h.join(d)).unwrap();
+    }
+    // Something on inferproxy's socket that takes connections and never answers.
+    let _infer =
+        std::os::unix::net::UnixListener::bind(h.join("run/loop-infer/infer.sock")).unwrap();
+    let text = format!(
+        "[paths]\nhome = {:?}\n[sandbox]\nrequire = false\nseccomp_log = true\n",
+        h.display().to_string()
+    );
+    let config = h.join("loopd.toml");
+    std::fs::write(&config, &text).unwrap();
+    let cfg = Config::parse(&text).unwrap();
+    let monitor = Arc::new(Monitor::new(cfg, config, std::env::current_exe().unwrap()));
+    let (_ours, theirs) = UnixStream::pair().unwrap();
+    let turn = Turn {
+        session: SessionId::new("flood").unwrap(),
+        resume: false,
+        text: "hi".to_string(),
+    };
+    monitor.hand(theirs, 1, turn, None);
+    let report = h.join("loop/workers/flood/report");
+    bxtest::wait_for("the flooding worker's report", WAIT, || report.exists());
+    let got = std::fs::read_to_string(&report).unwrap();
+    let want = format!(
+        "dialed: {}\nrefused at the bound: 2\n",
+        loopd::monitor::MAX_OPEN_PER_PEER
+    );
+    assert_eq!(
+        got, want,
+        "a worker holds at most its bound of one peer's connections"
+    );
+    // The monitor stays free (its table answers) and ends the worker that does not read.
+    bxtest::wait_for("the monitor to end the worker that floods it", WAIT, || {
+        monitor.running().is_empty()
+    });
+    println!("hostile_worker: a flooding worker was held to its bound and ended");
 }
 
 fn errno_of(r: std::io::Result<impl Sized>) -> String {
@@ -119,6 +212,11 @@ fn hostile(config: &Path, session: &str) {
             "signal the monitor",
             last_errno(libc::kill(monitor, 0) as i64),
         );
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::_exit(0);
+        }
+        got.insert("fork a process", last_errno(pid as i64));
         got.insert(
             "trace the monitor",
             last_errno(libc::ptrace(libc::PTRACE_ATTACH, monitor, 0, 0)),
@@ -196,6 +294,7 @@ fn runner() {
         ("make a socket", &eperm),
         ("make a socket pair", &eperm),
         ("signal the monitor", &eperm),
+        ("fork a process", &eperm),
         ("trace the monitor", &eperm),
         // Landlock has no rule for /proc in a worker: the entry is refused, or not there.
         ("read the monitor's memory", &enoent_or_eacces),
