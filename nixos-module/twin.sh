@@ -572,7 +572,7 @@ say "two chat turns as $owner through bxctl chat"
 # Each session ran in a worker of its own under loopd's unit: a child of the monitor, as
 # bx-loop, with no new privileges and its own seccomp filter on the monitor's (and systemd's).
 monitor="$(in_twin systemctl show -p MainPID --value "$loop_unit")"
-workers="$(in_twin sh -c "for p in /proc/[0-9]*; do [ \"\$(awk '/^PPid:/ {print \$2}' \$p/status 2>/dev/null)\" = $monitor ] && tr '\\0' ' ' <\$p/cmdline | grep -q ' worker ' && echo \${p#/proc/}; done")"
+workers="$(in_twin sh -c "for p in /proc/[0-9]*; do [ \"\$(awk '/^PPid:/ {print \$2}' \$p/status 2>/dev/null)\" = $monitor ] && tr '\\0' ' ' <\$p/cmdline | grep -q ' worker ' && echo \${p#/proc/}; done; true")"
 n_workers="$(wc -w <<<"$workers")"
 [ "$n_workers" -ge 2 ] || fail "loopd ($monitor) runs $n_workers session workers after two sessions' turns, not 2: [$workers]"
 loop_uid="$(in_twin id -u bx-loop)"
@@ -586,8 +586,6 @@ for w in $workers; do
   [ "$f" -gt "$monitor_filters" ] || fail "loopd's worker $w has $f seccomp filters, no more than the monitor's $monitor_filters"
   in_twin grep -q "$loop_unit" "/proc/$w/cgroup" || fail "loopd's worker $w is not in $loop_unit"
 done
-in_twin journalctl --no-pager -o cat -u "$loop_unit" | grep -q "seccomp loopd-worker" ||
-  fail "no worker of loopd said its sandbox in the journal"
 say "loopd: $n_workers session workers under $loop_unit, each as bx-loop, NoNewPrivs, $((monitor_filters + 1))+ seccomp filters (the monitor has $monitor_filters)"
 
 # --- 6. a workspace root and the run tool under brokerd's unit -------------------------------

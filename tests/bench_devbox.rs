@@ -16,6 +16,8 @@
 //!   worker's resident memory (and the part of it that is its own: `RssAnon`; its code pages
 //!   are the monitor's too), and the whole box's.
 //!
+//! `BENCH_ONLY=<section>` (startup, flood, footprint, workers) runs one section.
+//!
 //! Run `make bench`, or: `cargo build --release --workspace --bins && cargo bench -p
 //! boxmaker-e2e --bench devbox`.
 
@@ -347,8 +349,19 @@ fn main() {
     // `cargo bench` passes `--bench`; a filter argument is not used.
     let dir = bin_dir();
     println!("binaries: {}", dir.display());
-    startup();
-    owner_under_flood();
-    footprint();
-    workers();
+    // `BENCH_ONLY=workers` (or another section's name) runs that one section.
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let run = |name: &str| only.is_empty() || only == name;
+    if run("startup") {
+        startup();
+    }
+    if run("flood") {
+        owner_under_flood();
+    }
+    if run("footprint") {
+        footprint();
+    }
+    if run("workers") {
+        workers();
+    }
 }
